@@ -1,0 +1,1 @@
+//! Test harness: where the test servers are, and private redis-server processes.
