@@ -1,6 +1,84 @@
 //! Configuration for distlock: the TOML schema, validation and `${ENV}` interpolation.
 //!
-//! STATUS: public types are fixed (the runtime codes against them); the parser is being written.
+//! A configuration names one or more Redis *backends* and the defaults locks use. Every string
+//! value may use `${ENV_VAR}` (replaced by that environment variable; `$$` is a literal `$`).
+//! Every error names the source, the line and the dotted field, and says what is accepted.
+//!
+//! ```toml
+//! [defaults]                      # optional
+//! backend = "main"                # default backend; optional when there is only one
+//! wait = "5s"                     # longest wait to acquire (default "5s")
+//! lease = "auto"                  # "auto" (watchdog-renewed) or a duration such as "30s"
+//! watchdog_timeout = "30s"        # lease kept alive by the watchdog (default "30s", >= 100ms)
+//! key_prefix = "lock:"            # prefix of every key (default "lock:", no `{` or `}`)
+//!
+//! [backends.main]                 # one Redis server
+//! mode = "single"
+//! url = "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"
+//! response_timeout = "2s"         # every mode but memory (default "2s")
+//! connect_timeout = "2s"          # every mode but memory (default "2s")
+//!
+//! [backends.cluster]              # a Redis Cluster
+//! mode = "cluster"
+//! nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
+//!
+//! [backends.ha]                   # a master found through Sentinel
+//! mode = "sentinel"
+//! master_name = "mymaster"
+//! sentinels = ["redis://10.0.1.1:26379", "redis://10.0.1.2:26379"]
+//! sync_replicas = 1               # WAIT for this many replicas (default 0)
+//! sync_timeout = "1s"             # (default "1s")
+//!
+//! [backends.quorum]               # a majority of independent masters ("multi": all of them)
+//! mode = "redlock"
+//! nodes = ["redis://10.0.2.1", "redis://10.0.2.2", "redis://10.0.2.3"]
+//! node_timeout = "50ms"           # (default "50ms")
+//! drift_factor = 0.01             # 0 <= x < 0.5 (default 0.01)
+//! retry_delay = "50ms"            # (default "50ms")
+//!
+//! [backends.test]                 # in-process, for tests
+//! mode = "memory"
+//! ```
+//!
+//! ```
+//! use std::time::Duration;
+//! use distlock_config::{Config, LeaseSpec, Mode};
+//!
+//! let config = Config::from_str(r#"
+//!     [defaults]
+//!     wait = "1s"
+//!     lease = "10s"
+//!
+//!     [backends.main]
+//!     mode = "single"
+//!     url = "redis://127.0.0.1:6379"
+//! "#).unwrap();
+//!
+//! assert_eq!(config.defaults.backend.as_deref(), Some("main"));
+//! assert_eq!(config.defaults.wait, Duration::from_secs(1));
+//! assert_eq!(config.defaults.lease, LeaseSpec::Fixed(Duration::from_secs(10)));
+//! assert_eq!(config.defaults.key_prefix, "lock:");
+//! let Mode::Single { url } = &config.backends["main"].mode else { unreachable!() };
+//! assert_eq!(url.address, "127.0.0.1:6379");
+//!
+//! let err = Config::from_str("[backends.main]\nmode = \"single\"\n").unwrap_err();
+//! assert_eq!(err.to_string(),
+//!     "<string>:1: backends.main.url: missing field `url` (required by mode \"single\")");
+//! ```
+
+mod duration;
+mod error;
+mod interp;
+mod redis_url;
+mod schema;
+
+pub use duration::{format_duration, parse_duration};
+pub use error::ConfigError;
+pub use redis_url::DEFAULT_PORT;
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -93,9 +171,15 @@ pub enum Mode {
         sync_timeout: Duration,
     },
     /// A majority of independent masters.
-    Redlock { nodes: Vec<RedisUrl>, quorum: QuorumOptions },
+    Redlock {
+        nodes: Vec<RedisUrl>,
+        quorum: QuorumOptions,
+    },
     /// All of several independent masters.
-    Multi { nodes: Vec<RedisUrl>, quorum: QuorumOptions },
+    Multi {
+        nodes: Vec<RedisUrl>,
+        quorum: QuorumOptions,
+    },
     /// In-process.
     Memory,
 }
@@ -125,14 +209,110 @@ impl Mode {
     }
 }
 
-/// A configuration error that names where it is: source, line and field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{location}: {field}: {message}")]
-pub struct ConfigError {
-    /// `path:line`, `<string>:line`, or just the path when no line applies.
-    pub location: String,
-    /// The dotted field, e.g. `backends.main.url`; `(file)` when the whole file is concerned.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
+/// Shows a file's path, or `<string>`.
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(path) => write!(f, "{}", path.display()),
+            Source::Str => f.write_str("<string>"),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration given as a string.
+    ///
+    /// `${ENV_VAR}`s are replaced from the process environment. Errors are located as
+    /// `<string>:LINE`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::{Config, Mode};
+    ///
+    /// let config = Config::from_str(r#"
+    /// [backends.main]
+    /// mode = "redlock"
+    /// nodes = ["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"]
+    ///
+    /// [backends.test]
+    /// mode = "memory"
+    /// "#).unwrap();
+    /// assert_eq!(config.backends["main"].mode.name(), "redlock");
+    /// assert_eq!(config.backends["test"].mode, Mode::Memory);
+    /// assert_eq!(config.defaults.backend, None); // two backends, none named
+    ///
+    /// let err = Config::from_str("[backends.main]\nmode = \"single\"\nnodes = []\n").unwrap_err();
+    /// assert_eq!(err.location, "<string>:3");
+    /// assert_eq!(err.field, "backends.main.nodes");
+    /// assert!(err.message.starts_with("field `nodes` is not used by mode \"single\""));
+    /// ```
+    #[allow(clippy::should_implement_trait)] // it is implemented too; this one needs no import
+    pub fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::from_str_with_source(text, Source::Str)
+    }
+
+    /// Parses and validates a configuration file.
+    ///
+    /// Errors are located as `PATH:LINE`; a file that cannot be read gives an error located
+    /// at the path, with the field `(file)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::Config;
+    ///
+    /// let err = Config::from_path("/nonexistent/distlock.toml").unwrap_err();
+    /// assert_eq!(err.location, "/nonexistent/distlock.toml");
+    /// assert_eq!(err.field, "(file)");
+    /// ```
+    pub fn from_path(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_str_with_source(&text, Source::File(path.to_path_buf())),
+            Err(e) => Err(ConfigError {
+                location: path.display().to_string(),
+                field: "(file)".to_owned(),
+                message: format!("cannot read the configuration file: {e}"),
+            }),
+        }
+    }
+
+    /// Parses and validates `text`, locating errors in `source` (its path, or `<string>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::{Config, Source};
+    ///
+    /// let source = Source::File("conf/locks.toml".into());
+    /// let err = Config::from_str_with_source("[backends.a]\nmode = \"nope\"\n", source).unwrap_err();
+    /// assert_eq!(err.location, "conf/locks.toml:2");
+    /// assert_eq!(err.field, "backends.a.mode");
+    /// ```
+    pub fn from_str_with_source(text: &str, source: Source) -> Result<Config, ConfigError> {
+        schema::parse(text, source, &|name| std::env::var(name))
+    }
+
+    /// The default backend's configuration, if there is one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::Config;
+    ///
+    /// let config = Config::from_str("[backends.only]\nmode = \"memory\"\n").unwrap();
+    /// assert_eq!(config.default_backend().map(|b| b.name.as_str()), Some("only"));
+    /// ```
+    pub fn default_backend(&self) -> Option<&BackendConfig> {
+        self.backends.get(self.defaults.backend.as_deref()?)
+    }
+}
+
+impl FromStr for Config {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Config, ConfigError> {
+        Config::from_str_with_source(text, Source::Str)
+    }
 }

@@ -1,0 +1,213 @@
+//! `redis://` and `rediss://` URLs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use url::{Host, Url};
+
+use crate::RedisUrl;
+
+/// Port used when a URL gives none.
+pub const DEFAULT_PORT: u16 = 6379;
+
+const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or rediss://...";
+
+impl RedisUrl {
+    /// Parses and checks a Redis URL: `redis://` or `rediss://` (TLS), a host, an optional
+    /// port (default 6379), optional `user:password@` and an optional numeric `/DB`.
+    ///
+    /// The error never contains the password: URLs are shown with it replaced by `***`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::RedisUrl;
+    ///
+    /// let url = RedisUrl::parse("rediss://app:s3cret@cache.internal/2").unwrap();
+    /// assert_eq!(url.address, "cache.internal:6379");
+    /// assert!(url.tls);
+    /// assert_eq!(url.to_string(), "rediss://app:***@cache.internal/2");
+    ///
+    /// let err = RedisUrl::parse("http://app:s3cret@cache.internal").unwrap_err();
+    /// assert!(err.contains("unsupported scheme \"http\""));
+    /// assert!(!err.contains("s3cret"));
+    /// ```
+    pub fn parse(s: &str) -> Result<RedisUrl, String> {
+        let shown = redact(s);
+        if s.trim().is_empty() {
+            return Err(format!("the URL is empty: write {FORM}"));
+        }
+        if s.trim() != s {
+            return Err(format!(
+                "the URL \"{shown}\" has leading or trailing whitespace"
+            ));
+        }
+        if !s.contains("://") {
+            return Err(format!("\"{shown}\" is not a URL: write {FORM}"));
+        }
+        let parsed =
+            Url::parse(s).map_err(|e| format!("invalid URL \"{shown}\": {e} (write {FORM})"))?;
+        let tls = match parsed.scheme() {
+            "redis" => false,
+            "rediss" => true,
+            other => {
+                return Err(format!(
+                    "unsupported scheme \"{other}\" in \"{shown}\": use redis:// or rediss://"
+                ))
+            }
+        };
+        let host = match parsed.host() {
+            Some(Host::Ipv6(ip)) => format!("[{ip}]"),
+            Some(Host::Ipv4(ip)) => ip.to_string(),
+            Some(Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+            _ => return Err(format!("missing host in \"{shown}\": write {FORM}")),
+        };
+        let port = parsed.port().unwrap_or(DEFAULT_PORT);
+        if port == 0 {
+            return Err(format!(
+                "port 0 in \"{shown}\" is not valid (leave it out for {DEFAULT_PORT})"
+            ));
+        }
+        let db = parsed.path().strip_prefix('/').unwrap_or(parsed.path());
+        let db_ok = db.is_empty() || (db.len() <= 9 && db.bytes().all(|b| b.is_ascii_digit()));
+        if !db_ok {
+            return Err(format!(
+                "the database in \"{shown}\" must be a number, as in redis://HOST:PORT/0"
+            ));
+        }
+        Ok(RedisUrl {
+            url: s.to_owned(),
+            address: format!("{host}:{port}"),
+            tls,
+        })
+    }
+
+    /// The URL with its password, if any, replaced by `***`: safe to log.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use distlock_config::RedisUrl;
+    ///
+    /// let url = RedisUrl::parse("redis://:hunter2@127.0.0.1:7000").unwrap();
+    /// assert_eq!(url.redacted(), "redis://:***@127.0.0.1:7000");
+    /// ```
+    pub fn redacted(&self) -> String {
+        redact(&self.url)
+    }
+}
+
+/// Shows the URL without its password.
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl FromStr for RedisUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RedisUrl::parse(s)
+    }
+}
+
+/// `s` with the password part of `user:password@` replaced by `***`.
+///
+/// Works on text that is not a valid URL too, and errs on the side of hiding: everything
+/// between the first `:` after the scheme and the last `@` is hidden.
+pub(crate) fn redact(s: &str) -> String {
+    let start = s.find("://").map_or(0, |i| i + 3);
+    let rest = &s[start..];
+    let Some(at) = rest.rfind('@') else {
+        return s.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return s.to_owned();
+    };
+    format!("{}***{}", &s[..start + colon + 1], &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_urls() {
+        let table: &[(&str, &str, bool)] = &[
+            ("redis://localhost", "localhost:6379", false),
+            ("redis://127.0.0.1:7000", "127.0.0.1:7000", false),
+            (
+                "rediss://cache.internal:6380/3",
+                "cache.internal:6380",
+                true,
+            ),
+            ("redis://user:pw@h:1/0", "h:1", false),
+            ("redis://:pw@h", "h:6379", false),
+            ("redis://user@h/", "h:6379", false),
+            ("redis://[::1]:7000", "[::1]:7000", false),
+            ("redis://[::1]", "[::1]:6379", false),
+            ("rediss://h?protocol=resp3#insecure", "h:6379", true),
+        ];
+        for (text, address, tls) in table {
+            let url = RedisUrl::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(url.url, *text);
+            assert_eq!(url.address, *address, "{text}");
+            assert_eq!(url.tls, *tls, "{text}");
+        }
+    }
+
+    #[test]
+    fn rejected_urls() {
+        let table: &[(&str, &str)] = &[
+            ("", "the URL is empty"),
+            ("http://h:6379", "unsupported scheme \"http\""),
+            ("unix:///tmp/redis.sock", "unsupported scheme \"unix\""),
+            ("localhost:6379", "is not a URL"),
+            ("redis://", "missing host"),
+            ("redis:///0", "missing host"),
+            ("redis://h:0", "port 0"),
+            ("redis://h:99999", "invalid URL"),
+            ("redis://h:abc", "invalid URL"),
+            ("redis://h/x", "database"),
+            ("redis://h/1/2", "database"),
+            ("redis://h/+1", "database"),
+            (" redis://h", "whitespace"),
+            ("redis://a b", "invalid URL"),
+        ];
+        for (text, want) in table {
+            let err = RedisUrl::parse(text).expect_err(text);
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn errors_never_show_passwords() {
+        for text in [
+            "http://u:SECRET@h",
+            "redis://u:SECRET@h:99999",
+            "redis://u:SEC/RET@h",
+            "redis://u:SEC@RET@h/x",
+            "redis://:SECRET@/0",
+            "u:SECRET@h:6379",
+            " redis://u:SECRET@h",
+        ] {
+            let err = RedisUrl::parse(text).expect_err(text);
+            assert!(!err.contains("SEC"), "{text}: {err}");
+            assert!(!err.contains("RET"), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn redaction() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:pw@h"), "redis://:***@h");
+        assert_eq!(redact("redis://u@h"), "redis://u@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("redis://u:p@w@h"), "redis://u:***@h");
+        let url = RedisUrl::parse("redis://u:pw@h").unwrap();
+        assert_eq!(url.to_string(), "redis://u:***@h");
+        assert_eq!(format!("{url}"), url.redacted());
+    }
+}

@@ -1,0 +1,185 @@
+//! The errors a lock operation and start-up can return.
+
+use std::time::Duration;
+
+/// Why a lock operation failed. Every variant names the key or backend concerned.
+///
+/// ```
+/// use distlock::LockError;
+/// let e = LockError::NotHeld { key: "order:42".into(), backend: "main".into() };
+/// assert_eq!(e.to_string(), "lock `order:42` on backend `main` is not held by this owner (it expired or was released)");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock was not acquired within the wait.
+    #[error("timed out after {waited:?} waiting for lock `{key}` on backend `{backend}`")]
+    Timeout {
+        /// The lock's key, as the user wrote it.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// How long was waited.
+        waited: Duration,
+    },
+    /// The lease ended while the lock was held: the renewal found the lock gone, or could
+    /// not renew before the lease expired.
+    #[error("lease of lock `{key}` on backend `{backend}` was lost: {reason}")]
+    LeaseLost {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// What happened.
+        reason: String,
+    },
+    /// A release (or renewal) found that this owner no longer holds the lock.
+    #[error("lock `{key}` on backend `{backend}` is not held by this owner (it expired or was released)")]
+    NotHeld {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+    },
+    /// A lock was used before `distlock::init` completed.
+    #[error("distlock is not initialized: call distlock::init() (or init_from_path / init_from_str) first")]
+    NotInitialized,
+    /// No backend of that name is configured.
+    #[error("no backend named `{backend}` is configured{}", known_list(.known))]
+    NoSuchBackend {
+        /// The name asked for (`<default>` when no default backend is configured).
+        backend: String,
+        /// The names that are configured.
+        known: Vec<String>,
+    },
+    /// redlock/multi: too few nodes granted the lock.
+    #[error("lock `{key}` on backend `{backend}`: quorum not reached: {granted} of {nodes} nodes granted, {needed} needed")]
+    QuorumNotReached {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// How many nodes granted.
+        granted: usize,
+        /// How many were needed.
+        needed: usize,
+        /// How many nodes there are.
+        nodes: usize,
+    },
+    /// Redis failed or could not be reached.
+    #[error("backend `{backend}` ({address}){}: {source}", key_suffix(.key))]
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// The server's `host:port` (never credentials).
+        address: String,
+        /// The lock's key, when one was concerned.
+        key: Option<String>,
+        /// The Redis error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// What was asked is not available on this backend or in this version.
+    #[error("backend `{backend}`: {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// What is not available.
+        what: String,
+    },
+    /// The key cannot be used as a lock key.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (configured: {})", known.join(", "))
+    }
+}
+
+fn key_suffix(key: &Option<String>) -> String {
+    match key {
+        Some(k) => format!(", lock `{k}`"),
+        None => String::new(),
+    }
+}
+
+impl LockError {
+    /// The key concerned, when there is one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Timeout { key, .. }
+            | LockError::LeaseLost { key, .. }
+            | LockError::NotHeld { key, .. }
+            | LockError::QuorumNotReached { key, .. }
+            | LockError::InvalidKey { key, .. } => Some(key),
+            LockError::Backend { key, .. } => key.as_deref(),
+            LockError::NotInitialized
+            | LockError::NoSuchBackend { .. }
+            | LockError::Unsupported { .. } => None,
+        }
+    }
+
+    /// The backend concerned, when there is one.
+    pub fn backend(&self) -> Option<&str> {
+        match self {
+            LockError::Timeout { backend, .. }
+            | LockError::LeaseLost { backend, .. }
+            | LockError::NotHeld { backend, .. }
+            | LockError::QuorumNotReached { backend, .. }
+            | LockError::Backend { backend, .. }
+            | LockError::Unsupported { backend, .. }
+            | LockError::NoSuchBackend { backend, .. } => Some(backend),
+            LockError::NotInitialized | LockError::InvalidKey { .. } => None,
+        }
+    }
+}
+
+/// Why `init` failed.
+///
+/// ```
+/// # async fn f() {
+/// let err = distlock::Registry::from_str("[backends.x]\nmode = \"bogus\"").await.unwrap_err();
+/// assert!(err.to_string().contains("<string>:2"));
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] distlock_config::ConfigError),
+    /// A backend could not be reached.
+    #[error("backend `{backend}`: cannot connect to {address}: {source}")]
+    Connect {
+        /// The backend's name.
+        backend: String,
+        /// The address that failed (`host:port`, never credentials).
+        address: String,
+        /// The Redis error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A backend's configuration cannot be used by this build or this mode.
+    #[error("backend `{backend}`: {message}")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+        /// What is unsupported.
+        message: String,
+    },
+    /// `#[distributed_lock]` sites name backends the configuration does not have.
+    #[error("{} lock site(s) do not match the configuration:\n{}", .0.len(), .0.join("\n"))]
+    Sites(Vec<String>),
+    /// `init` was called twice.
+    #[error("distlock is already initialized")]
+    AlreadyInitialized,
+}

@@ -1,0 +1,217 @@
+//! Wake-up of waiters: one entry per lock channel that somebody waits on, shared by all
+//! waiters of that lock in this process.
+//!
+//! For Redis backends the channels are subscribed on one subscriber connection per backend
+//! (see `subscriber.rs`); for the memory backend a release notifies directly.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+
+/// A channel that waiters wait on.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub name: String,
+    notify: Notify,
+    /// Live `Watch`es; changed from 0 only under the hub's map lock.
+    users: AtomicUsize,
+    /// Subscribed on the current subscriber connection (always true without one).
+    confirmed: AtomicBool,
+}
+
+/// A request to the subscriber task.
+#[derive(Debug)]
+pub(crate) struct SubscribeRequest {
+    pub channel: Arc<Channel>,
+    pub done: oneshot::Sender<()>,
+}
+
+/// The channels of one backend.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+    /// `None`: no subscriber connection (memory backend), channels are always live.
+    subscriber: Option<mpsc::UnboundedSender<SubscribeRequest>>,
+}
+
+impl Hub {
+    /// A hub whose releases are delivered in-process.
+    pub fn local() -> Arc<Hub> {
+        Arc::new(Hub {
+            channels: Mutex::new(HashMap::new()),
+            subscriber: None,
+        })
+    }
+
+    /// A hub fed by a subscriber task, which receives the other end.
+    pub fn subscribed() -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hub = Arc::new(Hub {
+            channels: Mutex::new(HashMap::new()),
+            subscriber: Some(tx),
+        });
+        (hub, rx)
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Channel>>> {
+        // A panic while holding this lock cannot leave the map inconsistent (every change
+        // is a single insert or remove), so a poisoned lock is still usable.
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start waiting on `name`.
+    pub fn watch(self: &Arc<Self>, name: &str) -> Watch {
+        let mut map = self.map();
+        let channel = match map.get(name) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Arc::new(Channel {
+                    name: name.to_owned(),
+                    notify: Notify::new(),
+                    users: AtomicUsize::new(0),
+                    confirmed: AtomicBool::new(self.subscriber.is_none()),
+                });
+                map.insert(name.to_owned(), c.clone());
+                c
+            }
+        };
+        channel.users.fetch_add(1, Ordering::AcqRel);
+        drop(map);
+        Watch {
+            hub: self.clone(),
+            channel,
+        }
+    }
+
+    /// A release was seen on `name`: wake its waiters.
+    pub fn deliver(&self, name: &str) {
+        let channel = self.map().get(name).cloned();
+        if let Some(c) = channel {
+            c.notify.notify_waiters();
+        }
+    }
+
+    /// Wake every waiter (after a reconnect, releases may have been missed).
+    pub fn wake_all(&self) {
+        let all: Vec<_> = self.map().values().cloned().collect();
+        for c in all {
+            c.notify.notify_waiters();
+        }
+    }
+
+    /// The channels waited on now, marking them unconfirmed (a new connection is coming).
+    pub fn unconfirm_all(&self) -> Vec<Arc<Channel>> {
+        let all: Vec<_> = self.map().values().cloned().collect();
+        for c in &all {
+            c.confirmed.store(false, Ordering::Release);
+        }
+        all
+    }
+
+    /// Remove the channels nobody waits on; returns their names (to unsubscribe).
+    pub fn sweep(&self) -> Vec<String> {
+        let mut map = self.map();
+        let idle: Vec<String> = map
+            .iter()
+            .filter(|(_, c)| c.users.load(Ordering::Acquire) == 0)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &idle {
+            map.remove(n);
+        }
+        idle
+    }
+
+    /// How many channels are tracked (for tests and metrics).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+impl Channel {
+    pub fn confirm(&self) {
+        self.confirmed.store(true, Ordering::Release);
+    }
+
+    pub fn is_confirmed(&self) -> bool {
+        self.confirmed.load(Ordering::Acquire)
+    }
+}
+
+/// One waiter's interest in a channel.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    hub: Arc<Hub>,
+    channel: Arc<Channel>,
+}
+
+impl Watch {
+    /// A future that resolves on the next release. Call `enable()` on it (pinned) before
+    /// checking the lock, so a release in between is not missed.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.channel.notify.notified()
+    }
+
+    /// Whether releases on this channel reach us now.
+    pub fn is_live(&self) -> bool {
+        self.channel.is_confirmed()
+    }
+
+    /// Ask the subscriber to subscribe, and wait for it (at most until `until`).
+    /// Returns whether the channel is live.
+    pub async fn subscribe(&self, until: Instant) -> bool {
+        if self.channel.is_confirmed() {
+            return true;
+        }
+        let Some(tx) = &self.hub.subscriber else {
+            return true;
+        };
+        let (done, rx) = oneshot::channel();
+        if tx
+            .send(SubscribeRequest {
+                channel: self.channel.clone(),
+                done,
+            })
+            .is_err()
+        {
+            return false;
+        }
+        let _ = tokio::time::timeout_at(until, rx).await;
+        self.channel.is_confirmed()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.channel.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn deliver_wakes_enabled_waiters_and_sweep_drops_idle() {
+        let hub = Hub::local();
+        let w = hub.watch("a");
+        {
+            let n = w.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            hub.deliver("a");
+            tokio::time::timeout(Duration::from_secs(1), n)
+                .await
+                .expect("the enabled waiter must be woken");
+        }
+        assert!(hub.sweep().is_empty(), "a watched channel is kept");
+        drop(w);
+        assert_eq!(hub.sweep(), vec!["a".to_string()]);
+        assert_eq!(hub.len(), 0);
+    }
+}

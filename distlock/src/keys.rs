@@ -1,0 +1,118 @@
+//! Redis key names of a lock. Every key of one lock shares one hash tag, so one cluster slot.
+
+use crate::LockError;
+
+/// Longest key accepted, in bytes.
+pub(crate) const MAX_KEY_LEN: usize = 1024;
+
+/// The Redis names that make up one lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The key as the user gave it.
+    pub user: String,
+    /// The hash `owner -> reentrancy count`, with the lease as its expiry.
+    pub hash: String,
+    /// The fencing counter (INCR), kept forever so tokens grow strictly.
+    pub fence: String,
+    /// The pub/sub channel a release is published on.
+    pub channel: String,
+}
+
+impl LockKeys {
+    /// Names for `key` under `prefix`: `PREFIX{KEY}`, `PREFIX{KEY}:fence`, `PREFIX{KEY}:released`.
+    ///
+    /// A key holding `{` or `}` would break that hash tag, so it gets a tag of its own
+    /// derived from the key (`PREFIX{#HASH}KEY`): still one slot per lock, still injective.
+    pub fn new(prefix: &str, key: String) -> Result<LockKeys, LockError> {
+        if key.is_empty() {
+            return Err(LockError::InvalidKey {
+                key,
+                reason: "the key is empty".into(),
+            });
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(LockError::InvalidKey {
+                reason: format!(
+                    "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+                    key.len()
+                ),
+                key,
+            });
+        }
+        let hash = if key.contains(['{', '}']) {
+            format!("{prefix}{{#{:016x}}}{key}", fnv1a(key.as_bytes()))
+        } else {
+            format!("{prefix}{{{key}}}")
+        };
+        Ok(LockKeys {
+            fence: format!("{hash}:fence"),
+            channel: format!("{hash}:released"),
+            hash,
+            user: key,
+        })
+    }
+}
+
+/// 64-bit FNV-1a: stable across processes and versions, which the key layout needs.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The cluster hash tag of a Redis key, as Redis computes it (for tests and routing checks).
+#[cfg(test)]
+fn hash_tag(name: &str) -> &str {
+    if let Some(open) = name.find('{') {
+        if let Some(len) = name[open + 1..].find('}') {
+            if len > 0 {
+                return &name[open + 1..open + 1 + len];
+            }
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_key_shares_one_tag() {
+        let k = LockKeys::new("lock:", "order:42".into()).unwrap();
+        assert_eq!(k.hash, "lock:{order:42}");
+        assert_eq!(k.fence, "lock:{order:42}:fence");
+        assert_eq!(k.channel, "lock:{order:42}:released");
+        assert_eq!(hash_tag(&k.hash), "order:42");
+        assert_eq!(hash_tag(&k.fence), "order:42");
+    }
+
+    #[test]
+    fn braces_get_their_own_tag() {
+        for key in ["a{b}c", "}x", "{", "{}", "x}{y"] {
+            let k = LockKeys::new("lock:", key.into()).unwrap();
+            let tag = hash_tag(&k.hash);
+            assert!(tag.starts_with('#'), "{key}: {}", k.hash);
+            assert_eq!(hash_tag(&k.fence), tag);
+            assert_eq!(hash_tag(&k.channel), tag);
+            assert!(k.hash.ends_with(key));
+        }
+        let a = LockKeys::new("lock:", "a{b}".into()).unwrap();
+        let b = LockKeys::new("lock:", "a{c}".into()).unwrap();
+        assert_ne!(a.hash, b.hash);
+    }
+
+    #[test]
+    fn bad_keys() {
+        assert!(matches!(
+            LockKeys::new("p", String::new()),
+            Err(LockError::InvalidKey { .. })
+        ));
+        let long = "x".repeat(MAX_KEY_LEN + 1);
+        let err = LockKeys::new("p", long).unwrap_err();
+        assert!(err.to_string().contains("at most 1024"), "{err}");
+    }
+}

@@ -1,0 +1,260 @@
+//! The lock builder: `Lock::new(key)...acquire()`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Attempt, Backend};
+use crate::guard::{LeaseState, LockGuard};
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::registry::Registry;
+use crate::{Lease, LockError, LockKind};
+
+/// A lock to acquire: a key, and how to wait and lease it.
+///
+/// `Lock::new` uses the registry set up by `distlock::init`; `Registry::lock` uses a given one.
+///
+/// ```
+/// use distlock::{Lease, Lock};
+/// use std::time::Duration;
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+/// let guard = Lock::new("order:42")
+///     .wait(Duration::from_secs(5))
+///     .lease(Lease::Auto)
+///     .acquire()
+///     .await?;
+/// // ... exclusive work ...
+/// guard.release().await?;
+///
+/// // Or try once:
+/// if let Some(guard) = Lock::new("report").try_acquire().await? {
+///     drop(guard); // released in the background
+/// }
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a Lock does nothing until acquired"]
+pub struct Lock {
+    key: String,
+    backend: Option<String>,
+    wait: Option<Duration>,
+    lease: Option<Lease>,
+    kind: LockKind,
+    registry: Option<Registry>,
+}
+
+impl Lock {
+    /// A lock on `key`, on the default backend of the global registry.
+    pub fn new(key: impl Into<String>) -> Lock {
+        Lock {
+            key: key.into(),
+            backend: None,
+            wait: None,
+            lease: None,
+            kind: LockKind::Reentrant,
+            registry: None,
+        }
+    }
+
+    pub(crate) fn with_registry(key: String, registry: Registry) -> Lock {
+        Lock {
+            registry: Some(registry),
+            ..Lock::new(key)
+        }
+    }
+
+    /// Use the backend of this name (`[backends.NAME]`) instead of the default.
+    pub fn backend(mut self, name: impl Into<String>) -> Lock {
+        self.backend = Some(name.into());
+        self
+    }
+
+    /// Longest wait to acquire; `Duration::ZERO` tries once. Default: `[defaults].wait`.
+    pub fn wait(mut self, wait: Duration) -> Lock {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease. Default: `[defaults].lease`.
+    pub fn lease(mut self, lease: Lease) -> Lock {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The kind of lock. Default: `LockKind::Reentrant`.
+    pub fn kind(mut self, kind: LockKind) -> Lock {
+        self.kind = kind;
+        self
+    }
+
+    /// The key, as given.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Acquire, waiting at most the configured wait. A waiter sleeps until a release of
+    /// this key is published or the holder's lease runs out, whichever comes first.
+    ///
+    /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed;
+    /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => crate::registry::global()?.clone(),
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        if self.kind != LockKind::Reentrant {
+            return Err(LockError::Unsupported {
+                backend: backend.name.to_string(),
+                what: format!("lock kind `{}` is not available yet", self.kind.name()),
+            });
+        }
+        let defaults = registry.defaults();
+        let wait = self.wait.unwrap_or(defaults.wait);
+        let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
+        acquire(backend, self.key, wait, lease).await
+    }
+
+    /// Try once: `Ok(None)` when another owner holds the lock.
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
+        match self.wait(Duration::ZERO).acquire().await {
+            Ok(g) => Ok(Some(g)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Acquire, run `body` holding the lock (in its task-scoped context, so nested
+    /// acquisitions re-enter and `fencing_token()` works), then release.
+    ///
+    /// With `Lease::Auto`, a lost lease drops `body` at its next `.await` and returns
+    /// `LeaseLost`. The lock is released on every way out: return, panic, or this future
+    /// being dropped. A failed release after the body finished is logged, not returned:
+    /// the body's result stands.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let total = registry.lock("ledger").run(async { 40 + 2 }).await?;
+    /// assert_eq!(total, 42);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+        let guard = self.acquire().await?;
+        let output = if guard.state.auto {
+            let body = guard.scope(body);
+            tokio::pin!(body);
+            tokio::select! {
+                biased;
+                out = &mut body => out,
+                lost = guard.lost() => return Err(lost),
+            }
+        } else {
+            guard.scope(body).await
+        };
+        let (key, backend) = (guard.key().to_owned(), guard.backend().to_owned());
+        if let Err(e) = guard.release().await {
+            tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release after the locked section failed");
+        }
+        Ok(output)
+    }
+
+    /// Delete the lock whoever holds it, waking its waiters (administration: a stuck
+    /// lock). Returns whether a lock was there. The holder's guard will find it lost.
+    pub async fn force_unlock(self) -> Result<bool, LockError> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => crate::registry::global()?.clone(),
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        let keys = LockKeys::new(&backend.prefix, self.key)?;
+        backend.force_release(&keys).await
+    }
+}
+
+async fn acquire(
+    backend: Arc<Backend>,
+    key: String,
+    wait: Duration,
+    lease: Lease,
+) -> Result<LockGuard, LockError> {
+    let keys = LockKeys::new(&backend.prefix, key)?;
+    let (owner, outer_token) = match crate::context::find(&backend.name, &keys.user) {
+        Some((owner, token)) => (owner, Some(token)),
+        None => (OwnerId::random(), None),
+    };
+    let (lease_len, auto) = match lease {
+        Lease::Auto => (backend.watchdog_timeout, true),
+        Lease::Fixed(d) => (d, false),
+    };
+    let start = Instant::now();
+    let deadline = start + wait;
+    let mut watch = None;
+    loop {
+        let mut notified = watch
+            .as_ref()
+            .map(|w: &crate::hub::Watch| Box::pin(w.notified()));
+        if let Some(n) = notified.as_mut() {
+            n.as_mut().enable();
+        }
+        let sent = Instant::now();
+        let ttl = match backend.acquire(&keys, owner, lease_len).await? {
+            Attempt::Acquired { token } => {
+                tracing::debug!(backend = %backend.name, key = %keys.user, token, waited = ?start.elapsed(), "distlock: acquired");
+                let state =
+                    LeaseState::new(backend.clone(), keys, owner, token, auto, sent + lease_len);
+                return Ok(LockGuard { state });
+            }
+            Attempt::Reentered => {
+                tracing::debug!(backend = %backend.name, key = %keys.user, "distlock: re-entered");
+                let token = outer_token.unwrap_or(0);
+                let state =
+                    LeaseState::new(backend.clone(), keys, owner, token, auto, sent + lease_len);
+                return Ok(LockGuard { state });
+            }
+            Attempt::Held { ttl } => ttl,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LockError::Timeout {
+                key: keys.user,
+                backend: backend.name.to_string(),
+                waited: now - start,
+            });
+        }
+        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
+        match &watch {
+            None => {
+                tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
+                drop(notified);
+                let w = backend.hub.watch(&keys.channel);
+                // Subscribed before the next attempt, so a release after it is seen. Without
+                // a subscription (subscriber down) the lease's end is the next chance.
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+                watch = Some(w);
+            }
+            Some(w) if !w.is_live() => {
+                drop(notified);
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+            }
+            Some(_) => {
+                if let Some(n) = notified {
+                    tokio::select! {
+                        _ = n => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The one subscriber connection of a Redis backend: subscribes the channels waiters wait
+//! on, turns release messages into wake-ups, and reconnects (re-subscribing and waking
+//! every waiter, since releases may have been missed) when the connection drops.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::hub::{Hub, SubscribeRequest};
+
+/// Channels nobody waits on are unsubscribed this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// Longest pause between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
+pub(crate) type Connector = Arc<
+    dyn Fn() -> futures_util::future::BoxFuture<'static, redis::RedisResult<redis::aio::PubSub>>
+        + Send
+        + Sync,
+>;
+
+/// Spawn the subscriber of one backend. It ends when the hub is dropped.
+pub(crate) fn spawn(
+    backend: Arc<str>,
+    hub: &Arc<Hub>,
+    requests: mpsc::UnboundedReceiver<SubscribeRequest>,
+    connect: Connector,
+    connect_timeout: Duration,
+) {
+    let hub = Arc::downgrade(hub);
+    tokio::spawn(run(backend, hub, requests, connect, connect_timeout));
+}
+
+async fn run(
+    backend: Arc<str>,
+    hub: Weak<Hub>,
+    mut requests: mpsc::UnboundedReceiver<SubscribeRequest>,
+    connect: Connector,
+    connect_timeout: Duration,
+) {
+    let mut backoff = Duration::from_millis(20);
+    let mut pending: Vec<SubscribeRequest> = Vec::new();
+    loop {
+        let pubsub = match tokio::time::timeout(connect_timeout, connect()).await {
+            Ok(Ok(p)) => p,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no connection within {connect_timeout:?}"),
+                };
+                tracing::warn!(backend = %backend, error = %why, "distlock: subscriber cannot connect; waiters fall back to lease expiry");
+                // Keep taking requests while down, so they are answered once connected.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        r = requests.recv() => match r {
+                            Some(r) => pending.push(r),
+                            None => return,
+                        },
+                    }
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(20);
+        let (mut sink, mut stream) = pubsub.split();
+
+        // Re-subscribe what is waited on, then wake everybody: a release may have been missed.
+        let Some(h) = hub.upgrade() else { return };
+        let channels = h.unconfirm_all();
+        drop(h);
+        if !channels.is_empty() {
+            let names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
+            if let Err(e) = sink.subscribe(&names).await {
+                tracing::warn!(backend = %backend, error = %e, "distlock: re-subscribing failed");
+                continue;
+            }
+            for c in &channels {
+                c.confirm();
+            }
+        }
+        if let Some(h) = hub.upgrade() {
+            h.wake_all();
+        }
+        tracing::debug!(backend = %backend, channels = channels.len(), "distlock: subscriber connected");
+
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        sweep.tick().await;
+        let mut todo = std::mem::take(&mut pending);
+        'connected: loop {
+            while let Some(r) = todo.pop() {
+                if !r.channel.is_confirmed() {
+                    if let Err(e) = sink.subscribe(&r.channel.name).await {
+                        tracing::warn!(backend = %backend, error = %e, "distlock: subscribe failed");
+                        pending.push(r);
+                        break 'connected;
+                    }
+                    r.channel.confirm();
+                }
+                let _ = r.done.send(());
+            }
+            tokio::select! {
+                biased;
+                msg = stream.next() => match msg {
+                    Some(m) => match hub.upgrade() {
+                        Some(h) => h.deliver(m.get_channel_name()),
+                        None => return,
+                    },
+                    None => break 'connected,
+                },
+                r = requests.recv() => match r {
+                    Some(r) => todo.push(r),
+                    None => return,
+                },
+                _ = sweep.tick() => {
+                    let Some(h) = hub.upgrade() else { return };
+                    let idle = h.sweep();
+                    drop(h);
+                    if !idle.is_empty() {
+                        if let Err(e) = sink.unsubscribe(&idle).await {
+                            tracing::warn!(backend = %backend, error = %e, "distlock: unsubscribe failed");
+                            break 'connected;
+                        }
+                    }
+                }
+            }
+        }
+        pending.append(&mut todo);
+        tracing::warn!(backend = %backend, "distlock: subscriber connection lost; reconnecting");
+        if let Some(h) = hub.upgrade() {
+            h.unconfirm_all();
+            h.wake_all();
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The watchdog: one task per backend renews every held auto-lease in pipelined batches,
+//! every third of `watchdog_timeout`. Not one timer per lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::guard::LeaseState;
+
+/// Renewals sent in one pipeline.
+const BATCH: usize = 512;
+/// Retry interval after a failed renewal (bounded by the period).
+const RETRY: Duration = Duration::from_millis(250);
+
+/// The auto-leases held on one backend.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    leases: Mutex<HashMap<u64, Arc<LeaseState>>>,
+    next_id: AtomicU64,
+}
+
+impl Watchdog {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<LeaseState>>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn add(&self, lease: Arc<LeaseState>) {
+        self.map().insert(lease.id, lease);
+    }
+
+    pub fn remove(&self, id: u64) {
+        self.map().remove(&id);
+    }
+
+    /// How many leases it renews (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// Start the watchdog task of `backend`; it ends when the backend is dropped.
+pub(crate) fn spawn(backend: &Arc<Backend>) {
+    let period = (backend.watchdog_timeout / 3).max(Duration::from_millis(10));
+    let weak = Arc::downgrade(backend);
+    tokio::spawn(run(weak, period));
+}
+
+async fn run(backend: Weak<Backend>, period: Duration) {
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(backend) = backend.upgrade() else {
+            return;
+        };
+        let failed = renew_all(&backend).await;
+        next = Instant::now() + if failed { RETRY.min(period) } else { period };
+    }
+}
+
+/// One round: renew every registered lease. Returns whether any renewal failed.
+async fn renew_all(backend: &Backend) -> bool {
+    let leases: Vec<Arc<LeaseState>> = backend.watchdog.map().values().cloned().collect();
+    if leases.is_empty() {
+        return false;
+    }
+    let lease_len = backend.watchdog_timeout;
+    let mut failed = false;
+    for chunk in leases.chunks(BATCH) {
+        let items: Vec<_> = chunk.iter().map(|l| (&l.keys, l.owner)).collect();
+        let sent = Instant::now();
+        match backend.renew(&items, lease_len).await {
+            Ok(renewed) => {
+                for (lease, ok) in chunk.iter().zip(renewed) {
+                    if ok {
+                        lease.renewed_until(sent + lease_len);
+                    } else {
+                        lease.mark_lost("the lock was gone when the watchdog renewed it".into());
+                    }
+                }
+            }
+            Err(e) => {
+                failed = true;
+                let now = Instant::now();
+                for lease in chunk {
+                    if lease.expires_at() <= now {
+                        lease.mark_lost(format!(
+                            "the watchdog could not renew it before it expired: {e}"
+                        ));
+                    }
+                }
+                tracing::warn!(backend = %backend.name, leases = chunk.len(), error = %e,
+                    "distlock: lease renewal failed; retrying");
+            }
+        }
+    }
+    tracing::trace!(backend = %backend.name, leases = leases.len(), "distlock: leases renewed");
+    failed
+}
