@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# THE test command of distlock: starts every real redis topology the suite
+# needs (scripts/servers.sh), runs `cargo test --workspace "$@"` against them
+# (without --workspace when "$@" selects packages with -p), and stops the
+# servers again on every exit path.
+#
+#   scripts/test.sh                      # whole workspace
+#   scripts/test.sh -p distlock-tests    # extra args go to `cargo test`
+#
+# Installs redis-server / redis-sentinel with apt-get when they are missing.
+# Concurrent runs on one machine are serialized with a lock file, since all
+# runs share the same fixed ports.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+SERVERS="$ROOT/scripts/servers.sh"
+LOCK_FILE="${DISTLOCK_TEST_LOCK:-/tmp/distlock-test.lock}"
+LOCK_TIMEOUT="${DISTLOCK_TEST_LOCK_TIMEOUT:-1800}"
+
+section() { printf '\n==== %s ====\n' "$*"; }
+die() {
+    printf 'scripts/test.sh: ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+install_redis() {
+    local sudo=()
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "redis-server/redis-sentinel missing and not root without sudo: install the Debian packages redis-server and redis-sentinel"
+        # Never prompt in CI; elsewhere sudo may ask for a password.
+        if [[ "${CI:-}" == true ]]; then sudo=(sudo -n); else sudo=(sudo); fi
+    fi
+    command -v apt-get >/dev/null 2>&1 ||
+        die "redis-server/redis-sentinel missing and apt-get not available: install redis (7.x) by hand"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        redis-server redis-sentinel redis-tools
+}
+
+section "tools"
+missing=()
+for tool in redis-server redis-sentinel redis-cli; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+    echo "missing: ${missing[*]}; installing with apt-get"
+    install_redis
+fi
+command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
+redis-server --version
+redis-sentinel --version | sed 's/^/sentinel: /'
+cargo --version
+rustc --version
+
+# One run at a time per machine: the ports are fixed, and a second run's
+# `servers.sh start` would pull the servers from under the first.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>>"$LOCK_FILE"
+    if ! flock -n 9; then
+        echo "another scripts/test.sh run holds $LOCK_FILE; waiting up to ${LOCK_TIMEOUT}s"
+        flock -w "$LOCK_TIMEOUT" 9 || die "still locked after ${LOCK_TIMEOUT}s: $LOCK_FILE"
+    fi
+else
+    echo "warning: flock not found; concurrent runs of scripts/test.sh would collide on ports" >&2
+fi
+
+# shellcheck disable=SC2317 # invoked via trap
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    section "stopping test servers"
+    bash "$SERVERS" stop 9>&- || echo "warning: scripts/servers.sh stop failed" >&2
+    exit "$rc"
+}
+
+section "stopping leftover test servers"
+bash "$SERVERS" stop 9>&-
+
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+section "starting test servers"
+# 9>&-: the daemonized servers must not inherit (and so hold) the lock.
+bash "$SERVERS" start 9>&-
+eval "$(bash "$SERVERS" env)"
+env | grep '^DISTLOCK_' | sort
+
+# `--workspace` by default; a package selection (-p/--package) replaces it,
+# since cargo ignores -p next to --workspace.
+scope=(--workspace)
+for arg in "$@"; do
+    [[ "$arg" == -- ]] && break
+    case "$arg" in
+    -p | -p* | --package | --package=*) scope=() ;;
+    esac
+done
+
+section "$(printf '%s ' cargo test "${scope[@]}" "$@")"
+status=0
+cargo test "${scope[@]}" "$@" 9>&- || status=$?
+
+if ((status == 0)); then
+    section "tests passed"
+else
+    section "tests FAILED (cargo exit status $status)"
+fi
+exit "$status"
