@@ -249,6 +249,7 @@ async fn acquire(
             }
             Some(_) => {
                 if let Some(n) = notified {
+                    let _asleep = Asleep::new(&backend.waiting);
                     tokio::select! {
                         _ = n => {}
                         _ = tokio::time::sleep_until(until) => {}
@@ -256,5 +257,21 @@ async fn acquire(
                 }
             }
         }
+    }
+}
+
+/// Counts a waiter as asleep while it lives.
+struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Asleep<'a> {
+    fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Asleep(n)
+    }
+}
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }

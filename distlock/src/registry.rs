@@ -131,6 +131,14 @@ impl Registry {
         }
     }
 
+    /// How many tasks are asleep waiting for a lock on the backend now.
+    pub fn waiting(&self, backend: &str) -> Option<usize> {
+        self.inner
+            .backends
+            .get(backend)
+            .map(|b| b.waiting.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// How many auto-leases the backend's watchdog renews now.
     pub fn watched_leases(&self, backend: &str) -> Option<usize> {
         self.inner.backends.get(backend).map(|b| b.watchdog.len())

@@ -120,6 +120,14 @@ impl MemoryDriver {
             .collect()
     }
 
+    /// A counter outside the lock layout (ids); memory counters never expire.
+    pub fn next_sequence(&self, key: &str) -> u64 {
+        let mut st = self.state();
+        let n = st.fences.entry(key.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
     pub fn force_release(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
         let mut st = self.state();

@@ -54,6 +54,8 @@ pub(crate) struct Backend {
     pub driver: Driver,
     pub hub: Arc<Hub>,
     pub watchdog: Watchdog,
+    /// Tasks asleep waiting for a release now.
+    pub waiting: std::sync::atomic::AtomicUsize,
     /// The runtime `init` ran on: background releases and tasks go there.
     pub runtime: tokio::runtime::Handle,
 }
@@ -127,6 +129,7 @@ impl Backend {
             driver,
             hub,
             watchdog: Watchdog::default(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
         });
         crate::watchdog::spawn(&backend);
@@ -188,6 +191,17 @@ impl Backend {
                 .force_release(keys)
                 .await
                 .map_err(|e| self.backend_error(Some(&keys.user), e)),
+        }
+    }
+
+    /// INCR `key` (a plain counter, outside the lock layout), giving it `ttl` when new.
+    pub async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, LockError> {
+        match &self.driver {
+            Driver::Memory(m) => Ok(m.next_sequence(key)),
+            Driver::Redis(r) => r
+                .next_sequence(key, ttl)
+                .await
+                .map_err(|e| self.backend_error(Some(key), e)),
         }
     }
 

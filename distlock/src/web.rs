@@ -1,0 +1,359 @@
+//! axum integration (cargo feature `axum`): a [`LockError`] is an HTTP response.
+//!
+//! | error | status | headers |
+//! |-------|--------|---------|
+//! | `Timeout` | 409 Conflict: someone else holds the lock; the request may be retried | `Retry-After` |
+//! | `LeaseLost`, `Backend`, `QuorumNotReached` | 503 Service Unavailable: the lock service failed, not the request | `Retry-After: 1` |
+//! | `NotInitialized`, `NoSuchBackend`, `InvalidKey`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
+//!
+//! The body is a small JSON object: `{"error": CODE, "key": KEY, "backend": NAME, "message": TEXT}`
+//! (`key` and `backend` when the error names them; `retry_after_secs` with a `Retry-After`).
+//! Only 409 and 503 bodies carry the error's message; a 500 body says "internal lock error"
+//! and the full error is logged with `tracing::error!` instead, so configuration details
+//! (backend addresses, names) do not leak to clients. The error itself is also put in the
+//! response's extensions, for middleware.
+//!
+//! Handlers return `Result<_, distlock::LockError>`, or an application error type that is
+//! `From<LockError>` and delegates to this impl:
+//!
+//! ```
+//! use axum::http::StatusCode;
+//! use axum::response::{IntoResponse, Response};
+//! use distlock::{distributed_lock, Lock, LockError};
+//!
+//! // Straight `?` on a lock operation.
+//! async fn rebuild_report() -> Result<&'static str, LockError> {
+//!     let guard = Lock::new("report").try_acquire().await?;
+//!     match guard {
+//!         Some(guard) => {
+//!             // ... rebuild ...
+//!             guard.release().await?;
+//!             Ok("rebuilt")
+//!         }
+//!         None => Ok("someone else is rebuilding it"),
+//!     }
+//! }
+//!
+//! // An application error wrapping LockError: `?` converts, IntoResponse delegates.
+//! enum AppError {
+//!     Lock(LockError),
+//!     SoldOut,
+//! }
+//!
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self {
+//!         AppError::Lock(e)
+//!     }
+//! }
+//!
+//! impl IntoResponse for AppError {
+//!     fn into_response(self) -> Response {
+//!         match self {
+//!             AppError::Lock(e) => e.into_response(), // 409 + Retry-After, 503 or 500
+//!             AppError::SoldOut => (StatusCode::GONE, "sold out").into_response(),
+//!         }
+//!     }
+//! }
+//!
+//! #[distributed_lock(key = "order:<user_id>", wait = "100ms", lease = "auto")]
+//! async fn place_order(user_id: u64) -> Result<String, AppError> {
+//!     if user_id == 0 {
+//!         return Err(AppError::SoldOut);
+//!     }
+//!     Ok(format!("order for user {user_id}"))
+//! }
+//!
+//! // A handler: `Router::new().route("/orders/{user_id}", post(order))`.
+//! async fn order(
+//!     axum::extract::Path(user_id): axum::extract::Path<u64>,
+//! ) -> Result<String, AppError> {
+//!     let order = place_order(user_id).await?;
+//!     Ok(order)
+//! }
+//! # let _ = (rebuild_report, order);
+//! ```
+
+use std::time::Duration;
+
+use axum::http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::LockError;
+
+/// The longest `Retry-After` a `Timeout` response advises, in seconds.
+const MAX_RETRY_AFTER_SECS: u64 = 60;
+
+impl LockError {
+    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `LeaseLost`, `Backend`
+    /// and `QuorumNotReached`, 500 for the rest (see the [module docs](crate::web)).
+    ///
+    /// ```
+    /// use axum::http::StatusCode;
+    /// let e = distlock::LockError::NotInitialized;
+    /// assert_eq!(e.http_status(), StatusCode::INTERNAL_SERVER_ERROR);
+    /// ```
+    pub fn http_status(&self) -> StatusCode {
+        match self {
+            LockError::Timeout { .. } => StatusCode::CONFLICT,
+            LockError::LeaseLost { .. }
+            | LockError::Backend { .. }
+            | LockError::QuorumNotReached { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            LockError::NotInitialized
+            | LockError::NoSuchBackend { .. }
+            | LockError::InvalidKey { .. }
+            | LockError::Unsupported { .. }
+            | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `Retry-After` this error's response carries, in whole seconds (at least 1).
+    ///
+    /// `Timeout`: as long as the request waited, rounded up, between 1 and 60 seconds: the
+    /// lock was busy for at least that long, so a retry sooner would likely fail again.
+    /// 503 errors: 1 second. Others: `None` (retrying does not help).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            LockError::Timeout { waited, .. } => Some(ceil_secs(*waited).clamp(1, MAX_RETRY_AFTER_SECS)),
+            _ if self.http_status() == StatusCode::SERVICE_UNAVAILABLE => Some(1),
+            _ => None,
+        }
+    }
+
+    /// A stable, machine-readable name of the variant, as used in response bodies.
+    fn code(&self) -> &'static str {
+        match self {
+            LockError::Timeout { .. } => "lock_timeout",
+            LockError::LeaseLost { .. } => "lock_lease_lost",
+            LockError::NotHeld { .. } => "lock_not_held",
+            LockError::NotInitialized => "lock_not_initialized",
+            LockError::NoSuchBackend { .. } => "lock_no_such_backend",
+            LockError::QuorumNotReached { .. } => "lock_quorum_not_reached",
+            LockError::Backend { .. } => "lock_backend_unavailable",
+            LockError::Unsupported { .. } => "lock_unsupported",
+            LockError::InvalidKey { .. } => "lock_invalid_key",
+        }
+    }
+
+    /// What the client is told.
+    fn public_message(&self) -> String {
+        match self {
+            LockError::Timeout { key, .. } => {
+                format!("lock `{key}` is held by another request; try again later")
+            }
+            LockError::LeaseLost { key, .. } => {
+                format!("lock `{key}` was lost while the request ran; try again")
+            }
+            LockError::QuorumNotReached { key, .. } => {
+                format!("lock `{key}` could not be acquired: too few lock servers answered")
+            }
+            LockError::Backend { .. } => "the lock service is unavailable".to_owned(),
+            _ => "internal lock error".to_owned(),
+        }
+    }
+}
+
+/// `Timeout` → 409 Conflict with `Retry-After`; `LeaseLost`, `Backend`, `QuorumNotReached`
+/// → 503 Service Unavailable with `Retry-After: 1`; the rest → 500. The body is JSON; see
+/// the [module docs](crate::web).
+impl IntoResponse for LockError {
+    fn into_response(self) -> Response {
+        let status = self.http_status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+        }
+        let retry_after = self.retry_after_secs();
+        let mut body = String::from("{");
+        push_field(&mut body, "error", self.code());
+        // Configuration names stay private on a 500.
+        if status != StatusCode::INTERNAL_SERVER_ERROR {
+            if let Some(key) = self.key() {
+                push_field(&mut body, "key", key);
+            }
+            if let Some(backend) = self.backend() {
+                push_field(&mut body, "backend", backend);
+            }
+        }
+        push_field(&mut body, "message", &self.public_message());
+        if let Some(secs) = retry_after {
+            body.push_str(&format!(",\"retry_after_secs\":{secs}"));
+        }
+        body.push('}');
+
+        let mut response = (status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Append `"name":"value"` (with a leading comma unless first) to a JSON object being built.
+fn push_field(out: &mut String, name: &str, value: &str) {
+    if !out.ends_with('{') {
+        out.push(',');
+    }
+    push_json_string(out, name);
+    out.push(':');
+    push_json_string(out, value);
+}
+
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(waited: Duration) -> LockError {
+        LockError::Timeout {
+            key: "order:42".into(),
+            backend: "main".into(),
+            waited,
+        }
+    }
+
+    fn redis_error() -> redis::RedisError {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ))
+    }
+
+    async fn body_of(response: Response) -> String {
+        let bytes = axum::body::to_bytes(response.into_body(), 64 * 1024)
+            .await
+            .expect("the body is small");
+        String::from_utf8(bytes.to_vec()).expect("the body is UTF-8")
+    }
+
+    fn retry_after(response: &Response) -> Option<&str> {
+        response
+            .headers()
+            .get(RETRY_AFTER)
+            .map(|v| v.to_str().expect("ASCII"))
+    }
+
+    #[tokio::test]
+    async fn timeout_is_409_with_retry_after_and_key() {
+        let response = timeout(Duration::from_millis(100)).into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(retry_after(&response), Some("1"));
+        assert_eq!(
+            response.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+        assert!(response.extensions().get::<LockError>().is_some());
+        let body = body_of(response).await;
+        assert!(body.starts_with("{\"error\":\"lock_timeout\""), "{body}");
+        assert!(body.contains("\"key\":\"order:42\""), "{body}");
+        assert!(body.contains("\"backend\":\"main\""), "{body}");
+        assert!(body.contains("\"retry_after_secs\":1}"), "{body}");
+    }
+
+    #[test]
+    fn retry_after_follows_the_wait_within_bounds() {
+        let secs = |d| timeout(d).retry_after_secs();
+        assert_eq!(secs(Duration::ZERO), Some(1));
+        assert_eq!(secs(Duration::from_millis(1)), Some(1));
+        assert_eq!(secs(Duration::from_secs(5)), Some(5));
+        assert_eq!(secs(Duration::from_millis(5001)), Some(6));
+        assert_eq!(secs(Duration::from_secs(3600)), Some(60));
+        let response = timeout(Duration::from_millis(2500)).into_response();
+        assert_eq!(retry_after(&response), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn service_failures_are_503() {
+        let errors = [
+            LockError::LeaseLost {
+                key: "order:42".into(),
+                backend: "main".into(),
+                reason: "the lock was gone at renewal".into(),
+            },
+            LockError::Backend {
+                backend: "main".into(),
+                address: "10.1.2.3:6379".into(),
+                key: Some("order:42".into()),
+                source: redis_error(),
+            },
+            LockError::QuorumNotReached {
+                key: "order:42".into(),
+                backend: "quorum".into(),
+                granted: 1,
+                needed: 2,
+                nodes: 3,
+            },
+        ];
+        for e in errors {
+            let response = e.into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(retry_after(&response), Some("1"));
+            let body = body_of(response).await;
+            assert!(body.contains("\"key\":\"order:42\""), "{body}");
+            // The backend's address is not shown to clients.
+            assert!(!body.contains("10.1.2.3"), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn server_bugs_are_500_without_details() {
+        let errors = [
+            LockError::NotInitialized,
+            LockError::NoSuchBackend {
+                backend: "orders".into(),
+                known: vec!["main".into()],
+            },
+            LockError::InvalidKey {
+                key: String::new(),
+                reason: "the key is empty".into(),
+            },
+            LockError::Unsupported {
+                backend: "main".into(),
+                what: "lock kind `fair` is not available yet".into(),
+            },
+            LockError::NotHeld {
+                key: "order:42".into(),
+                backend: "main".into(),
+            },
+        ];
+        for e in errors {
+            let code = e.code();
+            let response = e.into_response();
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR, "{code}");
+            assert_eq!(retry_after(&response), None, "{code}");
+            let body = body_of(response).await;
+            assert_eq!(
+                body,
+                format!("{{\"error\":\"{code}\",\"message\":\"internal lock error\"}}")
+            );
+        }
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut out = String::new();
+        push_json_string(&mut out, "a\"b\\c\nd\u{1}é");
+        assert_eq!(out, r#""a\"b\\c\nd\u0001é""#);
+    }
+}

@@ -1,0 +1,71 @@
+//! A second OS process for the integration tests.
+//!
+//! `lock-worker count URL KEY COUNTER TASKS ITERATIONS`: TASKS tasks each do ITERATIONS
+//! locked read-modify-write increments of the Redis string COUNTER under lock KEY, and
+//! check that no other holder is inside at the same time (INCR/DECR of COUNTER:inside).
+//! Prints `DONE <overlaps>`.
+//!
+//! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
+//! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{Lease, Registry};
+use redis::AsyncCommands;
+
+fn config(url: &str, watchdog: &str) -> String {
+    format!(
+        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"60s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+    )
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("count") if args.len() == 7 => {
+            let (url, key, counter) = (&args[2], &args[3], &args[4]);
+            let tasks: usize = args[5].parse()?;
+            let iterations: usize = args[6].parse()?;
+            let registry = Registry::from_str(&config(url, "5s")).await?;
+            let client = redis::Client::open(url.as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let overlaps = Arc::new(AtomicU64::new(0));
+            let mut handles = Vec::new();
+            for _ in 0..tasks {
+                let (registry, mut conn, key, counter, overlaps) =
+                    (registry.clone(), conn.clone(), key.clone(), counter.clone(), overlaps.clone());
+                handles.push(tokio::spawn(async move {
+                    for _ in 0..iterations {
+                        let guard = registry.lock(key.as_str()).acquire().await.expect("acquire");
+                        let inside: i64 = conn.incr(format!("{counter}:inside"), 1).await.expect("incr");
+                        if inside != 1 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let v: Option<i64> = conn.get(&counter).await.expect("get");
+                        tokio::task::yield_now().await;
+                        let () = conn.set(&counter, v.unwrap_or(0) + 1).await.expect("set");
+                        let _: i64 = conn.decr(format!("{counter}:inside"), 1).await.expect("decr");
+                        guard.release().await.expect("release");
+                    }
+                }));
+            }
+            for h in handles {
+                h.await?;
+            }
+            println!("DONE {}", overlaps.load(Ordering::SeqCst));
+            Ok(())
+        }
+        Some("hold") if args.len() == 5 => {
+            let registry = Registry::from_str(&config(&args[2], &args[4])).await?;
+            let guard = registry.lock(args[3].as_str()).lease(Lease::Auto).acquire().await?;
+            println!("HELD {}", guard.fencing_token());
+            loop {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        }
+        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG".into()),
+    }
+}

@@ -1,0 +1,217 @@
+//! The reentrant lock on one real redis-server (`mode = "single"`).
+//! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{LockError, Registry};
+use distlock_tests::{addr_of, resp_command, single_url, RedisProcess};
+
+fn config(url: &str) -> String {
+    format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
+    )
+}
+
+async fn registry() -> Registry {
+    Registry::from_str(&config(&single_url())).await.expect("connect to the test redis-server")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion() {
+    exclusion_16_tasks(&registry().await).await;
+}
+
+#[tokio::test]
+async fn try_acquire_and_timeout() {
+    try_and_timeout(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_handed_the_lock_promptly() {
+    let reg = registry().await;
+    let mut times = hand_off(&reg, 50).await;
+    let p50 = percentile(&mut times, 0.5);
+    let max = percentile(&mut times, 1.0);
+    println!("single: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
+    // Generous protocol bound; the benchmark measures the real figures.
+    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
+    assert!(max < Duration::from_millis(100), "max {max:?}");
+}
+
+#[tokio::test]
+async fn auto_lease_is_renewed() {
+    auto_lease_outlives_watchdog(&registry().await).await;
+}
+
+#[tokio::test]
+async fn fixed_lease_runs_out() {
+    fixed_lease_expires(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing() {
+    fencing_tokens_grow(&registry().await).await;
+}
+
+#[tokio::test]
+async fn lost_when_deleted_behind_its_back() {
+    deleted_lock_is_lost(&registry().await).await;
+}
+
+#[tokio::test]
+async fn lost_when_keys_deleted_with_raw_del() {
+    let reg = registry().await;
+    let key = unique("rawdel");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let deleted = resp_command(&addr_of(&single_url()), &["DEL", &format!("lock:{{{key}}}")]).expect("DEL");
+    assert_eq!(deleted.as_int(), Some(1), "the lock hash is lock:{{KEY}}");
+    let start = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(2), g.lost()).await.expect("noticed");
+    assert!(start.elapsed() <= Duration::from_millis(1300), "after {:?}", start.elapsed());
+    assert!(err.to_string().contains(&key), "{err}");
+}
+
+#[tokio::test]
+async fn dropped_guard_is_released() {
+    dropped_guard_frees(&registry().await).await;
+}
+
+#[tokio::test]
+async fn reentrant_in_task_scope() {
+    reentrancy(&registry().await).await;
+}
+
+#[tokio::test]
+async fn run_holds_and_releases() {
+    run_releases(&registry().await).await;
+}
+
+#[tokio::test]
+async fn error_messages() {
+    errors_name_things(&registry().await).await;
+}
+
+#[tokio::test]
+async fn keys_layout_in_redis() {
+    let reg = registry().await;
+    let key = unique("layout");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let addr = addr_of(&single_url());
+    let ttl = resp_command(&addr, &["PTTL", &format!("lock:{{{key}}}")]).expect("PTTL");
+    assert!(ttl.as_int().is_some_and(|t| t > 0 && t <= 1000), "{ttl:?}");
+    let fence = resp_command(&addr, &["GET", &format!("lock:{{{key}}}:fence")]).expect("GET");
+    assert_eq!(fence.as_str(), Some(g.fencing_token().to_string().as_str()));
+    g.release().await.expect("release");
+    let exists = resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}")]).expect("EXISTS");
+    assert_eq!(exists.as_int(), Some(0), "released locks leave no hash behind");
+}
+
+fn worker() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lock-worker"))
+}
+
+/// Two OS processes x 8 tasks doing non-atomic read-modify-writes under one key.
+#[test]
+fn two_processes_never_overlap() {
+    let url = single_url();
+    let key = unique("procs");
+    let counter = unique("procs-counter");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            worker()
+                .args(["count", &url, &key, &counter, "8", "40"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn lock-worker")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("lock-worker");
+        assert!(out.status.success(), "lock-worker failed: {:?}", out.status);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.trim(), "DONE 0", "a worker saw overlapping holders");
+    }
+    let v = resp_command(&addr_of(&url), &["GET", &counter]).expect("GET");
+    assert_eq!(v.as_str(), Some("640"), "2 processes x 8 tasks x 40 increments");
+}
+
+/// A SIGKILLed holder's auto lease frees the lock within watchdog_timeout.
+#[tokio::test]
+async fn killed_holder_frees_within_watchdog_timeout() {
+    use std::io::BufRead;
+    let reg = registry().await;
+    let key = unique("killed");
+    let mut child = worker()
+        .args(["hold", &single_url(), &key, "1s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn lock-worker");
+    let stdout = child.stdout.take().expect("stdout");
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await
+    .expect("reader")
+    .expect("read");
+    assert!(line.starts_with("HELD "), "worker said {line:?}");
+    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_none(), "held by the worker");
+    child.kill().expect("SIGKILL the holder");
+    let _ = child.wait();
+    let killed = Instant::now();
+    let g = reg
+        .lock(key.as_str())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("free once the dead holder's lease runs out");
+    let took = killed.elapsed();
+    println!("single: killed holder's lease freed after {took:?}");
+    assert!(took <= Duration::from_millis(1200), "freed after {took:?} (watchdog_timeout 1s)");
+    g.release().await.expect("release");
+}
+
+/// Redis stopped mid-run: calls fail with `Backend` errors (no hang, no panic); restarted:
+/// calls work again in the same process.
+#[tokio::test]
+async fn redis_restart_mid_run() {
+    let mut server = RedisProcess::start();
+    let reg = Registry::from_str(&config(&server.url())).await.expect("connect");
+    let key = unique("restart");
+    let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    server.kill();
+
+    let start = Instant::now();
+    let err = reg.lock(unique("down").as_str()).acquire().await.expect_err("server down");
+    assert!(start.elapsed() < Duration::from_secs(3), "no hang: {:?}", start.elapsed());
+    match &err {
+        LockError::Backend { backend, address, .. } => {
+            assert_eq!(backend, "main");
+            assert_eq!(address, &server.addr());
+        }
+        other => panic!("expected a Backend error, got {other}"),
+    }
+    // The auto lease cannot be renewed while the server is down: reported lost.
+    let lost = tokio::time::timeout(Duration::from_secs(3), held.lost()).await.expect("lost while down");
+    assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost}");
+
+    server.restart();
+    // The connection comes back on its own; scripts are re-sent after NOSCRIPT.
+    let start = Instant::now();
+    let g = loop {
+        match reg.lock(unique("up").as_str()).acquire().await {
+            Ok(g) => break g,
+            Err(e) => {
+                assert!(start.elapsed() < Duration::from_secs(10), "still failing after restart: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    println!("single: working again {:?} after the restart", start.elapsed());
+    g.release().await.expect("release");
+}
