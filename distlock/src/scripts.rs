@@ -1,4 +1,4 @@
-//! The lock protocol, as Lua scripts. Each runs atomically; all keys of one lock share a
+//! The lock protocol, as Lua scripts (public so it can be read, audited and benchmarked). Each runs atomically; all keys of one lock share a
 //! hash tag, so each script touches one cluster slot.
 //!
 //! A lock is a hash `owner id -> reentrancy count` whose expiry is the lease. A companion
@@ -9,7 +9,7 @@
 /// KEYS: lock hash, fence counter. ARGV: owner id, lease in ms.
 /// Returns `{1, token}` when newly acquired, `{2, 0}` when re-entered by the same owner
 /// (the expiry is only ever extended), `{0, pttl}` when another owner holds it.
-pub(crate) const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = r#"
 local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 if redis.call('exists', lock) == 0 then
   local token = redis.call('incr', fence)
@@ -32,7 +32,7 @@ return {0, redis.call('pttl', lock)}
 /// KEYS: lock hash. ARGV: owner id, channel.
 /// Returns -1 when the owner does not hold the lock (changes nothing), the remaining count
 /// when still held re-entrantly, 0 when the lock was freed (then it publishes on the channel).
-pub(crate) const RELEASE: &str = r#"
+pub const RELEASE: &str = r#"
 local lock, owner = KEYS[1], ARGV[1]
 if redis.call('hexists', lock, owner) == 0 then
   return -1
@@ -49,7 +49,7 @@ return 0
 /// Renew a lease, only while the owner still holds the lock: never re-creates it.
 ///
 /// KEYS: lock hash. ARGV: owner id, lease in ms. Returns 1 when renewed, 0 when gone.
-pub(crate) const RENEW: &str = r#"
+pub const RENEW: &str = r#"
 if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   return redis.call('pexpire', KEYS[1], ARGV[2])
 end
@@ -59,7 +59,7 @@ return 0
 /// Delete a lock whoever holds it (administration), publishing the release.
 ///
 /// KEYS: lock hash. ARGV: channel. Returns 1 when a lock was deleted.
-pub(crate) const FORCE_RELEASE: &str = r#"
+pub const FORCE_RELEASE: &str = r#"
 if redis.call('del', KEYS[1]) == 1 then
   redis.call('publish', ARGV[1], '')
   return 1

@@ -1,0 +1,294 @@
+//! distlock against the floor and rslock on one loopback redis-server, side by side.
+//!
+//! Run: `scripts/bench.sh` (starts the servers, runs this in release mode, stops them).
+//! The floor is the same two scripts distlock sends (`distlock::scripts::ACQUIRE` and
+//! `RELEASE`) as raw EVALSHA over one multiplexed connection: two round trips per pair.
+//! Prints a table; asserts nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock::{Lease, Registry};
+use redis::aio::MultiplexedConnection;
+
+const SEQ_PAIRS: usize = 5_000;
+const ROUNDS: usize = 3;
+const TASKS: usize = 64;
+const CONCURRENT_FOR: Duration = Duration::from_secs(2);
+const HANDOFFS: usize = 300;
+const RSLOCK_HANDOFFS: usize = 10;
+const LEASES: usize = 10_000;
+
+struct Floor {
+    conn: MultiplexedConnection,
+    acquire_sha: String,
+    release_sha: String,
+}
+
+impl Floor {
+    async fn new(url: &str) -> Floor {
+        let client = redis::Client::open(url).expect("url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let load = |src: &'static str| {
+            let mut c = redis::cmd("SCRIPT");
+            c.arg("LOAD").arg(src);
+            c
+        };
+        let acquire_sha: String = load(distlock::scripts::ACQUIRE).query_async(&mut conn).await.expect("load");
+        let release_sha: String = load(distlock::scripts::RELEASE).query_async(&mut conn).await.expect("load");
+        Floor { conn, acquire_sha, release_sha }
+    }
+
+    async fn pair(&self, key: &str, owner: &str) {
+        let mut conn = self.conn.clone();
+        let hash = format!("floor:{{{key}}}");
+        let (fence, channel) = (format!("{hash}:fence"), format!("{hash}:released"));
+        let v: redis::Value = redis::cmd("EVALSHA")
+            .arg(&self.acquire_sha)
+            .arg(2)
+            .arg(&hash)
+            .arg(&fence)
+            .arg(owner)
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .expect("acquire");
+        assert!(matches!(&v, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1))), "{v:?}");
+        let r: i64 = redis::cmd("EVALSHA")
+            .arg(&self.release_sha)
+            .arg(1)
+            .arg(&hash)
+            .arg(owner)
+            .arg(&channel)
+            .query_async(&mut conn)
+            .await
+            .expect("release");
+        assert_eq!(r, 0);
+    }
+}
+
+fn owner() -> String {
+    format!("{:032x}", rand_u128())
+}
+
+fn rand_u128() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let s = std::collections::hash_map::RandomState::new();
+    let mut h = s.build_hasher();
+    h.write_u64(7);
+    (u128::from(h.finish()) << 64) | u128::from(s.build_hasher().finish())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn pct(times: &mut [Duration], p: f64) -> Duration {
+    times.sort();
+    times[((times.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> (f64, f64, f64) {
+    let (mut f, mut d, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let start = Instant::now();
+        for i in 0..SEQ_PAIRS {
+            floor.pair(&format!("seq:{round}:{i}"), &owner()).await;
+        }
+        f.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
+
+        let start = Instant::now();
+        for i in 0..SEQ_PAIRS {
+            let g = reg.lock(format!("seq:{round}:{i}")).lease(Lease::Auto).acquire().await.expect("acquire");
+            g.release().await.expect("release");
+        }
+        d.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
+
+        let start = Instant::now();
+        for i in 0..SEQ_PAIRS {
+            let key = format!("rslock:seq:{round}:{i}");
+            let l = rs.lock(key.as_bytes(), Duration::from_secs(30)).await.expect("rslock");
+            rs.unlock(&l).await;
+        }
+        r.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
+    }
+    (median(f), median(d), median(r))
+}
+
+/// Pairs per second over `CONCURRENT_FOR` with `TASKS` tasks on distinct keys.
+async fn concurrent_pairs(label: &str, reg: Option<&Registry>, floor: Option<&Floor>) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let (stop, count) = (stop.clone(), count.clone());
+        let reg = reg.cloned();
+        let floor = floor.map(|f| Floor { conn: f.conn.clone(), acquire_sha: f.acquire_sha.clone(), release_sha: f.release_sha.clone() });
+        let label = label.to_string();
+        handles.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("{label}:{t}:{i}");
+                if let Some(f) = &floor {
+                    f.pair(&key, &owner()).await;
+                } else if let Some(r) = &reg {
+                    let g = r.lock(key).lease(Lease::Auto).acquire().await.expect("acquire");
+                    g.release().await.expect("release");
+                }
+                i += 1;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(CONCURRENT_FOR).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = count.load(Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    for h in handles {
+        h.await.expect("task");
+    }
+    n as f64 / secs
+}
+
+async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
+    let key = format!("handoff:{}", owner());
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let (r2, k2) = (reg.clone(), key.clone());
+        let waiter = tokio::spawn(async move {
+            let g = r2.lock(k2).wait(Duration::from_secs(10)).acquire().await.expect("waiter");
+            let t = Instant::now();
+            g.release().await.expect("release");
+            t
+        });
+        while reg.waiting("main") == Some(0) {
+            tokio::task::yield_now().await;
+        }
+        let released = Instant::now();
+        held.release().await.expect("release");
+        times.push(waiter.await.expect("waiter").saturating_duration_since(released));
+    }
+    times
+}
+
+async fn rslock_hand_off(rs: &rslock::LockManager, rounds: usize) -> Vec<Duration> {
+    let key = format!("rslock:handoff:{}", owner());
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let held = rs.lock(key.as_bytes(), Duration::from_secs(30)).await.expect("rslock");
+        let (rs2, k2) = (rs.clone(), key.clone());
+        let waiter = tokio::spawn(async move {
+            let g = rs2.acquire(k2.as_bytes(), Duration::from_secs(30)).await.expect("waiter");
+            let t = Instant::now();
+            g.release().await;
+            t
+        });
+        // rslock has no way to tell that a waiter is waiting: give it a moment to start polling.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let released = Instant::now();
+        rs.unlock(&held).await;
+        times.push(waiter.await.expect("waiter").saturating_duration_since(released));
+    }
+    times
+}
+
+fn cpu_seconds() -> f64 {
+    // utime + stime of this process, from /proc/self/stat (clock ticks, 100 per second).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn commands_processed(addr: &str) -> i64 {
+    let info = distlock_tests::resp_command(addr, &["INFO", "stats"]).expect("INFO");
+    info.as_str()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("total_commands_processed:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn watchdog_cost(url: &str) -> (f64, f64, f64, usize) {
+    let reg = Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"3s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+    ))
+    .await
+    .expect("connect");
+    let prefix = owner();
+    let mut guards = Vec::with_capacity(LEASES);
+    for i in 0..LEASES {
+        guards.push(reg.lock(format!("wd:{prefix}:{i}")).lease(Lease::Auto).acquire().await.expect("acquire"));
+    }
+    let addr = distlock_tests::addr_of(url);
+    let window = Duration::from_secs(6);
+    let (c0, cpu0, t0) = (commands_processed(&addr), cpu_seconds(), Instant::now());
+    tokio::time::sleep(window).await;
+    let (c1, cpu1, secs) = (commands_processed(&addr), cpu_seconds(), t0.elapsed().as_secs_f64());
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    drop(guards);
+    ((c1 - c0) as f64 / secs, (cpu1 - cpu0) / secs * 100.0, secs, held)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let url = distlock_tests::single_url();
+    let reg = Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"30s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+    ))
+    .await
+    .expect("connect");
+    let floor = Floor::new(&url).await;
+    let rs = rslock::LockManager::new(vec![url.clone()]);
+
+    println!("distlock benchmark: one loopback redis-server ({url}), tokio multi-thread runtime, 2 workers");
+    println!();
+    let (f, d, r) = sequential(&reg, &floor, &rs).await;
+    println!("lock+unlock, uncontended, sequential ({SEQ_PAIRS} pairs x {ROUNDS} rounds, median):");
+    println!("  {:<28} {:>10} {:>8}", "", "us/pair", "x floor");
+    println!("  {:<28} {:>10.1} {:>8.2}", "floor (2 x raw EVALSHA)", f, 1.0);
+    println!("  {:<28} {:>10.1} {:>8.2}", "distlock", d, d / f);
+    println!("  {:<28} {:>10.1} {:>8.2}", "rslock", r, r / f);
+    println!();
+
+    let fp = concurrent_pairs("floor:c", None, Some(&floor)).await;
+    let dp = concurrent_pairs("dl:c", Some(&reg), None).await;
+    let fp2 = concurrent_pairs("floor:c2", None, Some(&floor)).await;
+    let dp2 = concurrent_pairs("dl:c2", Some(&reg), None).await;
+    let (fp, dp) = ((fp + fp2) / 2.0, (dp + dp2) / 2.0);
+    println!("{TASKS} tasks on distinct keys, one connection, {CONCURRENT_FOR:?} x 2 runs each:");
+    println!("  {:<28} {:>10} {:>8}", "", "pairs/s", "/ floor");
+    println!("  {:<28} {:>10.0} {:>8.2}", "floor", fp, 1.0);
+    println!("  {:<28} {:>10.0} {:>8.2}", "distlock", dp, dp / fp);
+    println!();
+
+    let mut t = hand_off(&reg, HANDOFFS).await;
+    let mut rt = rslock_hand_off(&rs, RSLOCK_HANDOFFS).await;
+    println!("hand-off: release -> waiter holds the lock");
+    println!("  {:<28} {:>10} {:>10} {:>10}", "", "p50", "p99", "max");
+    println!(
+        "  {:<28} {:>10.3?} {:>10.3?} {:>10.3?}",
+        format!("distlock ({HANDOFFS} rounds)"),
+        pct(&mut t, 0.5),
+        pct(&mut t, 0.99),
+        pct(&mut t, 1.0)
+    );
+    println!(
+        "  {:<28} {:>10.3?} {:>10.3?} {:>10.3?}",
+        format!("rslock ({RSLOCK_HANDOFFS} rounds, polls)"),
+        pct(&mut rt, 0.5),
+        pct(&mut rt, 0.99),
+        pct(&mut rt, 1.0)
+    );
+    println!();
+
+    let (cmds, cpu, secs, held) = watchdog_cost(&url).await;
+    println!("{LEASES} held auto-leases, watchdog_timeout 3s (renewal every 1s), over {secs:.1}s:");
+    println!("  commands/s to Redis {cmds:>8.0}   (default watchdog_timeout 30s: about {:.0}/s)", cmds / 10.0);
+    println!("  CPU of this process {cpu:>7.1}%  of one core (30s: about {:.2}%)", cpu / 10.0);
+    println!("  still held at the end: {held} of {LEASES}");
+}
