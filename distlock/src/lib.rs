@@ -33,15 +33,18 @@ mod context;
 mod error;
 mod guard;
 mod hub;
+pub mod ids;
 mod keys;
 mod lease;
 mod lock;
 mod owner;
 mod registry;
-mod scripts;
+pub mod scripts;
 mod sites;
 mod subscriber;
 mod watchdog;
+#[cfg(feature = "axum")]
+pub mod web;
 
 pub use context::fencing_token;
 pub use distlock_config as config;
@@ -58,4 +61,12 @@ pub use sites::{sites, Site};
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
+
+    /// Returns `f` unchanged. Wrapping an annotated function's body in it tells the compiler
+    /// the body's output type (the function's return type), so `return` and `?` in the body
+    /// convert as they would in the function itself.
+    #[inline(always)]
+    pub fn typed<T, F: core::future::Future<Output = T>>(f: F) -> F {
+        f
+    }
 }
