@@ -187,7 +187,16 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.channel.users.fetch_sub(1, Ordering::AcqRel);
+        let last = self.channel.users.fetch_sub(1, Ordering::AcqRel) == 1;
+        // A local hub has no subscription to keep warm: forget the channel at once. (The
+        // subscriber of a Redis hub sweeps idle channels itself, to spare SUBSCRIBE churn.)
+        if last && self.hub.subscriber.is_none() {
+            let mut map = self.hub.map();
+            // Users only go up from 0 under this lock, so 0 here means nobody came back.
+            if self.channel.users.load(Ordering::Acquire) == 0 {
+                map.remove(&self.channel.name);
+            }
+        }
     }
 }
 
@@ -211,6 +220,18 @@ mod tests {
         }
         assert!(hub.sweep().is_empty(), "a watched channel is kept");
         drop(w);
+        assert_eq!(
+            hub.len(),
+            0,
+            "a local hub forgets a channel nobody waits on"
+        );
+    }
+
+    #[test]
+    fn subscribed_hub_keeps_idle_channels_until_swept() {
+        let (hub, _requests) = Hub::subscribed();
+        drop(hub.watch("a"));
+        assert_eq!(hub.len(), 1);
         assert_eq!(hub.sweep(), vec!["a".to_string()]);
         assert_eq!(hub.len(), 0);
     }

@@ -29,15 +29,28 @@ struct Floor {
 impl Floor {
     async fn new(url: &str) -> Floor {
         let client = redis::Client::open(url).expect("url");
-        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
         let load = |src: &'static str| {
             let mut c = redis::cmd("SCRIPT");
             c.arg("LOAD").arg(src);
             c
         };
-        let acquire_sha: String = load(distlock::scripts::ACQUIRE).query_async(&mut conn).await.expect("load");
-        let release_sha: String = load(distlock::scripts::RELEASE).query_async(&mut conn).await.expect("load");
-        Floor { conn, acquire_sha, release_sha }
+        let acquire_sha: String = load(distlock::scripts::ACQUIRE)
+            .query_async(&mut conn)
+            .await
+            .expect("load");
+        let release_sha: String = load(distlock::scripts::RELEASE)
+            .query_async(&mut conn)
+            .await
+            .expect("load");
+        Floor {
+            conn,
+            acquire_sha,
+            release_sha,
+        }
     }
 
     async fn pair(&self, key: &str, owner: &str) {
@@ -54,7 +67,10 @@ impl Floor {
             .query_async(&mut conn)
             .await
             .expect("acquire");
-        assert!(matches!(&v, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1))), "{v:?}");
+        assert!(
+            matches!(&v, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1))),
+            "{v:?}"
+        );
         let r: i64 = redis::cmd("EVALSHA")
             .arg(&self.release_sha)
             .arg(1)
@@ -101,7 +117,12 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
 
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
-            let g = reg.lock(format!("seq:{round}:{i}")).lease(Lease::Auto).acquire().await.expect("acquire");
+            let g = reg
+                .lock(format!("seq:{round}:{i}"))
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire");
             g.release().await.expect("release");
         }
         d.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
@@ -109,7 +130,10 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
             let key = format!("rslock:seq:{round}:{i}");
-            let l = rs.lock(key.as_bytes(), Duration::from_secs(30)).await.expect("rslock");
+            let l = rs
+                .lock(key.as_bytes(), Duration::from_secs(30))
+                .await
+                .expect("rslock");
             rs.unlock(&l).await;
         }
         r.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
@@ -125,7 +149,11 @@ async fn concurrent_pairs(label: &str, reg: Option<&Registry>, floor: Option<&Fl
     for t in 0..TASKS {
         let (stop, count) = (stop.clone(), count.clone());
         let reg = reg.cloned();
-        let floor = floor.map(|f| Floor { conn: f.conn.clone(), acquire_sha: f.acquire_sha.clone(), release_sha: f.release_sha.clone() });
+        let floor = floor.map(|f| Floor {
+            conn: f.conn.clone(),
+            acquire_sha: f.acquire_sha.clone(),
+            release_sha: f.release_sha.clone(),
+        });
         let label = label.to_string();
         handles.push(tokio::spawn(async move {
             let mut i = 0u64;
@@ -134,7 +162,12 @@ async fn concurrent_pairs(label: &str, reg: Option<&Registry>, floor: Option<&Fl
                 if let Some(f) = &floor {
                     f.pair(&key, &owner()).await;
                 } else if let Some(r) = &reg {
-                    let g = r.lock(key).lease(Lease::Auto).acquire().await.expect("acquire");
+                    let g = r
+                        .lock(key)
+                        .lease(Lease::Auto)
+                        .acquire()
+                        .await
+                        .expect("acquire");
                     g.release().await.expect("release");
                 }
                 i += 1;
@@ -160,7 +193,12 @@ async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
         let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
         let (r2, k2) = (reg.clone(), key.clone());
         let waiter = tokio::spawn(async move {
-            let g = r2.lock(k2).wait(Duration::from_secs(10)).acquire().await.expect("waiter");
+            let g = r2
+                .lock(k2)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .expect("waiter");
             let t = Instant::now();
             g.release().await.expect("release");
             t
@@ -170,7 +208,12 @@ async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
         }
         let released = Instant::now();
         held.release().await.expect("release");
-        times.push(waiter.await.expect("waiter").saturating_duration_since(released));
+        times.push(
+            waiter
+                .await
+                .expect("waiter")
+                .saturating_duration_since(released),
+        );
     }
     times
 }
@@ -179,10 +222,16 @@ async fn rslock_hand_off(rs: &rslock::LockManager, rounds: usize) -> Vec<Duratio
     let key = format!("rslock:handoff:{}", owner());
     let mut times = Vec::new();
     for _ in 0..rounds {
-        let held = rs.lock(key.as_bytes(), Duration::from_secs(30)).await.expect("rslock");
+        let held = rs
+            .lock(key.as_bytes(), Duration::from_secs(30))
+            .await
+            .expect("rslock");
         let (rs2, k2) = (rs.clone(), key.clone());
         let waiter = tokio::spawn(async move {
-            let g = rs2.acquire(k2.as_bytes(), Duration::from_secs(30)).await.expect("waiter");
+            let g = rs2
+                .acquire(k2.as_bytes(), Duration::from_secs(30))
+                .await
+                .expect("waiter");
             let t = Instant::now();
             g.release().await;
             t
@@ -191,7 +240,12 @@ async fn rslock_hand_off(rs: &rslock::LockManager, rounds: usize) -> Vec<Duratio
         tokio::time::sleep(Duration::from_millis(50)).await;
         let released = Instant::now();
         rs.unlock(&held).await;
-        times.push(waiter.await.expect("waiter").saturating_duration_since(released));
+        times.push(
+            waiter
+                .await
+                .expect("waiter")
+                .saturating_duration_since(released),
+        );
     }
     times
 }
@@ -208,12 +262,18 @@ fn cpu_seconds() -> f64 {
 fn commands_processed(addr: &str) -> i64 {
     let info = distlock_tests::resp_command(addr, &["INFO", "stats"]).expect("INFO");
     info.as_str()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("total_commands_processed:")))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        })
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
 
-async fn watchdog_cost(url: &str) -> (f64, f64, f64, usize) {
+async fn watchdog_cost() -> (f64, f64, f64, usize) {
+    // A private server, so the command count is the watchdog's alone.
+    let server = distlock_tests::RedisProcess::start();
+    let url = server.url();
     let reg = Registry::from_str(&format!(
         "[defaults]\nwatchdog_timeout = \"3s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
     ))
@@ -222,16 +282,32 @@ async fn watchdog_cost(url: &str) -> (f64, f64, f64, usize) {
     let prefix = owner();
     let mut guards = Vec::with_capacity(LEASES);
     for i in 0..LEASES {
-        guards.push(reg.lock(format!("wd:{prefix}:{i}")).lease(Lease::Auto).acquire().await.expect("acquire"));
+        guards.push(
+            reg.lock(format!("wd:{prefix}:{i}"))
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
     }
-    let addr = distlock_tests::addr_of(url);
+    let addr = server.addr();
     let window = Duration::from_secs(6);
     let (c0, cpu0, t0) = (commands_processed(&addr), cpu_seconds(), Instant::now());
     tokio::time::sleep(window).await;
-    let (c1, cpu1, secs) = (commands_processed(&addr), cpu_seconds(), t0.elapsed().as_secs_f64());
+    let (c1, cpu1, secs) = (
+        commands_processed(&addr),
+        cpu_seconds(),
+        t0.elapsed().as_secs_f64(),
+    );
     let held = guards.iter().filter(|g| g.is_held()).count();
     drop(guards);
-    ((c1 - c0) as f64 / secs, (cpu1 - cpu0) / secs * 100.0, secs, held)
+    drop(reg);
+    (
+        (c1 - c0) as f64 / secs,
+        (cpu1 - cpu0) / secs * 100.0,
+        secs,
+        held,
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +326,10 @@ async fn main() {
     let (f, d, r) = sequential(&reg, &floor, &rs).await;
     println!("lock+unlock, uncontended, sequential ({SEQ_PAIRS} pairs x {ROUNDS} rounds, median):");
     println!("  {:<28} {:>10} {:>8}", "", "us/pair", "x floor");
-    println!("  {:<28} {:>10.1} {:>8.2}", "floor (2 x raw EVALSHA)", f, 1.0);
+    println!(
+        "  {:<28} {:>10.1} {:>8.2}",
+        "floor (2 x raw EVALSHA)", f, 1.0
+    );
     println!("  {:<28} {:>10.1} {:>8.2}", "distlock", d, d / f);
     println!("  {:<28} {:>10.1} {:>8.2}", "rslock", r, r / f);
     println!();
@@ -286,9 +365,15 @@ async fn main() {
     );
     println!();
 
-    let (cmds, cpu, secs, held) = watchdog_cost(&url).await;
+    let (cmds, cpu, secs, held) = watchdog_cost().await;
     println!("{LEASES} held auto-leases, watchdog_timeout 3s (renewal every 1s), over {secs:.1}s:");
-    println!("  commands/s to Redis {cmds:>8.0}   (default watchdog_timeout 30s: about {:.0}/s)", cmds / 10.0);
-    println!("  CPU of this process {cpu:>7.1}%  of one core (30s: about {:.2}%)", cpu / 10.0);
+    println!(
+        "  commands/s to Redis {cmds:>8.0}   (default watchdog_timeout 30s: about {:.0}/s)",
+        cmds / 10.0
+    );
+    println!(
+        "  CPU of this process {cpu:>7.1}%  of one core (30s: about {:.2}%)",
+        cpu / 10.0
+    );
     println!("  still held at the end: {held} of {LEASES}");
 }

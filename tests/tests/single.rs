@@ -17,7 +17,9 @@ fn config(url: &str) -> String {
 }
 
 async fn registry() -> Registry {
-    Registry::from_str(&config(&single_url())).await.expect("connect to the test redis-server")
+    Registry::from_str(&config(&single_url()))
+        .await
+        .expect("connect to the test redis-server")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,11 +69,21 @@ async fn lost_when_keys_deleted_with_raw_del() {
     let reg = registry().await;
     let key = unique("rawdel");
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
-    let deleted = resp_command(&addr_of(&single_url()), &["DEL", &format!("lock:{{{key}}}")]).expect("DEL");
+    let deleted = resp_command(
+        &addr_of(&single_url()),
+        &["DEL", &format!("lock:{{{key}}}")],
+    )
+    .expect("DEL");
     assert_eq!(deleted.as_int(), Some(1), "the lock hash is lock:{{KEY}}");
     let start = Instant::now();
-    let err = tokio::time::timeout(Duration::from_secs(2), g.lost()).await.expect("noticed");
-    assert!(start.elapsed() <= Duration::from_millis(1300), "after {:?}", start.elapsed());
+    let err = tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .expect("noticed");
+    assert!(
+        start.elapsed() <= Duration::from_millis(1300),
+        "after {:?}",
+        start.elapsed()
+    );
     assert!(err.to_string().contains(&key), "{err}");
 }
 
@@ -107,7 +119,11 @@ async fn keys_layout_in_redis() {
     assert_eq!(fence.as_str(), Some(g.fencing_token().to_string().as_str()));
     g.release().await.expect("release");
     let exists = resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}")]).expect("EXISTS");
-    assert_eq!(exists.as_int(), Some(0), "released locks leave no hash behind");
+    assert_eq!(
+        exists.as_int(),
+        Some(0),
+        "released locks leave no hash behind"
+    );
 }
 
 fn worker() -> Command {
@@ -137,7 +153,11 @@ fn two_processes_never_overlap() {
         assert_eq!(stdout.trim(), "DONE 0", "a worker saw overlapping holders");
     }
     let v = resp_command(&addr_of(&url), &["GET", &counter]).expect("GET");
-    assert_eq!(v.as_str(), Some("640"), "2 processes x 8 tasks x 40 increments");
+    assert_eq!(
+        v.as_str(),
+        Some("640"),
+        "2 processes x 8 tasks x 40 increments"
+    );
 }
 
 /// A SIGKILLed holder's auto lease frees the lock within watchdog_timeout.
@@ -154,13 +174,22 @@ async fn killed_holder_frees_within_watchdog_timeout() {
     let stdout = child.stdout.take().expect("stdout");
     let line = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line)
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map(|_| line)
     })
     .await
     .expect("reader")
     .expect("read");
     assert!(line.starts_with("HELD "), "worker said {line:?}");
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_none(), "held by the worker");
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "held by the worker"
+    );
     child.kill().expect("SIGKILL the holder");
     let _ = child.wait();
     let killed = Instant::now();
@@ -172,7 +201,10 @@ async fn killed_holder_frees_within_watchdog_timeout() {
         .expect("free once the dead holder's lease runs out");
     let took = killed.elapsed();
     println!("single: killed holder's lease freed after {took:?}");
-    assert!(took <= Duration::from_millis(1200), "freed after {took:?} (watchdog_timeout 1s)");
+    assert!(
+        took <= Duration::from_millis(1200),
+        "freed after {took:?} (watchdog_timeout 1s)"
+    );
     g.release().await.expect("release");
 }
 
@@ -181,23 +213,37 @@ async fn killed_holder_frees_within_watchdog_timeout() {
 #[tokio::test]
 async fn redis_restart_mid_run() {
     let mut server = RedisProcess::start();
-    let reg = Registry::from_str(&config(&server.url())).await.expect("connect");
+    let reg = Registry::from_str(&config(&server.url()))
+        .await
+        .expect("connect");
     let key = unique("restart");
     let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
     server.kill();
 
     let start = Instant::now();
-    let err = reg.lock(unique("down").as_str()).acquire().await.expect_err("server down");
-    assert!(start.elapsed() < Duration::from_secs(3), "no hang: {:?}", start.elapsed());
+    let err = reg
+        .lock(unique("down").as_str())
+        .acquire()
+        .await
+        .expect_err("server down");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "no hang: {:?}",
+        start.elapsed()
+    );
     match &err {
-        LockError::Backend { backend, address, .. } => {
+        LockError::Backend {
+            backend, address, ..
+        } => {
             assert_eq!(backend, "main");
             assert_eq!(address, &server.addr());
         }
         other => panic!("expected a Backend error, got {other}"),
     }
     // The auto lease cannot be renewed while the server is down: reported lost.
-    let lost = tokio::time::timeout(Duration::from_secs(3), held.lost()).await.expect("lost while down");
+    let lost = tokio::time::timeout(Duration::from_secs(3), held.lost())
+        .await
+        .expect("lost while down");
     assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost}");
 
     server.restart();
@@ -207,11 +253,103 @@ async fn redis_restart_mid_run() {
         match reg.lock(unique("up").as_str()).acquire().await {
             Ok(g) => break g,
             Err(e) => {
-                assert!(start.elapsed() < Duration::from_secs(10), "still failing after restart: {e}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "still failing after restart: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     };
-    println!("single: working again {:?} after the restart", start.elapsed());
+    println!(
+        "single: working again {:?} after the restart",
+        start.elapsed()
+    );
     g.release().await.expect("release");
+}
+
+/// Dropping a guard on a current_thread runtime releases it in the background.
+#[test]
+fn drop_on_current_thread_runtime_releases() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let reg = registry().await;
+        let key = unique("ct-drop");
+        let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        drop(g);
+        let start = Instant::now();
+        let g2 = reg
+            .lock(key.as_str())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("free after drop");
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "took {:?}",
+            start.elapsed()
+        );
+        g2.release().await.expect("release");
+    });
+}
+
+/// Guards dropped while their runtime shuts down, or after it is gone, neither block nor
+/// panic; their leases run out on their own.
+#[test]
+fn drop_during_and_after_runtime_shutdown() {
+    let key = unique("shutdown");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (reg, outlives) = rt.block_on(async {
+        let reg = registry().await;
+        let outlives = reg
+            .lock(format!("{key}:outlives"))
+            .lease(distlock::Lease::Fixed(Duration::from_millis(300)))
+            .acquire()
+            .await
+            .expect("acquire");
+        // A task holding a guard when the runtime shuts down: the guard drops during shutdown.
+        let (reg2, key2) = (reg.clone(), key.clone());
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let _g = reg2.lock(key2.as_str()).acquire().await.expect("acquire");
+            let _ = held_tx.send(());
+            std::future::pending::<()>().await;
+        });
+        held_rx.await.expect("the task holds the lock");
+        (reg, outlives)
+    });
+    let start = Instant::now();
+    rt.shutdown_timeout(Duration::from_secs(5));
+    drop(outlives); // after the runtime is gone: no runtime to release on
+    drop(reg);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "shutdown blocked: {:?}",
+        start.elapsed()
+    );
+
+    // The locks were not released (no runtime), so they expire: auto after 1 s, fixed after 300 ms.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let reg = registry().await;
+        for k in [key.clone(), format!("{key}:outlives")] {
+            let g = reg
+                .lock(k.as_str())
+                .wait(Duration::from_secs(3))
+                .acquire()
+                .await
+                .expect("lease ran out");
+            g.release().await.expect("release");
+        }
+    });
 }
