@@ -63,14 +63,18 @@
 //!     Ok(format!("order for user {user_id}"))
 //! }
 //!
-//! // A handler: `Router::new().route("/orders/{user_id}", post(order))`.
+//! // A handler using the attribute's function.
 //! async fn order(
 //!     axum::extract::Path(user_id): axum::extract::Path<u64>,
 //! ) -> Result<String, AppError> {
 //!     let order = place_order(user_id).await?;
 //!     Ok(order)
 //! }
-//! # let _ = (rebuild_report, order);
+//!
+//! let app: axum::Router = axum::Router::new()
+//!     .route("/report", axum::routing::post(rebuild_report))
+//!     .route("/orders/{user_id}", axum::routing::post(order));
+//! # let _ = app;
 //! ```
 
 use std::time::Duration;
@@ -114,7 +118,9 @@ impl LockError {
     /// 503 errors: 1 second. Others: `None` (retrying does not help).
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            LockError::Timeout { waited, .. } => Some(ceil_secs(*waited).clamp(1, MAX_RETRY_AFTER_SECS)),
+            LockError::Timeout { waited, .. } => {
+                Some(ceil_secs(*waited).clamp(1, MAX_RETRY_AFTER_SECS))
+            }
             _ if self.http_status() == StatusCode::SERVICE_UNAVAILABLE => Some(1),
             _ => None,
         }
@@ -340,7 +346,11 @@ mod tests {
         for e in errors {
             let code = e.code();
             let response = e.into_response();
-            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR, "{code}");
+            assert_eq!(
+                response.status(),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{code}"
+            );
             assert_eq!(retry_after(&response), None, "{code}");
             let body = body_of(response).await;
             assert_eq!(

@@ -8,9 +8,11 @@ use common::*;
 use distlock::Registry;
 
 async fn registry() -> Registry {
-    Registry::from_str("[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"memory\"\n")
-        .await
-        .expect("memory backend")
+    Registry::from_str(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"memory\"\n",
+    )
+    .await
+    .expect("memory backend")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

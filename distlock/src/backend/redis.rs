@@ -225,12 +225,19 @@ impl RedisDriver {
 impl RedisDriver {
     pub async fn next_sequence(&self, key: &str, ttl: Duration) -> RedisResult<u64> {
         let mut pipe = redis::pipe();
-        pipe.cmd("INCR").arg(key).cmd("EXPIRE").arg(key).arg(ttl.as_secs().max(1)).arg("NX").ignore();
+        pipe.cmd("INCR")
+            .arg(key)
+            .cmd("EXPIRE")
+            .arg(key)
+            .arg(ttl.as_secs().max(1))
+            .arg("NX")
+            .ignore();
         let mut conn = self.conn.clone();
-        let (n,): (u64,) = match tokio::time::timeout(self.response_timeout, pipe.query_async(&mut conn)).await {
-            Ok(r) => r?,
-            Err(_) => return Err(timed_out("INCR timed out", self.response_timeout)),
-        };
+        let (n,): (u64,) =
+            match tokio::time::timeout(self.response_timeout, pipe.query_async(&mut conn)).await {
+                Ok(r) => r?,
+                Err(_) => return Err(timed_out("INCR timed out", self.response_timeout)),
+            };
         Ok(n)
     }
 }

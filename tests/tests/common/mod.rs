@@ -15,7 +15,11 @@ pub fn unique(name: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("test:{name}:{}:{nanos}:{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "test:{name}:{}:{nanos}:{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub const WATCHDOG: Duration = Duration::from_secs(1);
@@ -27,11 +31,21 @@ pub async fn exclusion_16_tasks(reg: &Registry) {
     let inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..16 {
-        let (reg, key, counter, inside) = (reg.clone(), key.clone(), counter.clone(), inside.clone());
+        let (reg, key, counter, inside) =
+            (reg.clone(), key.clone(), counter.clone(), inside.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..50 {
-                let g = reg.lock(key.as_str()).wait(Duration::from_secs(30)).acquire().await.expect("acquire");
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders inside at once");
+                let g = reg
+                    .lock(key.as_str())
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders inside at once"
+                );
                 let v = *counter.lock().unwrap();
                 tokio::task::yield_now().await;
                 *counter.lock().unwrap() = v + 1;
@@ -50,7 +64,12 @@ pub async fn exclusion_16_tasks(reg: &Registry) {
 pub async fn try_and_timeout(reg: &Registry) {
     let key = unique("timeout");
     let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_none());
+    assert!(reg
+        .lock(key.as_str())
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
     let start = Instant::now();
     let err = reg
         .lock(key.as_str())
@@ -59,8 +78,14 @@ pub async fn try_and_timeout(reg: &Registry) {
         .await
         .expect_err("must time out");
     let took = start.elapsed();
-    assert!(matches!(&err, LockError::Timeout { key: k, backend, .. } if *k == key && backend == "main"), "{err}");
-    assert!(took >= Duration::from_millis(300), "gave up early: {took:?}");
+    assert!(
+        matches!(&err, LockError::Timeout { key: k, backend, .. } if *k == key && backend == "main"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "gave up early: {took:?}"
+    );
     assert!(took < Duration::from_millis(600), "gave up late: {took:?}");
     assert!(err.to_string().contains(&key), "{err}");
     held.release().await.expect("release");
@@ -97,7 +122,10 @@ pub async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
 pub async fn wait_for_waiter(reg: &Registry, _key: &str) {
     let start = Instant::now();
     while reg.waiting("main").unwrap_or(0) == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "the waiter never started waiting");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the waiter never started waiting"
+        );
         tokio::task::yield_now().await;
     }
 }
@@ -111,11 +139,23 @@ pub fn percentile(times: &mut [Duration], p: f64) -> Duration {
 /// An auto lease with `watchdog_timeout = 1s` is still held, exclusively, after 3.5 s.
 pub async fn auto_lease_outlives_watchdog(reg: &Registry) {
     let key = unique("auto");
-    let g = reg.lock(key.as_str()).lease(Lease::Auto).acquire().await.expect("acquire");
+    let g = reg
+        .lock(key.as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire");
     // Time is what is tested here: the lease must survive 3.5 watchdog periods of 1 s.
     tokio::time::sleep(Duration::from_millis(3500)).await;
     assert!(g.is_held(), "the auto lease must still be held after 3.5 s");
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_none(), "and exclusively");
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "and exclusively"
+    );
     g.release().await.expect("still ours, so release is Ok");
 }
 
@@ -137,13 +177,26 @@ pub async fn fixed_lease_expires(reg: &Registry) {
         .await
         .expect("the fixed lease must run out");
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(400), "acquired too early: {took:?}");
-    assert!(took < Duration::from_millis(1500), "acquired late: {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "acquired too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "acquired late: {took:?}"
+    );
     assert!(!first.is_held());
     let err = first.release().await.expect_err("late release");
     assert!(matches!(err, LockError::NotHeld { .. }), "{err}");
     assert!(second.is_held());
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_none(), "the late release must not free it");
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "the late release must not free it"
+    );
     assert!(second.fencing_token() > 0);
     second.release().await.expect("release");
 }
@@ -154,7 +207,11 @@ pub async fn fencing_tokens_grow(reg: &Registry) {
     let mut last = 0;
     for _ in 0..20 {
         let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
-        assert!(g.fencing_token() > last, "token {} after {last}", g.fencing_token());
+        assert!(
+            g.fencing_token() > last,
+            "token {} after {last}",
+            g.fencing_token()
+        );
         last = g.fencing_token();
         g.release().await.expect("release");
     }
@@ -164,7 +221,12 @@ pub async fn fencing_tokens_grow(reg: &Registry) {
         let (reg, key, seen) = (reg.clone(), key.clone(), seen.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
-                let g = reg.lock(key.as_str()).wait(Duration::from_secs(30)).acquire().await.expect("acquire");
+                let g = reg
+                    .lock(key.as_str())
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
                 seen.lock().unwrap().push(g.fencing_token());
                 g.release().await.expect("release");
             }
@@ -182,13 +244,26 @@ pub async fn fencing_tokens_grow(reg: &Registry) {
 /// Deleting the lock behind an auto-lease holder's back is noticed within watchdog_timeout.
 pub async fn deleted_lock_is_lost(reg: &Registry) {
     let key = unique("deleted");
-    let g = reg.lock(key.as_str()).lease(Lease::Auto).acquire().await.expect("acquire");
-    assert!(reg.lock(key.as_str()).force_unlock().await.expect("force unlock"));
+    let g = reg
+        .lock(key.as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(reg
+        .lock(key.as_str())
+        .force_unlock()
+        .await
+        .expect("force unlock"));
     let start = Instant::now();
     let err = tokio::time::timeout(WATCHDOG * 2, g.lost())
         .await
         .expect("lost() must resolve within watchdog_timeout");
-    assert!(start.elapsed() <= WATCHDOG + Duration::from_millis(300), "noticed after {:?}", start.elapsed());
+    assert!(
+        start.elapsed() <= WATCHDOG + Duration::from_millis(300),
+        "noticed after {:?}",
+        start.elapsed()
+    );
     assert!(matches!(err, LockError::LeaseLost { .. }), "{err}");
     assert!(!g.is_held());
     assert!(matches!(g.release().await, Err(LockError::NotHeld { .. })));
@@ -200,8 +275,17 @@ pub async fn dropped_guard_frees(reg: &Registry) {
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
     drop(g);
     let start = Instant::now();
-    let g2 = reg.lock(key.as_str()).wait(Duration::from_secs(5)).acquire().await.expect("free after drop");
-    assert!(start.elapsed() < Duration::from_millis(200), "took {:?}", start.elapsed());
+    let g2 = reg
+        .lock(key.as_str())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("free after drop");
+    assert!(
+        start.elapsed() < Duration::from_millis(200),
+        "took {:?}",
+        start.elapsed()
+    );
     g2.release().await.expect("release");
 }
 
@@ -225,16 +309,30 @@ pub async fn reentrancy(reg: &Registry) {
             let spawned = tokio::spawn(async move { reg2.lock(key2.as_str()).try_acquire().await })
                 .await
                 .expect("task");
-            assert!(spawned.expect("try").is_none(), "a spawned task is another owner");
             assert!(
-                reg.lock(key.as_str()).try_acquire().await.expect("try").is_some_and(|g| g.fencing_token() == token),
+                spawned.expect("try").is_none(),
+                "a spawned task is another owner"
+            );
+            assert!(
+                reg.lock(key.as_str())
+                    .try_acquire()
+                    .await
+                    .expect("try")
+                    .is_some_and(|g| g.fencing_token() == token),
                 "still held by the outer owner after the inner release"
             );
         })
         .await;
     assert_eq!(distlock::fencing_token(), None);
     outer.release().await.expect("outer release");
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_some(), "free after the outer release");
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_some(),
+        "free after the outer release"
+    );
 }
 
 /// `run` holds the lock for the body and frees it after.
@@ -245,20 +343,43 @@ pub async fn run_releases(reg: &Registry) {
         .lock(key.as_str())
         .run(async {
             assert!(distlock::fencing_token().is_some());
-            assert!(reg.lock(k2.as_str()).try_acquire().await.expect("try").is_some(), "re-enters in scope");
+            assert!(
+                reg.lock(k2.as_str())
+                    .try_acquire()
+                    .await
+                    .expect("try")
+                    .is_some(),
+                "re-enters in scope"
+            );
             7
         })
         .await
         .expect("run");
     assert_eq!(out, 7);
-    assert!(reg.lock(key.as_str()).try_acquire().await.expect("try").is_some());
+    assert!(reg
+        .lock(key.as_str())
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_some());
 }
 
 /// Bad keys and backends are errors naming them.
 pub async fn errors_name_things(reg: &Registry) {
     let err = reg.lock("").acquire().await.expect_err("empty key");
     assert!(matches!(err, LockError::InvalidKey { .. }), "{err}");
-    let err = reg.lock("k").backend("nope").acquire().await.expect_err("no backend");
-    assert!(matches!(&err, LockError::NoSuchBackend { backend, .. } if backend == "nope"), "{err}");
-    assert!(err.to_string().contains("main"), "lists the configured ones: {err}");
+    let err = reg
+        .lock("k")
+        .backend("nope")
+        .acquire()
+        .await
+        .expect_err("no backend");
+    assert!(
+        matches!(&err, LockError::NoSuchBackend { backend, .. } if backend == "nope"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("main"),
+        "lists the configured ones: {err}"
+    );
 }
