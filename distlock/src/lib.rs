@@ -69,4 +69,24 @@ pub mod __private {
     pub fn typed<T, F: core::future::Future<Output = T>>(f: F) -> F {
         f
     }
+
+    /// The return type of an annotated function: a `Result` whose error type a `LockError`
+    /// converts into.
+    #[diagnostic::on_unimplemented(
+        message = "`#[distributed_lock]` returns lock errors as the function's error: `{Self}` needs an error type `E: From<distlock::LockError>`",
+        label = "the error type of this `Result` has no `From<distlock::LockError>`",
+        note = "implement `From<distlock::LockError>` for the error type, or return `Result<T, distlock::LockError>`"
+    )]
+    pub trait LockResult {
+        /// `Err(e.into())`.
+        fn from_lock_error(e: crate::LockError) -> Self;
+    }
+
+    #[diagnostic::do_not_recommend]
+    impl<T, E: From<crate::LockError>> LockResult for Result<T, E> {
+        #[inline(always)]
+        fn from_lock_error(e: crate::LockError) -> Self {
+            Err(E::from(e))
+        }
+    }
 }

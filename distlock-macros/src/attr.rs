@@ -1,0 +1,425 @@
+//! The attribute's arguments: `key = "...", wait = "...", lease = "...", backend = "...",
+//! kind = "..."`, parsed with the span of every value so that errors point at it.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+
+/// The arguments the attribute knows, in the order the docs list them.
+const KNOWN: &[&str] = &["key", "wait", "lease", "backend", "kind"];
+
+/// The parsed arguments of one `#[distributed_lock(...)]`.
+pub(crate) struct Args {
+    pub key: Option<KeyArg>,
+    pub wait: Option<Duration>,
+    pub lease: Option<LeaseArg>,
+    pub backend: Option<LitStr>,
+}
+
+/// `key = "order:<user_id>"`.
+pub(crate) struct KeyArg {
+    pub lit: LitStr,
+    pub template: Vec<Piece>,
+}
+
+/// One piece of a key template.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Piece {
+    /// Text copied as is.
+    Text(String),
+    /// `<root.field.sub>`: a parameter, then field accesses (names or tuple indexes).
+    Placeholder { root: String, fields: Vec<String> },
+}
+
+/// `lease = "auto"` or `lease = "30s"`.
+pub(crate) enum LeaseArg {
+    Auto,
+    Fixed(Duration),
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Args> {
+        let mut args = Args {
+            key: None,
+            wait: None,
+            lease: None,
+            backend: None,
+        };
+        // Which arguments were given, to report repeats.
+        let mut seen: Vec<String> = Vec::new();
+        // Errors that do not stop parsing: all of them are reported together.
+        let mut errors: Vec<syn::Error> = Vec::new();
+
+        while !input.is_empty() {
+            // `parse_any` so that a keyword (`type = ...`) gets "unknown argument", not a
+            // syntax error.
+            let name = Ident::parse_any(input)?;
+            if !input.peek(Token![=]) {
+                let msg = if KNOWN.contains(&name.to_string().as_str()) {
+                    format!("`{name}` needs a value: write `{name} = \"...\"`")
+                } else {
+                    format!(
+                        "unknown argument `{name}`; #[distributed_lock] takes {}, each as `name = \"value\"`",
+                        list(KNOWN)
+                    )
+                };
+                return Err(syn::Error::new_spanned(&name, msg));
+            }
+            input.parse::<Token![=]>()?;
+            let value: Expr = input.parse()?;
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+
+            let name_str = name.to_string();
+            if KNOWN.contains(&name_str.as_str()) && seen.contains(&name_str) {
+                errors.push(syn::Error::new_spanned(
+                    &name,
+                    format!("`{name_str}` is given more than once; give it once"),
+                ));
+                continue;
+            }
+            seen.push(name_str.clone());
+
+            let result = match name_str.as_str() {
+                "key" => string(&name_str, &value, "\"order:<user_id>\"")
+                    .and_then(parse_key)
+                    .map(|k| args.key = Some(k)),
+                "wait" => string(&name_str, &value, "\"5s\"")
+                    .and_then(parse_wait)
+                    .map(|w| args.wait = Some(w)),
+                "lease" => string(&name_str, &value, "\"auto\" or \"30s\"")
+                    .and_then(parse_lease)
+                    .map(|l| args.lease = Some(l)),
+                "backend" => string(&name_str, &value, "\"main\"")
+                    .and_then(parse_backend)
+                    .map(|b| args.backend = Some(b)),
+                "kind" => parse_kind(&value),
+                _ => Err(syn::Error::new_spanned(
+                    &name,
+                    format!(
+                        "unknown argument `{name_str}`; #[distributed_lock] takes {}",
+                        list(KNOWN)
+                    ),
+                )),
+            };
+            if let Err(e) = result {
+                errors.push(e);
+            }
+        }
+
+        if !seen.iter().any(|s| s == "key") {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "#[distributed_lock] needs a `key`, e.g. #[distributed_lock(key = \"order:<user_id>\")]",
+            ));
+        }
+        match combine(errors) {
+            Some(e) => Err(e),
+            None => Ok(args),
+        }
+    }
+}
+
+/// All errors as one (reported together), or `None`.
+pub(crate) fn combine(errors: impl IntoIterator<Item = syn::Error>) -> Option<syn::Error> {
+    errors.into_iter().reduce(|mut all, e| {
+        all.combine(e);
+        all
+    })
+}
+
+/// `a`, `b` and `c`.
+pub(crate) fn list(names: &[impl AsRef<str>]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{}`", n.as_ref())).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// The value as a string literal.
+fn string(name: &str, value: &Expr, example: &str) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s.clone()),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!("`{name}` takes a string literal, e.g. `{name} = {example}`"),
+        )),
+    }
+}
+
+fn parse_key(lit: LitStr) -> syn::Result<KeyArg> {
+    match parse_template(&lit.value()) {
+        Ok(template) => Ok(KeyArg { lit, template }),
+        Err(why) => Err(syn::Error::new_spanned(
+            &lit,
+            format!("invalid key template: {why}"),
+        )),
+    }
+}
+
+fn parse_wait(lit: LitStr) -> syn::Result<Duration> {
+    distlock_config::parse_duration(&lit.value()).map_err(|why| {
+        syn::Error::new_spanned(
+            &lit,
+            format!("`wait`: {why}; write e.g. \"250ms\", \"5s\" or \"1m30s\" (\"0s\" tries once)"),
+        )
+    })
+}
+
+fn parse_lease(lit: LitStr) -> syn::Result<LeaseArg> {
+    let s = lit.value();
+    if s == "auto" {
+        return Ok(LeaseArg::Auto);
+    }
+    match distlock_config::parse_duration(&s) {
+        Ok(d) if d.is_zero() => Err(syn::Error::new_spanned(
+            &lit,
+            "`lease`: a lease must be greater than 0: use \"auto\" (renewed by the watchdog) or a duration such as \"30s\"",
+        )),
+        Ok(d) => Ok(LeaseArg::Fixed(d)),
+        Err(why) => Err(syn::Error::new_spanned(
+            &lit,
+            format!("`lease`: {why}; a lease is \"auto\" or a duration such as \"30s\""),
+        )),
+    }
+}
+
+fn parse_backend(lit: LitStr) -> syn::Result<LitStr> {
+    if lit.value().is_empty() {
+        return Err(syn::Error::new_spanned(
+            &lit,
+            "`backend` is empty: name a backend from `[backends.NAME]`, or leave `backend` out for the default one",
+        ));
+    }
+    Ok(lit)
+}
+
+/// `kind = "reentrant"` or `kind = reentrant`. Only `reentrant` is available for now.
+fn parse_kind(value: &Expr) -> syn::Result<()> {
+    let (kind, quote) = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => (s.value(), "\""),
+        Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => (
+            p.path.get_ident().map(Ident::to_string).unwrap_or_default(),
+            "",
+        ),
+        _ => {
+            return Err(syn::Error::new_spanned(
+                value,
+                "`kind` takes a string literal, e.g. `kind = \"reentrant\"`",
+            ))
+        }
+    };
+    match kind.as_str() {
+        "reentrant" => Ok(()),
+        "fair" | "read" | "write" => Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "kind = {quote}{kind}{quote} is not available yet (it arrives with fair and read-write locks); \
+                 use kind = \"reentrant\" (the default)"
+            ),
+        )),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "unknown lock kind {:?}; the kinds are \"reentrant\" (the default), \"fair\", \"read\" and \"write\"",
+                kind
+            ),
+        )),
+    }
+}
+
+/// Split a key template into text and `<placeholder>`s. The error says what is wrong.
+pub(crate) fn parse_template(s: &str) -> Result<Vec<Piece>, String> {
+    if s.is_empty() {
+        return Err("the key is empty; write e.g. \"order:<user_id>\"".into());
+    }
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut rest = s;
+    while let Some(open) = rest.find('<') {
+        text.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('>') else {
+            return Err(format!(
+                "the `<` at byte {} has no closing `>`; a placeholder is `<parameter>` or `<parameter.field>`",
+                s.len() - rest.len() + open
+            ));
+        };
+        let inner = &after[..close];
+        pieces.push(Piece::Text(std::mem::take(&mut text)));
+        pieces.push(parse_placeholder(inner)?);
+        rest = &after[close + 1..];
+    }
+    text.push_str(rest);
+    pieces.push(Piece::Text(text));
+    pieces.retain(|p| !matches!(p, Piece::Text(t) if t.is_empty()));
+    Ok(pieces)
+}
+
+fn parse_placeholder(inner: &str) -> Result<Piece, String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "placeholder `<{inner}>` {why}; a placeholder is `<parameter>` or `<parameter.field.sub>`"
+        ))
+    };
+    if inner.is_empty() {
+        return bad("is empty");
+    }
+    if inner.contains('<') {
+        return bad("holds another `<`");
+    }
+    let mut segments = inner.split('.');
+    let root = segments.next().unwrap_or_default();
+    if !is_ident(root) {
+        return bad(&format!(
+            "starts with `{root}`, which is not a parameter name"
+        ));
+    }
+    let mut fields = Vec::new();
+    for seg in segments {
+        if !(is_ident(seg) || is_index(seg)) {
+            return bad(&format!(
+                "has `{seg}` where a field name or a tuple index is expected"
+            ));
+        }
+        fields.push(seg.to_owned());
+    }
+    Ok(Piece::Placeholder {
+        root: root.to_owned(),
+        fields,
+    })
+}
+
+/// A plain identifier (ASCII; `self` included; not `_` alone, and no Rust keyword other than
+/// `self`, since those cannot be parameter or field names).
+pub(crate) fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    (first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s != "_"
+        && (s == "self" || !is_keyword(s))
+}
+
+fn is_index(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+}
+
+fn is_keyword(s: &str) -> bool {
+    matches!(
+        s,
+        "as" | "async"
+            | "await"
+            | "break"
+            | "const"
+            | "continue"
+            | "crate"
+            | "dyn"
+            | "else"
+            | "enum"
+            | "extern"
+            | "false"
+            | "fn"
+            | "for"
+            | "if"
+            | "impl"
+            | "in"
+            | "let"
+            | "loop"
+            | "match"
+            | "mod"
+            | "move"
+            | "mut"
+            | "pub"
+            | "ref"
+            | "return"
+            | "Self"
+            | "static"
+            | "struct"
+            | "super"
+            | "trait"
+            | "true"
+            | "type"
+            | "unsafe"
+            | "use"
+            | "where"
+            | "while"
+            | "abstract"
+            | "become"
+            | "box"
+            | "do"
+            | "final"
+            | "gen"
+            | "macro"
+            | "override"
+            | "priv"
+            | "try"
+            | "typeof"
+            | "unsized"
+            | "virtual"
+            | "yield"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ph(root: &str, fields: &[&str]) -> Piece {
+        Piece::Placeholder {
+            root: root.into(),
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(
+            parse_template("order:<user_id>").unwrap(),
+            vec![Piece::Text("order:".into()), ph("user_id", &[])]
+        );
+        assert_eq!(
+            parse_template("<a>-<self.b.0>x").unwrap(),
+            vec![
+                ph("a", &[]),
+                Piece::Text("-".into()),
+                ph("self", &["b", "0"]),
+                Piece::Text("x".into())
+            ]
+        );
+        assert_eq!(
+            parse_template("plain{}>").unwrap(),
+            vec![Piece::Text("plain{}>".into())]
+        );
+        assert!(parse_template("").is_err());
+        assert!(parse_template("a<b").unwrap_err().contains("no closing"));
+        assert!(parse_template("a<>").unwrap_err().contains("is empty"));
+        assert!(parse_template("a<b<c>").is_err());
+        assert!(parse_template("<1a>").is_err());
+        assert!(parse_template("<a..b>").is_err());
+        assert!(parse_template("<a.>").is_err());
+        assert!(parse_template("<a b>").is_err());
+        assert!(parse_template("<type>").is_err());
+        assert!(parse_template("<_>").is_err());
+        assert!(parse_template("<a.01>").is_err());
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(list(&["a"]), "`a`");
+        assert_eq!(list(&["a", "b", "c"]), "`a`, `b` and `c`");
+        assert_eq!(list(&[] as &[&str]), "");
+    }
+}
