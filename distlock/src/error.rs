@@ -66,6 +66,26 @@ pub enum LockError {
         /// How many nodes there are.
         nodes: usize,
     },
+    /// sentinel with `sync_replicas`: the master granted the lock, but fewer replicas than
+    /// required acknowledged it within `sync_timeout`, so a failover could lose it. The lock
+    /// was released again (or, if that failed too, is left to expire with its lease).
+    #[error("lock `{key}` on backend `{backend}` ({address}): only {acked} of the {needed} replica(s) required acknowledged it within {timeout:?}; {}", if *.released { "it was released again" } else { "releasing it failed too, so it expires with its lease" })]
+    ReplicationFailed {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// The master's `host:port`.
+        address: String,
+        /// How many replicas acknowledged the write.
+        acked: u32,
+        /// How many were required (`sync_replicas`).
+        needed: u32,
+        /// How long was waited for them (`sync_timeout`).
+        timeout: Duration,
+        /// Whether the lock was released again.
+        released: bool,
+    },
     /// Redis failed or could not be reached.
     #[error("backend `{backend}` ({address}){}: {source}", key_suffix(.key))]
     Backend {
@@ -120,6 +140,7 @@ impl LockError {
             | LockError::LeaseLost { key, .. }
             | LockError::NotHeld { key, .. }
             | LockError::QuorumNotReached { key, .. }
+            | LockError::ReplicationFailed { key, .. }
             | LockError::InvalidKey { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
@@ -135,6 +156,7 @@ impl LockError {
             | LockError::LeaseLost { backend, .. }
             | LockError::NotHeld { backend, .. }
             | LockError::QuorumNotReached { backend, .. }
+            | LockError::ReplicationFailed { backend, .. }
             | LockError::Backend { backend, .. }
             | LockError::Unsupported { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
@@ -35,6 +35,10 @@ pub(crate) struct Hub {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     /// `None`: no subscriber connection (memory backend), channels are always live.
     subscriber: Option<mpsc::UnboundedSender<SubscribeRequest>>,
+    /// Deliveries and wake-ups are passed on to this hub as well. Each node of a quorum
+    /// backend (redlock, multi) has a hub of its own, fed by that node's subscriber and
+    /// relaying to the backend's hub, which the waiters watch.
+    relay: Option<Weak<Hub>>,
 }
 
 impl Hub {
@@ -43,15 +47,29 @@ impl Hub {
         Arc::new(Hub {
             channels: Mutex::new(HashMap::new()),
             subscriber: None,
+            relay: None,
         })
     }
 
     /// A hub fed by a subscriber task, which receives the other end.
     pub fn subscribed() -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+        Hub::with_relay(None)
+    }
+
+    /// A hub fed by a subscriber task (as [`Hub::subscribed`]) that passes every delivery
+    /// and wake-up on to `target` too: one node's hub of a quorum backend.
+    pub fn relaying_to(target: &Arc<Hub>) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+        Hub::with_relay(Some(Arc::downgrade(target)))
+    }
+
+    fn with_relay(
+        relay: Option<Weak<Hub>>,
+    ) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             channels: Mutex::new(HashMap::new()),
             subscriber: Some(tx),
+            relay,
         });
         (hub, rx)
     }
@@ -92,6 +110,9 @@ impl Hub {
         if let Some(c) = channel {
             c.notify.notify_waiters();
         }
+        if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
+            target.deliver(name);
+        }
     }
 
     /// Wake every waiter (after a reconnect, releases may have been missed).
@@ -99,6 +120,9 @@ impl Hub {
         let all: Vec<_> = self.map().values().cloned().collect();
         for c in all {
             c.notify.notify_waiters();
+        }
+        if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
+            target.wake_all();
         }
     }
 
@@ -109,6 +133,14 @@ impl Hub {
             c.confirmed.store(false, Ordering::Release);
         }
         all
+    }
+
+    /// Mark one channel unconfirmed (its subscription was dropped): its waiters ask for it
+    /// again on their next round.
+    pub fn unconfirm(&self, name: &str) {
+        if let Some(c) = self.map().get(name) {
+            c.confirmed.store(false, Ordering::Release);
+        }
     }
 
     /// Remove the channels nobody waits on; returns their names (to unsubscribe).
@@ -225,6 +257,25 @@ mod tests {
             0,
             "a local hub forgets a channel nobody waits on"
         );
+    }
+
+    #[tokio::test]
+    async fn a_node_hub_relays_deliveries_and_wake_ups() {
+        let (backend_hub, _requests) = Hub::subscribed();
+        let (node_hub, _node_requests) = Hub::relaying_to(&backend_hub);
+        let w = backend_hub.watch("a");
+        for wake in [&(|h: &Hub| h.deliver("a")) as &dyn Fn(&Hub), &|h: &Hub| {
+            h.wake_all()
+        }] {
+            let n = w.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            // The node's hub has no waiter on "a": the delivery is for the backend's hub.
+            wake(&node_hub);
+            tokio::time::timeout(Duration::from_secs(1), n)
+                .await
+                .expect("relayed to the backend's hub");
+        }
     }
 
     #[test]

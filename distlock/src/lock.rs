@@ -100,7 +100,9 @@ impl Lock {
     /// Acquire, waiting at most the configured wait. A waiter sleeps until a release of
     /// this key is published or the holder's lease runs out, whichever comes first.
     ///
-    /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed;
+    /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
+    /// attempt at once; once waiting for another holder, failures such as a failover in
+    /// progress are retried within the wait, and the last one is returned if it runs out);
     /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
@@ -196,6 +198,7 @@ async fn acquire(
     let start = Instant::now();
     let deadline = start + wait;
     let mut watch = None;
+    let mut backend_retry = BACKEND_RETRY_MIN;
     loop {
         let mut notified = watch
             .as_ref()
@@ -204,21 +207,74 @@ async fn acquire(
             n.as_mut().enable();
         }
         let sent = Instant::now();
-        let ttl = match backend.acquire(&keys, owner, lease_len).await? {
+        let attempt = match backend.acquire(&keys, owner, lease_len).await {
+            Ok(a) => {
+                backend_retry = BACKEND_RETRY_MIN;
+                a
+            }
+            // Already waiting for another holder: ride out a failing backend (a failover
+            // under way: the subscriber woke everyone when its connection dropped) until the
+            // wait ends, then report the backend's error. A first attempt fails at once.
+            Err(e @ LockError::Backend { .. }) if watch.is_some() => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?backend_retry,
+                    "distlock: backend failed while waiting; retrying within the wait");
+                drop(notified);
+                tokio::time::sleep_until(deadline.min(now + backend_retry)).await;
+                backend_retry = (backend_retry * 2).min(BACKEND_RETRY_MAX);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let ttl = match attempt {
             Attempt::Acquired { token } => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, token, waited = ?start.elapsed(), "distlock: acquired");
-                let state =
-                    LeaseState::new(backend.clone(), keys, owner, token, auto, sent + lease_len);
+                let expires_at = sent + backend.validity(lease_len);
+                let state = LeaseState::new(backend.clone(), keys, owner, token, auto, expires_at);
                 return Ok(LockGuard { state });
             }
             Attempt::Reentered => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, "distlock: re-entered");
                 let token = outer_token.unwrap_or(0);
-                let state =
-                    LeaseState::new(backend.clone(), keys, owner, token, auto, sent + lease_len);
+                let expires_at = sent + backend.validity(lease_len);
+                let state = LeaseState::new(backend.clone(), keys, owner, token, auto, expires_at);
                 return Ok(LockGuard { state });
             }
             Attempt::Held { ttl } => ttl,
+            Attempt::NoQuorum {
+                granted,
+                needed,
+                nodes,
+                busy,
+                retry_in,
+            } => {
+                // redlock/multi: everything granted was released again; retry after a
+                // random pause, within `wait`.
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(if busy {
+                        LockError::Timeout {
+                            key: keys.user,
+                            backend: backend.name.to_string(),
+                            waited: now - start,
+                        }
+                    } else {
+                        LockError::QuorumNotReached {
+                            key: keys.user,
+                            backend: backend.name.to_string(),
+                            granted,
+                            needed,
+                            nodes,
+                        }
+                    });
+                }
+                drop(notified);
+                tokio::time::sleep_until(deadline.min(now + retry_in)).await;
+                continue;
+            }
         };
         let now = Instant::now();
         if now >= deadline {
@@ -259,6 +315,12 @@ async fn acquire(
         }
     }
 }
+
+/// First pause before a waiter tries again after a backend error; it doubles up to
+/// [`BACKEND_RETRY_MAX`].
+const BACKEND_RETRY_MIN: Duration = Duration::from_millis(20);
+/// Longest pause between a waiter's attempts while the backend fails.
+const BACKEND_RETRY_MAX: Duration = Duration::from_millis(250);
 
 /// Counts a waiter as asleep while it lives.
 struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);

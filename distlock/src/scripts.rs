@@ -29,9 +29,11 @@ return {0, redis.call('pttl', lock)}
 
 /// Release one level.
 ///
-/// KEYS: lock hash. ARGV: owner id, channel.
+/// KEYS: lock hash. ARGV: owner id, channel, and optionally `spublish`.
 /// Returns -1 when the owner does not hold the lock (changes nothing), the remaining count
-/// when still held re-entrantly, 0 when the lock was freed (then it publishes on the channel).
+/// when still held re-entrantly, 0 when the lock was freed (then it publishes on the channel:
+/// with SPUBLISH when ARGV[3] is `spublish`, as on a Redis Cluster, where a sharded message
+/// reaches the subscribers on the slot's own nodes without a hop over the cluster bus).
 pub const RELEASE: &str = r#"
 local lock, owner = KEYS[1], ARGV[1]
 if redis.call('hexists', lock, owner) == 0 then
@@ -42,7 +44,11 @@ if left > 0 then
   return left
 end
 redis.call('del', lock)
-redis.call('publish', ARGV[2], owner)
+if ARGV[3] == 'spublish' then
+  redis.call('spublish', ARGV[2], owner)
+else
+  redis.call('publish', ARGV[2], owner)
+end
 return 0
 "#;
 
@@ -58,10 +64,15 @@ return 0
 
 /// Delete a lock whoever holds it (administration), publishing the release.
 ///
-/// KEYS: lock hash. ARGV: channel. Returns 1 when a lock was deleted.
+/// KEYS: lock hash. ARGV: channel, and optionally `spublish` (as for [`RELEASE`]).
+/// Returns 1 when a lock was deleted.
 pub const FORCE_RELEASE: &str = r#"
 if redis.call('del', KEYS[1]) == 1 then
-  redis.call('publish', ARGV[1], '')
+  if ARGV[2] == 'spublish' then
+    redis.call('spublish', ARGV[1], '')
+  else
+    redis.call('publish', ARGV[1], '')
+  end
   return 1
 end
 return 0

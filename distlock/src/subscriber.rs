@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::hub::{Hub, SubscribeRequest};
 
@@ -31,7 +31,42 @@ pub(crate) fn spawn(
     connect_timeout: Duration,
 ) {
     let hub = Arc::downgrade(hub);
-    tokio::spawn(run(backend, hub, requests, connect, connect_timeout));
+    tokio::spawn(run(backend, hub, requests, connect, connect_timeout, None));
+}
+
+/// Like [`spawn`], and every change of `reset` drops the connection and connects again
+/// (through `connect`, which may now reach another server: a sentinel failover), waking
+/// every waiter.
+pub(crate) fn spawn_with_reset(
+    backend: Arc<str>,
+    hub: &Arc<Hub>,
+    requests: mpsc::UnboundedReceiver<SubscribeRequest>,
+    connect: Connector,
+    connect_timeout: Duration,
+    reset: watch::Receiver<u64>,
+) {
+    let hub = Arc::downgrade(hub);
+    tokio::spawn(run(
+        backend,
+        hub,
+        requests,
+        connect,
+        connect_timeout,
+        Some(reset),
+    ));
+}
+
+/// Resolves when `reset` changes; never without one (or once its sender is gone).
+async fn reset_signal(reset: &mut Option<watch::Receiver<u64>>) {
+    match reset {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                *reset = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 async fn run(
@@ -40,10 +75,15 @@ async fn run(
     mut requests: mpsc::UnboundedReceiver<SubscribeRequest>,
     connect: Connector,
     connect_timeout: Duration,
+    mut reset: Option<watch::Receiver<u64>>,
 ) {
     let mut backoff = Duration::from_millis(20);
     let mut pending: Vec<SubscribeRequest> = Vec::new();
     loop {
+        // Changes from here on are after the connector looked: they call for a reconnect.
+        if let Some(r) = reset.as_mut() {
+            r.borrow_and_update();
+        }
         let pubsub = match tokio::time::timeout(connect_timeout, connect()).await {
             Ok(Ok(p)) => p,
             failed => {
@@ -58,6 +98,7 @@ async fn run(
                 loop {
                     tokio::select! {
                         _ = &mut sleep => break,
+                        _ = reset_signal(&mut reset) => break,
                         r = requests.recv() => match r {
                             Some(r) => pending.push(r),
                             None => return,
@@ -119,6 +160,10 @@ async fn run(
                     Some(r) => todo.push(r),
                     None => return,
                 },
+                _ = reset_signal(&mut reset) => {
+                    tracing::info!(backend = %backend, "distlock: the server moved; subscribing on the new one");
+                    break 'connected;
+                }
                 _ = sweep.tick() => {
                     let Some(h) = hub.upgrade() else { return };
                     let idle = h.sweep();

@@ -76,29 +76,33 @@ async fn renew_all(backend: &Backend) -> bool {
     for chunk in leases.chunks(BATCH) {
         let items: Vec<_> = chunk.iter().map(|l| (&l.keys, l.owner)).collect();
         let sent = Instant::now();
-        match backend.renew(&items, lease_len).await {
-            Ok(renewed) => {
-                for (lease, ok) in chunk.iter().zip(renewed) {
-                    if ok {
-                        lease.renewed_until(sent + lease_len);
-                    } else {
-                        lease.mark_lost("the lock was gone when the watchdog renewed it".into());
-                    }
+        // Each lease has its own outcome: on a cluster, a master that is down (failing over)
+        // does not hold up the leases on the others.
+        let results = backend.renew_each(&items, lease_len).await;
+        let now = Instant::now();
+        let mut failures = 0usize;
+        let mut last_error = None;
+        for (lease, result) in chunk.iter().zip(results) {
+            match result {
+                Ok(true) => lease.renewed_until(sent + backend.validity(lease_len)),
+                Ok(false) => {
+                    lease.mark_lost("the lock was gone when the watchdog renewed it".into());
                 }
-            }
-            Err(e) => {
-                failed = true;
-                let now = Instant::now();
-                for lease in chunk {
+                Err(e) => {
+                    failures += 1;
                     if lease.expires_at() <= now {
                         lease.mark_lost(format!(
                             "the watchdog could not renew it before it expired: {e}"
                         ));
                     }
+                    last_error = Some(e);
                 }
-                tracing::warn!(backend = %backend.name, leases = chunk.len(), error = %e,
-                    "distlock: lease renewal failed; retrying");
             }
+        }
+        if let Some(e) = last_error {
+            failed = true;
+            tracing::warn!(backend = %backend.name, leases = chunk.len(), failures, error = %e,
+                "distlock: lease renewal failed; retrying");
         }
     }
     tracing::trace!(backend = %backend.name, leases = leases.len(), "distlock: leases renewed");

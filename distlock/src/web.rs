@@ -3,7 +3,7 @@
 //! | error | status | headers |
 //! |-------|--------|---------|
 //! | `Timeout` | 409 Conflict: someone else holds the lock; the request may be retried | `Retry-After` |
-//! | `LeaseLost`, `Backend`, `QuorumNotReached` | 503 Service Unavailable: the lock service failed, not the request | `Retry-After: 1` |
+//! | `LeaseLost`, `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed, not the request | `Retry-After: 1` |
 //! | `NotInitialized`, `NoSuchBackend`, `InvalidKey`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
 //!
 //! The body is a small JSON object: `{"error": CODE, "key": KEY, "backend": NAME, "message": TEXT}`
@@ -89,8 +89,8 @@ use crate::LockError;
 const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl LockError {
-    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `LeaseLost`, `Backend`
-    /// and `QuorumNotReached`, 500 for the rest (see the [module docs](crate::web)).
+    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `LeaseLost`, `Backend`,
+    /// `QuorumNotReached` and `ReplicationFailed`, 500 for the rest (see the [module docs](crate::web)).
     ///
     /// ```
     /// use axum::http::StatusCode;
@@ -102,7 +102,8 @@ impl LockError {
             LockError::Timeout { .. } => StatusCode::CONFLICT,
             LockError::LeaseLost { .. }
             | LockError::Backend { .. }
-            | LockError::QuorumNotReached { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | LockError::QuorumNotReached { .. }
+            | LockError::ReplicationFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
             | LockError::InvalidKey { .. }
@@ -135,6 +136,7 @@ impl LockError {
             LockError::NotInitialized => "lock_not_initialized",
             LockError::NoSuchBackend { .. } => "lock_no_such_backend",
             LockError::QuorumNotReached { .. } => "lock_quorum_not_reached",
+            LockError::ReplicationFailed { .. } => "lock_replication_failed",
             LockError::Backend { .. } => "lock_backend_unavailable",
             LockError::Unsupported { .. } => "lock_unsupported",
             LockError::InvalidKey { .. } => "lock_invalid_key",
@@ -152,6 +154,9 @@ impl LockError {
             }
             LockError::QuorumNotReached { key, .. } => {
                 format!("lock `{key}` could not be acquired: too few lock servers answered")
+            }
+            LockError::ReplicationFailed { key, .. } => {
+                format!("lock `{key}` could not be acquired safely: its replicas did not confirm it; try again")
             }
             LockError::Backend { .. } => "the lock service is unavailable".to_owned(),
             _ => "internal lock error".to_owned(),
@@ -309,6 +314,15 @@ mod tests {
                 granted: 1,
                 needed: 2,
                 nodes: 3,
+            },
+            LockError::ReplicationFailed {
+                key: "order:42".into(),
+                backend: "ha".into(),
+                address: "10.1.2.3:6379".into(),
+                acked: 0,
+                needed: 1,
+                timeout: Duration::from_secs(1),
+                released: true,
             },
         ];
         for e in errors {

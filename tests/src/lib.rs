@@ -20,9 +20,11 @@
 //! servers: a test never skips silently because no server is up.
 //!
 //! Tests that kill and restart servers own a private [`RedisProcess`] instead
-//! (ports 17400..17499). [`resp_command`] talks RESP2 over a plain
+//! (ports 17400..17499), or a whole private cluster or sentinel group from [`topology`]. [`resp_command`] talks RESP2 over a plain
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
+
+pub mod topology;
 
 use std::fmt;
 use std::fs::{self, File};
@@ -409,6 +411,48 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+/// Ports of 17400..17499 handed out in this process: never handed out twice.
+static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// Offset by which a cluster node's bus port follows its client port.
+pub const CLUSTER_BUS_OFFSET: u16 = 10000;
+
+/// A port of the private range (17400..17499) that nothing listens on now and that this
+/// process has not handed out before (to a [`RedisProcess`] or a private topology of
+/// [`topology`]), with its cluster bus port (+10000) free too.
+///
+/// Concurrent test binaries are spread over the range by their pid.
+///
+/// # Panics
+/// If the whole range is in use.
+pub fn allocate_port() -> u16 {
+    try_allocate_port().unwrap_or_else(|| {
+        panic!(
+            "no free port in {}..{} (and +{CLUSTER_BUS_OFFSET} for the cluster bus)",
+            PRIVATE_PORT_BASE,
+            PRIVATE_PORT_BASE + PRIVATE_PORT_COUNT - 1
+        )
+    })
+}
+
+fn try_allocate_port() -> Option<u16> {
+    let offset = std::process::id().wrapping_mul(7);
+    for _ in 0..PRIVATE_PORT_COUNT {
+        let n = offset.wrapping_add(NEXT_PORT.fetch_add(1, Ordering::Relaxed));
+        let port = PRIVATE_PORT_BASE + (n % u32::from(PRIVATE_PORT_COUNT)) as u16;
+        let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.contains(&port) {
+            continue;
+        }
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if !free(port) || !free(port + CLUSTER_BUS_OFFSET) {
+            continue;
+        }
+        taken.push(port);
+        return Some(port);
+    }
+    None
+}
 
 /// A private `redis-server` owned by one test, for tests that kill, stop and
 /// restart servers without disturbing the shared topologies.
@@ -456,15 +500,12 @@ impl RedisProcess {
             child: None,
         };
         // Spread concurrent test binaries over the range by pid; within one
-        // binary, parallel tests take consecutive ports.
-        let offset = std::process::id().wrapping_mul(7);
+        // binary, parallel tests take distinct ports (see `allocate_port`).
         let mut last_error = String::new();
         for _ in 0..PRIVATE_PORT_COUNT {
-            let n = offset.wrapping_add(NEXT_PORT.fetch_add(1, Ordering::Relaxed));
-            let port = PRIVATE_PORT_BASE + (n % u32::from(PRIVATE_PORT_COUNT)) as u16;
-            if TcpListener::bind(("127.0.0.1", port)).is_err() {
-                continue;
-            }
+            let Some(port) = try_allocate_port() else {
+                break;
+            };
             process.port = port;
             match process.launch() {
                 Ok(()) => return process,
@@ -478,6 +519,36 @@ impl RedisProcess {
             PRIVATE_PORT_BASE,
             PRIVATE_PORT_BASE + PRIVATE_PORT_COUNT - 1
         );
+    }
+
+    /// Start a server on `port` (from [`allocate_port`]) with extra arguments, and wait
+    /// until it answers `PING`.
+    ///
+    /// # Panics
+    /// If it does not come up within 10 s (the message shows the end of its log).
+    pub fn start_on_port(port: u16, extra_args: &[&str]) -> RedisProcess {
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-redis-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let mut process = RedisProcess {
+            port,
+            dir,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        if let Err(e) = process.launch() {
+            panic!("{e}");
+        }
+        process
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Spawn the server on `self.port` and wait for it to answer `PING`.

@@ -1,8 +1,11 @@
 //! Backends: where locks live. Each backend has a driver (the protocol on one kind of
 //! store), a wake-up hub and a watchdog.
 
+pub(crate) mod cluster;
 pub(crate) mod memory;
+pub(crate) mod quorum;
 pub(crate) mod redis;
+pub(crate) mod sentinel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +27,15 @@ pub(crate) enum Attempt {
     Reentered,
     /// Held by another owner, for this much longer (`None`: no expiry set).
     Held { ttl: Option<Duration> },
+    /// redlock/multi: too few nodes granted it (what was granted is released again); try
+    /// again after `retry_in`. `busy`: every node answered, and others held it on some.
+    NoQuorum {
+        granted: usize,
+        needed: usize,
+        nodes: usize,
+        busy: bool,
+        retry_in: Duration,
+    },
 }
 
 /// What one release did.
@@ -41,6 +53,7 @@ pub(crate) enum Released {
 pub(crate) enum Driver {
     Redis(redis::RedisDriver),
     Memory(memory::MemoryDriver),
+    Quorum(quorum::QuorumDriver),
 }
 
 /// One configured backend.
@@ -92,7 +105,7 @@ impl Backend {
                     address: url.address.clone(),
                     source,
                 };
-                let client = ::redis::Client::open(url.url.as_str()).map_err(connect_err)?;
+                let client = redis::client(&url.url).map_err(connect_err)?;
                 let driver = redis::RedisDriver::connect(
                     client.clone(),
                     cfg.connect_timeout,
@@ -114,11 +127,123 @@ impl Backend {
                 );
                 (Driver::Redis(driver), hub, url.address.clone())
             }
-            other => {
-                return Err(unsupported(format!(
-                    "mode \"{}\" is not available yet in this version of distlock",
-                    other.name()
-                )))
+            Mode::Cluster { nodes } => {
+                if let Some(u) = nodes.iter().find(|u| u.tls) {
+                    return Err(unsupported(format!(
+                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
+                        u.address
+                    )));
+                }
+                let address = nodes
+                    .iter()
+                    .map(|u| u.address.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let connect_err = |source| InitError::Connect {
+                    backend: cfg.name.clone(),
+                    address: address.clone(),
+                    source,
+                };
+                let driver = redis::RedisDriver::connect_cluster(
+                    nodes,
+                    cfg.connect_timeout,
+                    cfg.response_timeout,
+                )
+                .await
+                .map_err(connect_err)?;
+                let (hub, requests) = Hub::subscribed();
+                cluster::spawn_subscriber(
+                    name.clone(),
+                    &hub,
+                    requests,
+                    nodes,
+                    cfg.connect_timeout,
+                    cfg.response_timeout,
+                )
+                .await
+                .map_err(connect_err)?;
+                (Driver::Redis(driver), hub, address)
+            }
+            Mode::Sentinel {
+                master_name,
+                sentinels,
+                sync_replicas,
+                sync_timeout,
+            } => {
+                if let Some(u) = sentinels.iter().find(|u| u.tls) {
+                    return Err(unsupported(format!(
+                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
+                        u.address
+                    )));
+                }
+                let sync = (*sync_replicas > 0).then_some(redis::SyncReplicas {
+                    needed: *sync_replicas,
+                    timeout: *sync_timeout,
+                });
+                let master = sentinel::SentinelMaster::connect(
+                    name.clone(),
+                    master_name,
+                    sentinels,
+                    cfg.connect_timeout,
+                    cfg.response_timeout,
+                    sync.map(|s| s.timeout),
+                )
+                .await
+                .map_err(|(address, source)| InitError::Connect {
+                    backend: cfg.name.clone(),
+                    address,
+                    source,
+                })?;
+                let (hub, requests) = Hub::subscribed();
+                crate::subscriber::spawn_with_reset(
+                    name.clone(),
+                    &hub,
+                    requests,
+                    master.pubsub_connector(),
+                    cfg.connect_timeout,
+                    master.changes(),
+                );
+                let address = format!(
+                    "{master_name} via {}",
+                    sentinels
+                        .iter()
+                        .map(|u| u.address.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                let driver = redis::RedisDriver::sentinel(master, cfg.response_timeout, sync);
+                (Driver::Redis(driver), hub, address)
+            }
+            Mode::Redlock { nodes, quorum } | Mode::Multi { nodes, quorum } => {
+                if let Some(u) = nodes.iter().find(|u| u.tls) {
+                    return Err(unsupported(format!(
+                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
+                        u.address
+                    )));
+                }
+                let kind = match &cfg.mode {
+                    Mode::Multi { .. } => quorum::QuorumKind::Multi,
+                    _ => quorum::QuorumKind::Redlock,
+                };
+                let (hub, requests) = Hub::subscribed();
+                let driver = quorum::QuorumDriver::connect(
+                    &name,
+                    kind,
+                    nodes,
+                    *quorum,
+                    cfg.connect_timeout,
+                    cfg.response_timeout,
+                    &hub,
+                    requests,
+                )
+                .await
+                .map_err(|(address, source)| InitError::Connect {
+                    backend: cfg.name.clone(),
+                    address,
+                    source,
+                })?;
+                let address = driver.addresses();
+                (Driver::Quorum(driver), hub, address)
             }
         };
         let backend = Arc::new(Backend {
@@ -136,10 +261,37 @@ impl Backend {
         Ok(backend)
     }
 
+    /// The address errors name: the current master's for sentinel, else `address`.
+    fn error_address(&self) -> String {
+        match &self.driver {
+            Driver::Redis(r) => r.current_address().unwrap_or_else(|| self.address.clone()),
+            _ => self.address.clone(),
+        }
+    }
+
+    /// How long a lease of `lease` granted now is valid, as far as this process can tell:
+    /// less the clock drift allowance on the quorum backends.
+    pub fn validity(&self, lease: Duration) -> Duration {
+        match &self.driver {
+            Driver::Quorum(q) => q.validity(lease),
+            _ => lease,
+        }
+    }
+
+    /// A quorum backend's node failed.
+    fn node_error(&self, key: Option<&str>, e: quorum::NodeError) -> LockError {
+        LockError::Backend {
+            backend: self.name.to_string(),
+            address: e.address,
+            key: key.map(str::to_owned),
+            source: e.source,
+        }
+    }
+
     fn backend_error(&self, key: Option<&str>, source: ::redis::RedisError) -> LockError {
         LockError::Backend {
             backend: self.name.to_string(),
-            address: self.address.clone(),
+            address: self.error_address(),
             key: key.map(str::to_owned),
             source,
         }
@@ -153,10 +305,25 @@ impl Backend {
     ) -> Result<Attempt, LockError> {
         match &self.driver {
             Driver::Memory(m) => Ok(m.acquire(keys, owner, lease)),
-            Driver::Redis(r) => r
-                .acquire(keys, owner, lease)
-                .await
-                .map_err(|e| self.backend_error(Some(&keys.user), e)),
+            Driver::Redis(r) => match r.acquire_checked(keys, owner, lease).await {
+                Ok(a) => Ok(a),
+                Err(redis::AcquireError::Redis(e)) => Err(self.backend_error(Some(&keys.user), e)),
+                Err(redis::AcquireError::NotReplicated {
+                    acked,
+                    needed,
+                    timeout,
+                    released,
+                }) => Err(LockError::ReplicationFailed {
+                    key: keys.user.clone(),
+                    backend: self.name.to_string(),
+                    address: self.error_address(),
+                    acked,
+                    needed,
+                    timeout,
+                    released,
+                }),
+            },
+            Driver::Quorum(q) => Ok(q.acquire(keys, owner, lease).await),
         }
     }
 
@@ -167,6 +334,10 @@ impl Backend {
                 .release(keys, owner)
                 .await
                 .map_err(|e| self.backend_error(Some(&keys.user), e)),
+            Driver::Quorum(q) => q
+                .release(keys, owner)
+                .await
+                .map_err(|e| self.node_error(Some(&keys.user), e)),
         }
     }
 
@@ -181,6 +352,40 @@ impl Backend {
                 .renew(items, lease)
                 .await
                 .map_err(|e| self.backend_error(None, e)),
+            Driver::Quorum(q) => q
+                .renew_each(items, lease)
+                .await
+                .into_iter()
+                .map(|r| r.map_err(|e| self.node_error(None, e)))
+                .collect(),
+        }
+    }
+
+    /// Renew many leases, each with its own outcome: `Ok(true)` renewed, `Ok(false)` the
+    /// lock was gone, `Err` not known (Redis failed for it). A cluster answers per item, so
+    /// a master that is down does not hold up the leases on the others.
+    pub async fn renew_each(
+        &self,
+        items: &[(&LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> Vec<Result<bool, LockError>> {
+        match &self.driver {
+            Driver::Redis(r) if r.renews_per_item() => r
+                .renew_each(items, lease)
+                .await
+                .into_iter()
+                .map(|r| r.map_err(|e| self.backend_error(None, e)))
+                .collect(),
+            Driver::Quorum(q) => q
+                .renew_each(items, lease)
+                .await
+                .into_iter()
+                .map(|r| r.map_err(|e| self.node_error(None, e)))
+                .collect(),
+            _ => match self.renew(items, lease).await {
+                Ok(v) => v.into_iter().map(Ok).collect(),
+                Err(e) => items.iter().map(|_| Err(e.clone())).collect(),
+            },
         }
     }
 
@@ -191,6 +396,10 @@ impl Backend {
                 .force_release(keys)
                 .await
                 .map_err(|e| self.backend_error(Some(&keys.user), e)),
+            Driver::Quorum(q) => q
+                .force_release(keys)
+                .await
+                .map_err(|e| self.node_error(Some(&keys.user), e)),
         }
     }
 
@@ -202,6 +411,10 @@ impl Backend {
                 .next_sequence(key, ttl)
                 .await
                 .map_err(|e| self.backend_error(Some(key), e)),
+            Driver::Quorum(q) => q
+                .next_sequence(key, ttl)
+                .await
+                .map_err(|e| self.node_error(Some(key), e)),
         }
     }
 
@@ -211,7 +424,7 @@ impl Backend {
             Driver::Memory(m) => {
                 m.release(&keys, owner);
             }
-            Driver::Redis(_) => {
+            Driver::Redis(_) | Driver::Quorum(_) => {
                 let backend = self.clone();
                 // On a runtime that is shutting down the task is dropped, and the lease
                 // runs out on its own.

@@ -1,0 +1,549 @@
+//! The reentrant lock on a real Redis Cluster (`mode = "cluster"`).
+//!
+//! The non-destructive tests use the shared 3-master + 3-replica cluster of
+//! `scripts/servers.sh` (`DISTLOCK_TEST_CLUSTER`); the failover test starts a private
+//! cluster of its own (ports 17400..17499) and SIGKILLs one of its masters.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{InitError, Lease, LockError, Registry};
+use distlock_tests::topology::{keyslot, master_of_slot, role, PrivateCluster};
+use distlock_tests::{addr_of, cluster_urls, resp_command, RespValue};
+
+fn config(urls: &[String], watchdog: &str, response_timeout: &str) -> String {
+    let nodes = urls
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\n[backends.main]\nmode = \"cluster\"\nnodes = [{nodes}]\nresponse_timeout = \"{response_timeout}\"\nconnect_timeout = \"500ms\"\n"
+    )
+}
+
+async fn registry() -> Registry {
+    Registry::from_str(&config(&cluster_urls(), "1s", "500ms"))
+        .await
+        .expect("connect to the test cluster")
+}
+
+fn addrs(urls: &[String]) -> Vec<String> {
+    urls.iter().map(|u| addr_of(u)).collect()
+}
+
+/// The Redis name of the lock hash of `key` (prefix `lock:`, no braces in `key`).
+fn hash_name(key: &str) -> String {
+    format!("lock:{{{key}}}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion() {
+    exclusion_16_tasks(&registry().await).await;
+}
+
+#[tokio::test]
+async fn try_acquire_and_timeout() {
+    try_and_timeout(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_handed_the_lock_promptly() {
+    let reg = registry().await;
+    let mut times = hand_off(&reg, 50).await;
+    let p50 = percentile(&mut times, 0.5);
+    let max = percentile(&mut times, 1.0);
+    println!("cluster: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
+    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
+    assert!(max < Duration::from_millis(100), "max {max:?}");
+}
+
+#[tokio::test]
+async fn auto_lease_is_renewed() {
+    auto_lease_outlives_watchdog(&registry().await).await;
+}
+
+#[tokio::test]
+async fn fixed_lease_runs_out() {
+    fixed_lease_expires(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing() {
+    fencing_tokens_grow(&registry().await).await;
+}
+
+#[tokio::test]
+async fn lost_when_deleted_behind_its_back() {
+    deleted_lock_is_lost(&registry().await).await;
+}
+
+#[tokio::test]
+async fn dropped_guard_is_released() {
+    dropped_guard_frees(&registry().await).await;
+}
+
+#[tokio::test]
+async fn reentrant_in_task_scope() {
+    reentrancy(&registry().await).await;
+}
+
+#[tokio::test]
+async fn run_holds_and_releases() {
+    run_releases(&registry().await).await;
+}
+
+#[tokio::test]
+async fn error_messages() {
+    errors_name_things(&registry().await).await;
+}
+
+/// Many auto leases on all three masters are renewed together (concurrent EVALSHAs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_auto_leases_on_every_master_are_renewed() {
+    let reg = registry().await;
+    let base = unique("many");
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(
+            reg.lock(format!("{base}:{i}"))
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    assert_eq!(reg.watched_leases("main"), Some(200));
+    // Three watchdog periods of 1/3 s, and some: every lease has been renewed several times.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for g in &guards {
+        assert!(g.is_held(), "{} lost", g.key());
+    }
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// The locks of many keys are spread over all three masters, each lock's keys (hash and
+/// fence counter) on the master that serves their slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_over_every_master() {
+    let urls = cluster_urls();
+    let nodes = addrs(&urls);
+    let reg = registry().await;
+    let base = unique("spread");
+    let keys: Vec<String> = (0..60).map(|i| format!("{base}:{i}")).collect();
+    let mut guards = Vec::new();
+    for k in &keys {
+        guards.push(reg.lock(k.as_str()).acquire().await.expect("acquire"));
+    }
+    let mut per_master: BTreeMap<String, usize> = BTreeMap::new();
+    for (k, g) in keys.iter().zip(&guards) {
+        let hash = hash_name(k);
+        let fence = format!("{hash}:fence");
+        let slot = keyslot(&nodes, &hash);
+        assert_eq!(keyslot(&nodes, &fence), slot, "hash and fence share a slot");
+        assert_eq!(
+            keyslot(&nodes, &format!("{hash}:released")),
+            slot,
+            "and so does the channel name"
+        );
+        let master = master_of_slot(&nodes, slot).expect("a master serves the slot");
+        let exists = resp_command(&master, &["EXISTS", &hash]).expect("EXISTS");
+        assert_eq!(exists.as_int(), Some(1), "{hash} on {master} (slot {slot})");
+        let fence_v = resp_command(&master, &["GET", &fence]).expect("GET");
+        assert_eq!(
+            fence_v.as_str(),
+            Some(g.fencing_token().to_string().as_str()),
+            "fence counter of {k} next to its hash on {master}"
+        );
+        *per_master.entry(master).or_default() += 1;
+    }
+    println!("cluster: 60 locks per master: {per_master:?}");
+    assert_eq!(
+        per_master.len(),
+        3,
+        "the keys must spread over all three masters: {per_master:?}"
+    );
+    for g in guards {
+        g.release().await.expect("release");
+    }
+}
+
+/// A user key with braces gets a hash tag of its own: one slot per lock, and it locks.
+#[tokio::test]
+async fn user_key_with_braces_locks_correctly() {
+    let nodes = addrs(&cluster_urls());
+    let reg = registry().await;
+    let base = unique("braces");
+    let key = format!("cart{{{base}}}:items");
+    let other = format!("cart{{{base}}}:other");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_none(),
+        "held"
+    );
+    // Another key with the same user braces is another lock.
+    let g2 = reg
+        .lock(other.as_str())
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("another key is another lock");
+    // Find the lock hash on the cluster: lock:{#HASH}KEY, and its fence in the same slot.
+    let mut found = None;
+    for master in nodes
+        .iter()
+        .filter(|a| role(a).as_deref() == Some("master"))
+    {
+        if let Ok(RespValue::Array(names)) =
+            resp_command(master, &["KEYS", &format!("lock:{{#*}}{key}")])
+        {
+            if let Some(name) = names.first().and_then(RespValue::as_str) {
+                found = Some(name.to_owned());
+            }
+        }
+    }
+    let hash = found.expect("the lock hash lock:{#...}KEY exists on a master");
+    assert_eq!(
+        keyslot(&nodes, &format!("{hash}:fence")),
+        keyslot(&nodes, &hash)
+    );
+    g2.release().await.expect("release");
+    g.release().await.expect("release");
+    assert!(reg
+        .lock(key.as_str())
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_some());
+}
+
+/// Init fails naming the backend and the addresses when no node answers.
+#[tokio::test]
+async fn unreachable_nodes_fail_init() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let start = Instant::now();
+    let err = Registry::from_str(&config(&[url], "1s", "500ms"))
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(err, InitError::Connect { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("`main`"), "{msg}");
+    assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
+}
+
+/// Two registries (two "processes") on the cluster exclude each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_registries_exclude_each_other() {
+    let (a, b) = (registry().await, registry().await);
+    let key = unique("two");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for reg in [a, b] {
+        for _ in 0..4 {
+            let (reg, key, inside) = (reg.clone(), key.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = reg
+                        .lock(key.as_str())
+                        .wait(Duration::from_secs(10))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "overlap");
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+}
+
+// ------------------------------------------------------------------ failover (private cluster)
+
+/// How a waiter across the failover ended.
+#[derive(Debug)]
+enum Outcome {
+    Acquired,
+    TimedOut,
+    BackendError,
+}
+
+/// SIGKILL a master while locks on it are held and others wait on them: the process keeps
+/// working once its replica takes over, and no call hangs beyond its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_failover_is_survived() {
+    let mut cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let response_timeout = Duration::from_millis(500);
+    let reg = Registry::from_str(&config(&cluster.urls(), "5s", "500ms"))
+        .await
+        .expect("connect to the private cluster");
+    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr()).collect();
+    let victim = cluster.nodes[0].addr();
+    assert_eq!(
+        role(&victim).as_deref(),
+        Some("master"),
+        "node 0 starts as a master"
+    );
+
+    // Keys served by the victim, and one served by another master.
+    let base = unique("failover");
+    let mut on_victim = Vec::new();
+    let mut elsewhere = None;
+    for i in 0.. {
+        let key = format!("{base}:{i}");
+        let master = master_of_slot(&nodes, keyslot(&nodes, &hash_name(&key))).expect("slot map");
+        if master == victim {
+            if on_victim.len() < 5 {
+                on_victim.push(key);
+            }
+        } else if elsewhere.is_none() {
+            elsewhere = Some(key);
+        }
+        if on_victim.len() == 5 && elsewhere.is_some() {
+            break;
+        }
+    }
+    let elsewhere = elsewhere.expect("a key on another master");
+    let probe_key = on_victim.pop().expect("a probe key");
+    let short_key = on_victim.pop().expect("a key for a short lease");
+
+    // Hold three locks on the victim, and one elsewhere; a waiter on each victim lock.
+    // A second process whose auto leases (1 s) are shorter than the failover.
+    let short = Registry::from_str(&config(&cluster.urls(), "1s", "500ms"))
+        .await
+        .expect("connect to the private cluster");
+    let short_guard = short
+        .lock(short_key.as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire a short lease");
+    let mut holders = Vec::new();
+    for k in &on_victim {
+        holders.push(
+            reg.lock(k.as_str())
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    let other_holder = reg
+        .lock(elsewhere.as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire elsewhere");
+    // Give the replica time to receive the writes (asynchronous replication).
+    let victim_replica = nodes
+        .iter()
+        .find(|a| {
+            role(a).as_deref() == Some("slave")
+                && distlock_tests::topology::info_field(a, "replication", "master_port").as_deref()
+                    == victim.rsplit(':').next()
+        })
+        .cloned()
+        .expect("the victim's replica");
+    // (A replica answers MOVED to plain reads: compare replication offsets instead.)
+    let offset = |addr: &str| {
+        distlock_tests::topology::info_field(addr, "replication", "master_repl_offset")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-1)
+    };
+    let written = offset(&victim);
+    distlock_tests::wait_until(
+        Duration::from_secs(5),
+        "the replica to have the locks",
+        || offset(&victim_replica) >= written,
+    );
+    let wait = Duration::from_secs(8);
+    let mut waiters = Vec::new();
+    for k in &on_victim {
+        let (reg, k) = (reg.clone(), k.clone());
+        waiters.push(tokio::spawn(async move {
+            let start = Instant::now();
+            let r = reg.lock(k.as_str()).wait(wait).acquire().await;
+            let took = start.elapsed();
+            let outcome = match r {
+                Ok(g) => {
+                    g.release().await.ok();
+                    Outcome::Acquired
+                }
+                Err(LockError::Timeout { .. }) => Outcome::TimedOut,
+                Err(LockError::Backend { .. }) => Outcome::BackendError,
+                Err(e) => panic!("unexpected error for a waiter: {e}"),
+            };
+            (outcome, took)
+        }));
+    }
+    let start = Instant::now();
+    while reg.waiting("main").unwrap_or(0) < on_victim.len() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waiters never slept"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Crash the master.
+    let killed = Instant::now();
+    cluster.nodes[0].kill(); // SIGKILL and reap: a few ms
+                             // When the replica reports itself master (for the report: the cluster's own part).
+    let promoted = {
+        let replica = victim_replica.clone();
+        tokio::task::spawn_blocking(move || {
+            distlock_tests::wait_until(Duration::from_secs(20), "the replica's promotion", || {
+                role(&replica).as_deref() == Some("master")
+            });
+            killed.elapsed()
+        })
+    };
+
+    // Probe the victim's slots until a lock works again; no call may hang.
+    let mut failures = 0;
+    let mut other_failures = 0;
+    let mut other_error = String::new();
+    let mut slowest = Duration::ZERO;
+    let gap = loop {
+        let t = Instant::now();
+        let r = reg.lock(probe_key.as_str()).try_acquire().await;
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            took <= response_timeout + Duration::from_millis(300),
+            "a try_acquire took {took:?} (response_timeout {response_timeout:?})"
+        );
+        match r {
+            Ok(Some(g)) => {
+                g.release().await.expect("release after the failover");
+                break killed.elapsed();
+            }
+            Ok(None) => panic!("nobody holds the probe key"),
+            Err(LockError::Backend { backend, .. }) => {
+                assert_eq!(backend, "main");
+                failures += 1;
+            }
+            Err(e) => panic!("expected a Backend error during the failover, got {e}"),
+        }
+        // Locks on the other masters keep working meanwhile (or fail cleanly).
+        let t = Instant::now();
+        match reg.lock(elsewhere.as_str()).try_acquire().await {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("the other master lost a held lock"),
+            Err(e) => {
+                other_failures += 1;
+                other_error = e.to_string();
+            }
+        }
+        assert!(t.elapsed() <= response_timeout + Duration::from_millis(300));
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the victim's slots did not work again within 20 s ({failures} failed attempts)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let new_master = master_of_slot(&nodes[1..], keyslot(&nodes[1..], &hash_name(&probe_key)))
+        .expect("slot map after the failover");
+    assert_ne!(new_master, victim, "the replica took over");
+    let promoted = promoted.await.expect("promotion poll");
+    println!(
+        "cluster failover: the replica promoted itself {promoted:?} after SIGKILL; \
+         locks on the killed master's slots work again {gap:?} after SIGKILL \
+         ({failures} failed probes, slowest call {slowest:?}; {other_failures} failures on another master meanwhile {other_error:?}); new master {new_master}"
+    );
+
+    // Let the watchdog run on the new master (renewal every 5s / 3).
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let mut kept = 0;
+    let mut lost = 0;
+    for g in &holders {
+        if g.is_held() {
+            // Held as far as we know: then the new master has it, and it is exclusive.
+            let exists =
+                resp_command(&new_master, &["EXISTS", &hash_name(g.key())]).expect("EXISTS");
+            assert_eq!(
+                exists.as_int(),
+                Some(1),
+                "{} held but not on the new master",
+                g.key()
+            );
+            kept += 1;
+        } else {
+            let e = tokio::time::timeout(Duration::from_millis(10), g.lost())
+                .await
+                .expect("not held means reported lost");
+            assert!(matches!(e, LockError::LeaseLost { .. }), "{e}");
+            lost += 1;
+        }
+    }
+    assert!(
+        other_holder.is_held(),
+        "a lease on another master is unaffected"
+    );
+    println!("cluster failover: auto leases on the killed master: {kept} kept renewing on the new master, {lost} reported lost");
+    // The 1 s lease could not be renewed during the failover: reported lost, not held.
+    assert!(
+        !short_guard.is_held(),
+        "a 1 s lease cannot outlive a 2 s failover"
+    );
+    let e = tokio::time::timeout(Duration::from_millis(10), short_guard.lost())
+        .await
+        .expect("reported lost");
+    println!("cluster failover: the 1 s auto lease of another registry: {e}");
+
+    // Free them: the waiters get the locks (or have ended cleanly already).
+    for g in holders {
+        let _ = g.release().await;
+    }
+    other_holder.release().await.expect("release elsewhere");
+    let mut outcomes = Vec::new();
+    for w in waiters {
+        let (outcome, took) = w.await.expect("waiter");
+        assert!(
+            took <= wait + response_timeout + Duration::from_millis(300),
+            "a waiter took {took:?} (wait {wait:?})"
+        );
+        outcomes.push((outcome, took));
+    }
+    println!("cluster failover: waiters: {outcomes:?}");
+    let mut seen = HashSet::new();
+    for (o, _) in &outcomes {
+        seen.insert(format!("{o:?}"));
+    }
+    assert!(
+        outcomes.iter().all(|(o, _)| matches!(
+            o,
+            Outcome::Acquired | Outcome::TimedOut | Outcome::BackendError
+        )),
+        "{seen:?}"
+    );
+    // The process works normally again.
+    exclusion_16_tasks(&reg).await;
+}

@@ -1,0 +1,495 @@
+//! `mode = "redlock"`: a lock on a majority of 5 independent masters.
+//!
+//! Non-destructive tests run on the shared masters (`DISTLOCK_TEST_REDLOCK`, 17201..17205,
+//! started by `scripts/test.sh`); tests that kill, restart or stall nodes own private
+//! servers ([`RedisProcess`]).
+
+mod common;
+mod quorum_common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{InitError, Lease, LockError, Registry};
+use distlock_tests::{addr_of, redlock_urls, resp_command, resp_command_timeout, RedisProcess};
+use quorum_common::*;
+
+async fn registry() -> Registry {
+    connect("redlock", &redlock_urls(), "200ms").await
+}
+
+/// 16 tasks x 10 locked, non-atomic read-modify-writes never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion() {
+    let reg = registry().await;
+    let key = unique("exclusion");
+    let counter = Arc::new(std::sync::Mutex::new(0u64));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (reg, key, counter, inside) =
+                (reg.clone(), key.clone(), counter.clone(), inside.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = reg
+                        .lock(key.as_str())
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    let v = *counter.lock().unwrap();
+                    tokio::task::yield_now().await;
+                    *counter.lock().unwrap() = v + 1;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(*counter.lock().unwrap(), 160);
+    println!("redlock: 16 tasks x 10 sections in {:?}", start.elapsed());
+}
+
+#[tokio::test]
+async fn try_acquire_and_timeout() {
+    try_and_timeout(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_handed_the_lock_promptly() {
+    let reg = registry().await;
+    let mut times = hand_off(&reg, 50).await;
+    let p50 = percentile(&mut times, 0.5);
+    let max = percentile(&mut times, 1.0);
+    println!("redlock: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
+    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
+    assert!(max < Duration::from_millis(100), "max {max:?}");
+}
+
+#[tokio::test]
+async fn auto_lease_is_renewed() {
+    auto_lease_outlives_watchdog(&registry().await).await;
+}
+
+#[tokio::test]
+async fn fixed_lease_runs_out() {
+    fixed_lease_expires(&registry().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing() {
+    fencing_tokens_grow(&registry().await).await;
+}
+
+#[tokio::test]
+async fn lost_when_deleted_behind_its_back() {
+    deleted_lock_is_lost(&registry().await).await;
+}
+
+#[tokio::test]
+async fn dropped_guard_is_released() {
+    dropped_guard_frees(&registry().await).await;
+}
+
+#[tokio::test]
+async fn reentrant_in_task_scope() {
+    reentrancy(&registry().await).await;
+}
+
+#[tokio::test]
+async fn run_holds_and_releases() {
+    run_releases(&registry().await).await;
+}
+
+#[tokio::test]
+async fn error_messages() {
+    errors_name_things(&registry().await).await;
+}
+
+/// Unique ids (`distlock::ids`) work on redlock too: distinct across concurrent tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_are_unique() {
+    let reg = registry().await;
+    let name = unique("ids");
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let ids = distlock::ids::IdGenerator::new(name.as_str()).registry(reg.clone());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for _ in 0..25 {
+                    got.push(ids.next().await.expect("id"));
+                }
+                assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "ids repeated");
+}
+
+/// One owner, the same hash on every node with its lease, the same fencing counter; a
+/// release leaves no hash behind anywhere.
+#[tokio::test]
+async fn layout_on_every_node() {
+    let reg = registry().await;
+    let urls = redlock_urls();
+    let key = unique("layout");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let mut owners = Vec::new();
+    for url in &urls {
+        let fields = on(url, &["HGETALL", &hash_of(&key)]);
+        let fields = fields.as_array().expect("a hash").to_vec();
+        assert_eq!(fields.len(), 2, "one owner on {url}: {fields:?}");
+        assert_eq!(fields[1].as_str(), Some("1"), "count 1 on {url}");
+        owners.push(fields[0].as_str().expect("owner").to_string());
+        let ttl = on(url, &["PTTL", &hash_of(&key)]).as_int().expect("pttl");
+        assert!(ttl > 0 && ttl <= 1000, "lease on {url}: {ttl}");
+        assert_eq!(fence_on(url, &key), g.fencing_token(), "fence on {url}");
+    }
+    assert!(owners.windows(2).all(|w| w[0] == w[1]), "{owners:?}");
+    g.release().await.expect("release");
+    for url in &urls {
+        assert!(!holds(url, &key), "released on {url}");
+    }
+}
+
+/// The token is the largest counter among the granting nodes, and the lagging ones are
+/// raised to it, so a quorum has counters >= the token: a later holder granted by other
+/// nodes still gets a larger token.
+#[tokio::test]
+async fn fencing_counters_are_raised_to_the_token() {
+    let reg = registry().await;
+    let urls = redlock_urls();
+    let key = unique("raise");
+    let fence = format!("{}:fence", hash_of(&key));
+    // Nodes 0 and 1 are far ahead (as after many attempts that failed elsewhere).
+    for url in &urls[..2] {
+        assert!(on(url, &["SET", &fence, "100"]).is_ok());
+    }
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let first = g.fencing_token();
+    g.release().await.expect("release");
+    let at_token = urls.iter().filter(|u| fence_on(u, &key) >= first).count();
+    assert!(at_token >= 3, "a quorum at token {first}: {at_token} nodes");
+
+    // Nodes 0 and 1 held by another owner: only nodes 2..4 can grant it now.
+    for url in &urls[..2] {
+        hold_as_other(url, &key, 10_000);
+    }
+    let g = reg
+        .lock(key.as_str())
+        .acquire()
+        .await
+        .expect("acquire on 3 of 5");
+    assert!(
+        g.fencing_token() > first,
+        "token {} after {first}",
+        g.fencing_token()
+    );
+    g.release().await.expect("release");
+    for url in &urls[..2] {
+        assert_eq!(
+            on(url, &["HEXISTS", &hash_of(&key), "someone-else"]).as_int(),
+            Some(1),
+            "{url} is left to its owner"
+        );
+        on(url, &["DEL", &hash_of(&key)]);
+    }
+}
+
+/// Held by another owner on 3 of 5 nodes: granted on the 2 others only, which is no
+/// majority, so it is released there again; the error is a `Timeout` (the nodes were up).
+#[tokio::test]
+async fn minority_grant_is_released() {
+    let reg = registry().await;
+    let urls = redlock_urls();
+    let key = unique("minority");
+    for url in &urls[..3] {
+        hold_as_other(url, &key, 10_000);
+    }
+    assert!(
+        reg.lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("a busy lock is no error")
+            .is_none(),
+        "3 of 5 held by another owner"
+    );
+    for url in &urls[3..] {
+        assert!(!holds(url, &key), "the grant on {url} was released");
+    }
+    let start = Instant::now();
+    let err = reg
+        .lock(key.as_str())
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect_err("held elsewhere");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        start.elapsed()
+    );
+    for url in &urls[3..] {
+        assert!(!holds(url, &key), "the grant on {url} was released");
+    }
+    for url in &urls[..3] {
+        on(url, &["DEL", &hash_of(&key)]);
+    }
+}
+
+/// Init succeeds with 2 of 5 nodes down, locks work, and the 2 are connected in the
+/// background once they come up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_with_a_minority_down_and_connects_it_later() {
+    let shared = redlock_urls();
+    let mut down = private_servers(2);
+    for s in &mut down {
+        s.kill();
+    }
+    let mut urls = shared[..3].to_vec();
+    urls.extend(urls_of(&down));
+    let reg = connect("redlock", &urls, "200ms").await;
+    let key = unique("minority-down");
+    let g = reg
+        .lock(key.as_str())
+        .acquire()
+        .await
+        .expect("3 of 5 are enough");
+    g.release().await.expect("release");
+
+    for s in &mut down {
+        s.restart();
+    }
+    // Until the acquire script ran on the restarted nodes too (they were connected lazily):
+    // their fencing counters move.
+    let start = Instant::now();
+    loop {
+        let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        g.release().await.expect("release");
+        if down.iter().all(|s| fence_on(&s.url(), &key) > 0) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the restarted nodes were never connected"
+        );
+        // Paced by the background connection's backoff (at most 1 s).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "redlock: nodes down at start-up connected {:?} after they came up",
+        start.elapsed()
+    );
+}
+
+/// Init fails when a majority is unreachable, naming the backend and those nodes.
+#[tokio::test]
+async fn init_fails_without_a_majority() {
+    let shared = redlock_urls();
+    let dead: Vec<String> = (0..3).map(|_| dead_url()).collect();
+    let mut urls = shared[..2].to_vec();
+    urls.extend(dead.iter().cloned());
+    let start = Instant::now();
+    let err = Registry::from_str(&config("redlock", &urls, "50ms"))
+        .await
+        .expect_err("3 of 5 down");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(matches!(err, InitError::Connect { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("backend `main`"), "{msg}");
+    for url in &dead {
+        assert!(msg.contains(&addr_of(url)), "names {url}: {msg}");
+    }
+    assert!(msg.contains("3 of 5 needed"), "{msg}");
+}
+
+/// DESTRUCTIVE (private servers): 2 of 5 down, locks are still granted and an auto lease is
+/// kept; a 3rd down, `QuorumNotReached` within `wait` (no hang) and the auto lease is lost;
+/// all back, locks are granted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_two_nodes_down_not_three() {
+    let mut servers = private_servers(5);
+    let reg = connect("redlock", &urls_of(&servers), "50ms").await;
+    let held = reg
+        .lock(unique("kept").as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire");
+
+    servers[0].kill();
+    servers[1].kill();
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let g = reg
+            .lock(unique("two-down").as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect("3 of 5 grant");
+        g.release().await.expect("release");
+        worst = worst.max(start.elapsed());
+    }
+    println!("redlock: lock + unlock with 2 of 5 down: worst {worst:?}");
+    assert!(worst < Duration::from_millis(500), "{worst:?}");
+    // The auto lease (1 s) outlives its lease while renewed on 3 of 5.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(held.is_held(), "renewed on 3 of 5");
+
+    servers[2].kill();
+    let start = Instant::now();
+    let err = reg
+        .lock(unique("three-down").as_str())
+        .wait(Duration::from_millis(500))
+        .acquire()
+        .await
+        .expect_err("2 of 5 is no majority");
+    let took = start.elapsed();
+    println!("redlock: 3 of 5 down: {err} after {took:?}");
+    match &err {
+        LockError::QuorumNotReached {
+            granted,
+            needed,
+            nodes,
+            backend,
+            ..
+        } => {
+            assert_eq!((*granted, *needed, *nodes), (2, 3, 5));
+            assert_eq!(backend, "main");
+        }
+        other => panic!("expected QuorumNotReached, got {other}"),
+    }
+    assert!(
+        took >= Duration::from_millis(500),
+        "gave up early: {took:?}"
+    );
+    assert!(took < Duration::from_millis(900), "gave up late: {took:?}");
+    let start = Instant::now();
+    let err = reg
+        .lock(unique("three-down").as_str())
+        .try_acquire()
+        .await
+        .expect_err("no quorum is an error, not a busy lock");
+    assert!(matches!(err, LockError::QuorumNotReached { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let lost = tokio::time::timeout(Duration::from_secs(3), held.lost())
+        .await
+        .expect("the auto lease cannot be renewed on 2 of 5");
+    assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost}");
+
+    for s in &mut servers[..3] {
+        s.restart();
+    }
+    let took = until_granted(&reg, Duration::from_secs(10)).await;
+    println!("redlock: granted again {took:?} after the 3 nodes came back");
+}
+
+/// A node that stalls (`DEBUG SLEEP 1`) delays a lock by at most `node_timeout`, since the
+/// 4 others form a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_node_does_not_delay_the_lock() {
+    let servers: Vec<_> = (0..5)
+        .map(|_| RedisProcess::start_with_args(&["--enable-debug-command", "yes"]))
+        .collect();
+    let reg = connect("redlock", &urls_of(&servers), "100ms").await;
+    // Warm: every node connected and its scripts loaded.
+    let g = reg
+        .lock(unique("warm").as_str())
+        .acquire()
+        .await
+        .expect("acquire");
+    g.release().await.expect("release");
+
+    let slow = servers[0].addr();
+    let sleeper = {
+        let slow = slow.clone();
+        tokio::task::spawn_blocking(move || {
+            resp_command_timeout(&slow, &["DEBUG", "SLEEP", "1"], Duration::from_secs(5))
+        })
+    };
+    // Until the node is asleep: a PING gets no answer within 50 ms.
+    let start = Instant::now();
+    loop {
+        let s = slow.clone();
+        let ping = tokio::task::spawn_blocking(move || {
+            resp_command_timeout(&s, &["PING"], Duration::from_millis(50))
+        })
+        .await
+        .expect("ping");
+        if ping.is_err() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "DEBUG SLEEP never started"
+        );
+    }
+
+    let key = unique("slow");
+    let start = Instant::now();
+    let g = reg
+        .lock(key.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("4 of 5 grant");
+    let acquired = start.elapsed();
+    let start = Instant::now();
+    g.release().await.expect("release");
+    let released = start.elapsed();
+    println!(
+        "redlock: one node asleep: acquire {acquired:?}, release {released:?} (node_timeout 100ms)"
+    );
+    assert!(
+        acquired < Duration::from_millis(300),
+        "acquire took {acquired:?}"
+    );
+    assert!(
+        released < Duration::from_millis(300),
+        "release took {released:?}"
+    );
+    assert!(
+        sleeper
+            .await
+            .expect("sleeper")
+            .expect("DEBUG SLEEP")
+            .is_ok(),
+        "DEBUG SLEEP answered OK"
+    );
+    // The queued requests ran on the woken node: acquired, then released in the background.
+    let start = Instant::now();
+    while holds(&servers[0].url(), &key) {
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "left held on the slow node"
+        );
+        tokio::task::yield_now().await;
+    }
+    let _ = resp_command(&slow, &["PING"]);
+}
