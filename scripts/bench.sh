@@ -7,4 +7,4 @@ bash scripts/servers.sh stop >/dev/null 2>&1 || true
 bash scripts/servers.sh start
 trap 'bash scripts/servers.sh stop >/dev/null 2>&1 || true' EXIT INT TERM
 eval "$(bash scripts/servers.sh env)"
-cargo bench -p distlock-tests --bench locks "$@"
+cargo bench -p distlock-tests --bench locks --bench topologies --bench quorum "$@"
