@@ -28,7 +28,10 @@ struct Floor {
 
 impl Floor {
     async fn new(url: &str) -> Floor {
-        let client = redis::Client::open(url).expect("url");
+        // The same socket options distlock uses (TCP_NODELAY), so only the library differs.
+        let info = redis::IntoConnectionInfo::into_connection_info(url).expect("url");
+        let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).expect("url");
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
