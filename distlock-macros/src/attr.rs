@@ -17,6 +17,8 @@ pub(crate) struct Args {
     pub wait: Option<Duration>,
     pub lease: Option<LeaseArg>,
     pub backend: Option<LitStr>,
+    /// `kind = "..."`: `reentrant` (the default), `fair`, `read` or `write`.
+    pub kind: Option<String>,
 }
 
 /// `key = "order:<user_id>"`.
@@ -47,6 +49,7 @@ impl Parse for Args {
             wait: None,
             lease: None,
             backend: None,
+            kind: None,
         };
         // Which arguments were given, to report repeats.
         let mut seen: Vec<String> = Vec::new();
@@ -97,7 +100,7 @@ impl Parse for Args {
                 "backend" => string(&name_str, &value, "\"main\"")
                     .and_then(parse_backend)
                     .map(|b| args.backend = Some(b)),
-                "kind" => parse_kind(&value),
+                "kind" => parse_kind(&value).map(|k| args.kind = Some(k)),
                 _ => Err(syn::Error::new_spanned(
                     &name,
                     format!(
@@ -202,16 +205,15 @@ fn parse_backend(lit: LitStr) -> syn::Result<LitStr> {
     Ok(lit)
 }
 
-/// `kind = "reentrant"` or `kind = reentrant`. Only `reentrant` is available for now.
-fn parse_kind(value: &Expr) -> syn::Result<()> {
-    let (kind, quote) = match value {
+/// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`.
+fn parse_kind(value: &Expr) -> syn::Result<String> {
+    let kind = match value {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
-        }) => (s.value(), "\""),
-        Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => (
-            p.path.get_ident().map(Ident::to_string).unwrap_or_default(),
-            "",
-        ),
+        }) => s.value(),
+        Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+            p.path.get_ident().map(Ident::to_string).unwrap_or_default()
+        }
         _ => {
             return Err(syn::Error::new_spanned(
                 value,
@@ -220,14 +222,7 @@ fn parse_kind(value: &Expr) -> syn::Result<()> {
         }
     };
     match kind.as_str() {
-        "reentrant" => Ok(()),
-        "fair" | "read" | "write" => Err(syn::Error::new_spanned(
-            value,
-            format!(
-                "kind = {quote}{kind}{quote} is not available yet (it arrives with fair and read-write locks); \
-                 use kind = \"reentrant\" (the default)"
-            ),
-        )),
+        "reentrant" | "fair" | "read" | "write" => Ok(kind),
         _ => Err(syn::Error::new_spanned(
             value,
             format!(

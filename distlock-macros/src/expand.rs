@@ -351,6 +351,12 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
         let ms = millis(w);
         builder.extend(quote!(.wait(::core::time::Duration::from_millis(#ms))));
     }
+    match args.kind.as_deref() {
+        Some("fair") => builder.extend(quote!(.kind(::distlock::LockKind::Fair))),
+        Some("read") => builder.extend(quote!(.kind(::distlock::LockKind::Read))),
+        Some("write") => builder.extend(quote!(.kind(::distlock::LockKind::Write))),
+        _ => {}
+    }
     match args.lease {
         Some(LeaseArg::Auto) => builder.extend(quote!(.lease(::distlock::Lease::Auto))),
         Some(LeaseArg::Fixed(d)) => {

@@ -1,6 +1,6 @@
 //! Redis key names of a lock. Every key of one lock shares one hash tag, so one cluster slot.
 
-use crate::LockError;
+use crate::{LockError, LockKind};
 
 /// Longest key accepted, in bytes.
 pub(crate) const MAX_KEY_LEN: usize = 1024;
@@ -10,7 +10,12 @@ pub(crate) const MAX_KEY_LEN: usize = 1024;
 pub(crate) struct LockKeys {
     /// The key as the user gave it.
     pub user: String,
-    /// The hash `owner -> reentrancy count`, with the lease as its expiry.
+    /// What sort of lock these names are for.
+    pub kind: LockKind,
+    /// The lock's main key: for a reentrant lock the hash `owner -> reentrancy count`, with
+    /// the lease as its expiry (`PREFIX{KEY}`); for a fair lock the same layout under
+    /// `PREFIX{KEY}:fair`; for a read-write lock the state hash `PREFIX{KEY}:rw`. The other
+    /// keys of fair and read-write locks are derived from it (see `scripts.rs`).
     pub hash: String,
     /// The fencing counter (INCR), kept forever so tokens grow strictly.
     pub fence: String,
@@ -49,7 +54,42 @@ impl LockKeys {
             channel: format!("{hash}:released"),
             hash,
             user: key,
+            kind: LockKind::Reentrant,
         })
+    }
+
+    /// Names for a lock of `kind` on `key`. Fair and read-write locks have Redis keys of
+    /// their own (`PREFIX{KEY}:fair...`, `PREFIX{KEY}:rw...`, with channels
+    /// `PREFIX{KEY}:fair:released` and `PREFIX{KEY}:rw:released`), so they never exclude
+    /// the reentrant lock of the same key; all kinds share the fencing counter
+    /// `PREFIX{KEY}:fence` and the hash tag.
+    pub fn for_kind(prefix: &str, key: String, kind: LockKind) -> Result<LockKeys, LockError> {
+        let mut keys = LockKeys::new(prefix, key)?;
+        let suffix = match kind {
+            LockKind::Fair => ":fair",
+            LockKind::Read | LockKind::Write => ":rw",
+            _ => return Ok(keys),
+        };
+        keys.hash.push_str(suffix);
+        keys.channel = format!("{}:released", keys.hash);
+        keys.kind = kind;
+        Ok(keys)
+    }
+
+    /// The other Redis keys of a fair or read-write lock (all derived from `hash`, so in its
+    /// slot): fair: the wait queue (list) and the waiters' deadlines (zset); read-write: the
+    /// readers' lease ends (zset) and the waiting writers' deadlines (zset).
+    pub fn extra(&self) -> [String; 2] {
+        match self.kind {
+            LockKind::Fair => [
+                format!("{}:queue", self.hash),
+                format!("{}:waiters", self.hash),
+            ],
+            _ => [
+                format!("{}:readers", self.hash),
+                format!("{}:writers", self.hash),
+            ],
+        }
     }
 }
 
@@ -114,5 +154,20 @@ mod tests {
         let long = "x".repeat(MAX_KEY_LEN + 1);
         let err = LockKeys::new("p", long).unwrap_err();
         assert!(err.to_string().contains("at most 1024"), "{err}");
+    }
+
+    #[test]
+    fn kinds_have_their_own_keys_in_the_same_slot() {
+        let rw = LockKeys::for_kind("lock:", "k".into(), LockKind::Read).unwrap();
+        assert_eq!(rw.hash, "lock:{k}:rw");
+        assert_eq!(rw.fence, "lock:{k}:fence");
+        assert_eq!(rw.channel, "lock:{k}:rw:released");
+        assert_eq!(rw.extra()[0], "lock:{k}:rw:readers");
+        let fair = LockKeys::for_kind("lock:", "k".into(), LockKind::Fair).unwrap();
+        assert_eq!(fair.hash, "lock:{k}:fair");
+        assert_eq!(fair.extra()[0], "lock:{k}:fair:queue");
+        for name in rw.extra().iter().chain(fair.extra().iter()) {
+            assert_eq!(hash_tag(name), "k");
+        }
     }
 }

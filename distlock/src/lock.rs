@@ -86,7 +86,22 @@ impl Lock {
         self
     }
 
-    /// The kind of lock. Default: `LockKind::Reentrant`.
+    /// The kind of lock. Default: `LockKind::Reentrant`. See [`LockKind`] for what fair and
+    /// read-write locks do, and where they are available.
+    ///
+    /// ```
+    /// use distlock::{LockKind, Registry};
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let w = registry.lock("config").kind(LockKind::Write).acquire().await?;
+    /// // The writer may read its own key (a downgrade).
+    /// let r = w
+    ///     .scope(registry.lock("config").kind(LockKind::Read).try_acquire())
+    ///     .await?;
+    /// assert!(r.is_some());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
     pub fn kind(mut self, kind: LockKind) -> Lock {
         self.kind = kind;
         self
@@ -103,6 +118,7 @@ impl Lock {
     /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
     /// attempt at once; once waiting for another holder, failures such as a failover in
     /// progress are retried within the wait, and the last one is returned if it runs out);
+    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend;
     /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
@@ -110,16 +126,11 @@ impl Lock {
             None => crate::registry::global()?.clone(),
         };
         let backend = registry.backend(self.backend.as_deref())?;
-        if self.kind != LockKind::Reentrant {
-            return Err(LockError::Unsupported {
-                backend: backend.name.to_string(),
-                what: format!("lock kind `{}` is not available yet", self.kind.name()),
-            });
-        }
+        backend.supports(self.kind)?;
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        acquire(backend, self.key, wait, lease).await
+        acquire(backend, self.key, self.kind, wait, lease).await
     }
 
     /// Try once: `Ok(None)` when another owner holds the lock.
@@ -169,13 +180,16 @@ impl Lock {
 
     /// Delete the lock whoever holds it, waking its waiters (administration: a stuck
     /// lock). Returns whether a lock was there. The holder's guard will find it lost.
+    /// With `kind(Fair)` it deletes the fair lock and its queue; with `kind(Read)` or
+    /// `kind(Write)` the read-write lock (all readers, the writer, the waiting writers).
     pub async fn force_unlock(self) -> Result<bool, LockError> {
         let registry = match self.registry {
             Some(r) => r,
             None => crate::registry::global()?.clone(),
         };
         let backend = registry.backend(self.backend.as_deref())?;
-        let keys = LockKeys::new(&backend.prefix, self.key)?;
+        backend.supports(self.kind)?;
+        let keys = LockKeys::for_kind(&backend.prefix, self.key, self.kind)?;
         backend.force_release(&keys).await
     }
 }
@@ -183,10 +197,11 @@ impl Lock {
 async fn acquire(
     backend: Arc<Backend>,
     key: String,
+    kind: LockKind,
     wait: Duration,
     lease: Lease,
 ) -> Result<LockGuard, LockError> {
-    let keys = LockKeys::new(&backend.prefix, key)?;
+    let keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
     let (owner, outer_token) = match crate::context::find(&backend.name, &keys.user) {
         Some((owner, token)) => (owner, Some(token)),
         None => (OwnerId::random(), None),
@@ -199,6 +214,9 @@ async fn acquire(
     let deadline = start + wait;
     let mut watch = None;
     let mut backend_retry = BACKEND_RETRY_MIN;
+    // A fair or write waiter is queued in the backend once refused: on every way out but
+    // acquiring (timeout, error, this future dropped) it leaves the queue again.
+    let mut queued: Option<Queued> = None;
     loop {
         let mut notified = watch
             .as_ref()
@@ -207,7 +225,16 @@ async fn acquire(
             n.as_mut().enable();
         }
         let sent = Instant::now();
-        let attempt = match backend.acquire(&keys, owner, lease_len).await {
+        let left = deadline.saturating_duration_since(sent);
+        if queued.is_none() && !left.is_zero() && matches!(kind, LockKind::Fair | LockKind::Write) {
+            queued = Some(Queued {
+                backend: backend.clone(),
+                keys: keys.clone(),
+                owner,
+                armed: true,
+            });
+        }
+        let attempt = match backend.acquire(&keys, owner, lease_len, left).await {
             Ok(a) => {
                 backend_retry = BACKEND_RETRY_MIN;
                 a
@@ -231,12 +258,18 @@ async fn acquire(
         };
         let ttl = match attempt {
             Attempt::Acquired { token } => {
+                if let Some(mut q) = queued.take() {
+                    q.armed = false;
+                }
                 tracing::debug!(backend = %backend.name, key = %keys.user, token, waited = ?start.elapsed(), "distlock: acquired");
                 let expires_at = sent + backend.validity(lease_len);
                 let state = LeaseState::new(backend.clone(), keys, owner, token, auto, expires_at);
                 return Ok(LockGuard { state });
             }
             Attempt::Reentered => {
+                if let Some(mut q) = queued.take() {
+                    q.armed = false;
+                }
                 tracing::debug!(backend = %backend.name, key = %keys.user, "distlock: re-entered");
                 let token = outer_token.unwrap_or(0);
                 let expires_at = sent + backend.validity(lease_len);
@@ -321,6 +354,23 @@ async fn acquire(
 const BACKEND_RETRY_MIN: Duration = Duration::from_millis(20);
 /// Longest pause between a waiter's attempts while the backend fails.
 const BACKEND_RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// A waiter's place in a fair or write queue, left when dropped armed.
+struct Queued {
+    backend: Arc<Backend>,
+    keys: LockKeys,
+    owner: OwnerId,
+    armed: bool,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if self.armed {
+            self.backend
+                .cancel_in_background(self.keys.clone(), self.owner);
+        }
+    }
+}
 
 /// Counts a waiter as asleep while it lives.
 struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);

@@ -350,7 +350,7 @@ mod tests {
             },
             LockError::Unsupported {
                 backend: "main".into(),
-                what: "lock kind `fair` is not available yet".into(),
+                what: "lock kind `fair` on mode = \"redlock\"".into(),
             },
             LockError::NotHeld {
                 key: "order:42".into(),

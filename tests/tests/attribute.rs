@@ -667,3 +667,113 @@ fn backend_argument_picks_the_backend() {
         assert_eq!(site.line, ON_MEMORY_LINE);
     });
 }
+
+// ------------------------------------------------------------------ fair and read-write
+
+/// What the read and write functions saw inside.
+#[derive(Default)]
+struct RwSeen {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    max_readers: AtomicUsize,
+    violations: AtomicUsize,
+    writes: AtomicUsize,
+}
+
+#[distributed_lock(key = "attr:rw:<key>", kind = "read", wait = "20s")]
+async fn attr_read(key: &str, seen: &RwSeen) -> Result<(), LockError> {
+    let n = seen.readers.fetch_add(1, SeqCst) + 1;
+    seen.max_readers.fetch_max(n, SeqCst);
+    if seen.writers.load(SeqCst) != 0 {
+        seen.violations.fetch_add(1, SeqCst);
+    }
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    if seen.writers.load(SeqCst) != 0 {
+        seen.violations.fetch_add(1, SeqCst);
+    }
+    seen.readers.fetch_sub(1, SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "attr:rw:<key>", kind = "write", wait = "20s")]
+async fn attr_write(key: &str, seen: &RwSeen) -> Result<(), LockError> {
+    if seen.writers.fetch_add(1, SeqCst) != 0 || seen.readers.load(SeqCst) != 0 {
+        seen.violations.fetch_add(1, SeqCst);
+    }
+    // A writer may read the key it writes (a downgrade): no deadlock.
+    attr_read_nested(key).await?;
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    if seen.readers.load(SeqCst) != 0 {
+        seen.violations.fetch_add(1, SeqCst);
+    }
+    seen.writes.fetch_add(1, SeqCst);
+    seen.writers.fetch_sub(1, SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "attr:rw:<key>", kind = "read", wait = "0s")]
+async fn attr_read_nested(key: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[test]
+fn read_and_write_kinds_share_a_key() {
+    run(async {
+        let key = unique("rw");
+        let seen = Arc::new(RwSeen::default());
+        let mut tasks = Vec::new();
+        for t in 0..8usize {
+            let (key, seen) = (key.clone(), seen.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25usize {
+                    if (i + t) % 5 == 0 {
+                        attr_write(&key, &seen).await.expect("write");
+                    } else {
+                        attr_read(&key, &seen).await.expect("read");
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        assert_eq!(seen.violations.load(SeqCst), 0, "a writer overlapped");
+        assert_eq!(seen.writes.load(SeqCst), 8 * 25 / 5);
+        assert!(
+            seen.max_readers.load(SeqCst) > 1,
+            "readers never overlapped"
+        );
+    });
+}
+
+#[distributed_lock(key = "attr:fair:<key>", kind = "fair", wait = "20s")]
+async fn attr_fair(key: &str, i: usize, order: &Mutex<Vec<usize>>) -> Result<(), LockError> {
+    order.lock().unwrap().push(i);
+    Ok(())
+}
+
+#[test]
+fn fair_kind_serves_callers_in_order() {
+    run(async {
+        let key = unique("fair");
+        let holder = Lock::new(format!("attr:fair:{key}"))
+            .kind(distlock::LockKind::Fair)
+            .acquire()
+            .await
+            .expect("fair");
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let (key, order) = (key.clone(), order.clone());
+            tasks.push(tokio::spawn(
+                async move { attr_fair(&key, i, &order).await },
+            ));
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
+        holder.release().await.expect("release");
+        for t in tasks {
+            t.await.expect("task").expect("fair caller");
+        }
+        assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
+    });
+}

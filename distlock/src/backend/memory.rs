@@ -1,6 +1,6 @@
 //! The in-process backend: the same protocol as the Redis scripts, on a mutex-guarded map.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use super::{Attempt, Released};
 use crate::hub::Hub;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
+use crate::LockKind;
 
 #[derive(Debug)]
 struct Held {
@@ -17,11 +18,75 @@ struct Held {
     expires_at: Instant,
 }
 
+/// A read-write lock (as `RW_ACQUIRE` in `scripts.rs`).
+#[derive(Debug, Default)]
+struct RwState {
+    /// The writer: owner, reentrancy count, lease end.
+    writer: Option<(OwnerId, u32, Instant)>,
+    /// Readers: reentrancy count, own lease end.
+    readers: HashMap<OwnerId, (u32, Instant)>,
+    /// Waiting writers and their deadlines.
+    writers: HashMap<OwnerId, Instant>,
+}
+
+impl RwState {
+    fn purge(&mut self, now: Instant) {
+        if self.writer.is_some_and(|(_, _, e)| e <= now) {
+            self.writer = None;
+        }
+        self.readers.retain(|_, (_, e)| *e > now);
+        self.writers.retain(|_, d| *d > now);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.writers.is_empty()
+    }
+}
+
+/// The wait queue of a fair lock (as `FAIR_ACQUIRE`); the lock itself is in `locks`.
+#[derive(Debug, Default)]
+struct FairQueue {
+    queue: VecDeque<OwnerId>,
+    deadlines: HashMap<OwnerId, Instant>,
+}
+
+impl FairQueue {
+    /// Drop waiters past their deadline; returns the head.
+    fn head(&mut self, now: Instant) -> Option<OwnerId> {
+        self.deadlines.retain(|_, d| *d > now);
+        let deadlines = &self.deadlines;
+        self.queue.retain(|o| deadlines.contains_key(o));
+        self.queue.front().copied()
+    }
+
+    fn enqueue(&mut self, owner: OwnerId, deadline: Instant) {
+        if self.deadlines.insert(owner, deadline).is_none() {
+            self.queue.push_back(owner);
+        }
+    }
+
+    fn remove(&mut self, owner: OwnerId) -> bool {
+        let was = self.deadlines.remove(&owner).is_some();
+        self.queue.retain(|o| *o != owner);
+        was
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<String, Held>,
     fences: HashMap<String, u64>,
+    rw: HashMap<String, RwState>,
+    queues: HashMap<String, FairQueue>,
     ops: u64,
+}
+
+impl State {
+    fn next_token(&mut self, fence: &str) -> u64 {
+        let n = self.fences.entry(fence.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
 }
 
 /// Locks held in this process only.
@@ -52,18 +117,60 @@ impl MemoryDriver {
         state.locks.get_mut(hash)
     }
 
-    pub fn acquire(&self, keys: &LockKeys, owner: OwnerId, lease: Duration) -> Attempt {
+    pub fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Attempt {
         let now = Instant::now();
         let mut st = self.state();
         st.ops += 1;
         if st.ops.is_multiple_of(4096) {
             st.locks.retain(|_, h| h.expires_at > now);
+            st.rw.retain(|_, rw| {
+                rw.purge(now);
+                !rw.is_empty()
+            });
+            st.queues.retain(|_, q| {
+                q.head(now);
+                !q.queue.is_empty()
+            });
+        }
+        match keys.kind {
+            LockKind::Read | LockKind::Write => {
+                return Self::rw_acquire(&mut st, keys, owner, lease, wait, now)
+            }
+            LockKind::Fair => {
+                let (held, reentrant) = match Self::live(&mut st, &keys.hash, now) {
+                    Some(h) => (true, h.owners.contains_key(&owner)),
+                    None => (false, false),
+                };
+                let q = st.queues.entry(keys.hash.clone()).or_default();
+                let head = q.head(now);
+                if held {
+                    if !reentrant && !wait.is_zero() {
+                        q.enqueue(owner, now + wait);
+                    }
+                } else if head.is_some_and(|h| h != owner) {
+                    if !wait.is_zero() {
+                        q.enqueue(owner, now + wait);
+                    }
+                    let head_deadline = head.and_then(|h| q.deadlines.get(&h).copied());
+                    return Attempt::Held {
+                        ttl: head_deadline.map(|d| d - now),
+                    };
+                } else if head == Some(owner) {
+                    q.remove(owner);
+                }
+                // Held (the path below re-enters or refuses), or free and ours to take.
+            }
+            _ => {}
         }
         match Self::live(&mut st, &keys.hash, now) {
             None => {
-                let fence = st.fences.entry(keys.fence.clone()).or_insert(0);
-                *fence += 1;
-                let token = *fence;
+                let token = st.next_token(&keys.fence);
                 st.locks.insert(
                     keys.hash.clone(),
                     Held {
@@ -86,7 +193,133 @@ impl MemoryDriver {
         }
     }
 
+    fn rw_acquire(
+        st: &mut State,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+        now: Instant,
+    ) -> Attempt {
+        let rw = st.rw.entry(keys.hash.clone()).or_default();
+        rw.purge(now);
+        let held = |until: Instant| Attempt::Held {
+            ttl: Some((until - now).max(Duration::from_millis(1))),
+        };
+        let writer = rw.writer;
+        if keys.kind == LockKind::Read {
+            if let Some((count, until)) = rw.readers.get_mut(&owner) {
+                *count += 1;
+                *until = (*until).max(now + lease);
+                return Attempt::Reentered;
+            }
+            match writer {
+                Some((w, _, until)) if w != owner => return held(until),
+                None => {
+                    if let Some(first) = rw.writers.values().min() {
+                        return held(*first);
+                    }
+                }
+                _ => {}
+            }
+            rw.readers.insert(owner, (1, now + lease));
+        } else {
+            if let Some((w, count, until)) = rw.writer.as_mut() {
+                if *w == owner {
+                    *count += 1;
+                    *until = (*until).max(now + lease);
+                    return Attempt::Reentered;
+                }
+            }
+            let busy = match writer {
+                Some((_, _, until)) => Some(until),
+                None => rw.readers.values().map(|(_, e)| *e).max(),
+            };
+            if let Some(until) = busy {
+                if !wait.is_zero() {
+                    rw.writers.insert(owner, now + wait);
+                }
+                return held(until);
+            }
+            rw.writers.remove(&owner);
+            rw.writer = Some((owner, 1, now + lease));
+        }
+        Attempt::Acquired {
+            token: st.next_token(&keys.fence),
+        }
+    }
+
+    fn rw_release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
+        let now = Instant::now();
+        let mut st = self.state();
+        let Some(rw) = st.rw.get_mut(&keys.hash) else {
+            return Released::NotHeld;
+        };
+        rw.purge(now);
+        let announce = if keys.kind == LockKind::Write {
+            match rw.writer.as_mut() {
+                Some((w, count, _)) if *w == owner => {
+                    *count -= 1;
+                    if *count > 0 {
+                        return Released::StillHeld;
+                    }
+                    rw.writer = None;
+                    true
+                }
+                _ => return Released::NotHeld,
+            }
+        } else {
+            match rw.readers.get_mut(&owner) {
+                Some((count, _)) => {
+                    *count -= 1;
+                    if *count > 0 {
+                        return Released::StillHeld;
+                    }
+                    rw.readers.remove(&owner);
+                    rw.writer.is_none() && rw.readers.is_empty()
+                }
+                None => return Released::NotHeld,
+            }
+        };
+        if rw.is_empty() {
+            st.rw.remove(&keys.hash);
+        }
+        drop(st);
+        if announce {
+            self.hub.deliver(&keys.channel);
+        }
+        Released::Freed
+    }
+
+    /// A fair or write waiter gives up; returns whether it was queued.
+    pub fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
+        let now = Instant::now();
+        let mut st = self.state();
+        let was = match keys.kind {
+            LockKind::Write => st
+                .rw
+                .get_mut(&keys.hash)
+                .is_some_and(|rw| rw.writers.remove(&owner).is_some()),
+            LockKind::Fair => {
+                let was = st
+                    .queues
+                    .get_mut(&keys.hash)
+                    .is_some_and(|q| q.remove(owner));
+                was && Self::live(&mut st, &keys.hash, now).is_none()
+            }
+            _ => false,
+        };
+        drop(st);
+        if was {
+            self.hub.deliver(&keys.channel);
+        }
+        was
+    }
+
     pub fn release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
+        if matches!(keys.kind, LockKind::Read | LockKind::Write) {
+            return self.rw_release(keys, owner);
+        }
         let now = Instant::now();
         let mut st = self.state();
         let Some(held) = Self::live(&mut st, &keys.hash, now) else {
@@ -110,14 +343,43 @@ impl MemoryDriver {
         let mut st = self.state();
         items
             .iter()
-            .map(|(keys, owner)| match Self::live(&mut st, &keys.hash, now) {
-                Some(h) if h.owners.contains_key(owner) => {
-                    h.expires_at = now + lease;
-                    true
+            .map(|(keys, owner)| {
+                if matches!(keys.kind, LockKind::Read | LockKind::Write) {
+                    let Some(rw) = st.rw.get_mut(&keys.hash) else {
+                        return false;
+                    };
+                    rw.purge(now);
+                    return match (keys.kind, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
+                        (LockKind::Write, Some((w, _, until)), _) if w == owner => {
+                            *until = now + lease;
+                            true
+                        }
+                        (LockKind::Read, _, Some((_, until))) => {
+                            *until = now + lease;
+                            true
+                        }
+                        _ => false,
+                    };
                 }
-                _ => false,
+                Self::renew_plain(&mut st, keys, *owner, lease, now)
             })
             .collect()
+    }
+
+    fn renew_plain(
+        st: &mut State,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        now: Instant,
+    ) -> bool {
+        match Self::live(st, &keys.hash, now) {
+            Some(h) if h.owners.contains_key(&owner) => {
+                h.expires_at = now + lease;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A counter outside the lock layout (ids); memory counters never expire.
@@ -131,8 +393,10 @@ impl MemoryDriver {
     pub fn force_release(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
         let mut st = self.state();
-        let existed = Self::live(&mut st, &keys.hash, now).is_some();
+        let mut existed = Self::live(&mut st, &keys.hash, now).is_some();
         st.locks.remove(&keys.hash);
+        existed |= st.rw.remove(&keys.hash).is_some();
+        existed |= st.queues.remove(&keys.hash).is_some();
         drop(st);
         if existed {
             self.hub.deliver(&keys.channel);

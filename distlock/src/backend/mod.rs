@@ -16,7 +16,7 @@ use crate::hub::Hub;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::watchdog::Watchdog;
-use crate::{InitError, LockError};
+use crate::{InitError, LockError, LockKind};
 
 /// What one acquire attempt found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -297,15 +297,37 @@ impl Backend {
         }
     }
 
+    /// Whether locks of `kind` can be taken here: fair and read-write locks need the whole
+    /// lock state in one place (one server, one cluster slot, or this process); a quorum
+    /// backend (redlock, multi) would have to agree on a queue or a reader set across
+    /// independent masters, which this protocol does not do.
+    pub fn supports(&self, kind: LockKind) -> Result<(), LockError> {
+        match (&self.driver, kind) {
+            (_, LockKind::Reentrant) | (Driver::Memory(_) | Driver::Redis(_), _) => Ok(()),
+            (Driver::Quorum(q), _) => Err(LockError::Unsupported {
+                backend: self.name.to_string(),
+                what: format!(
+                    "lock kind `{}` on mode = \"{}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
+                    kind.name(),
+                    q.mode_name()
+                ),
+            }),
+        }
+    }
+
+    /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
+    /// locks queue for that long; zero: do not queue).
     pub async fn acquire(
         &self,
         keys: &LockKeys,
         owner: OwnerId,
         lease: Duration,
+        wait: Duration,
     ) -> Result<Attempt, LockError> {
+        self.supports(keys.kind)?;
         match &self.driver {
-            Driver::Memory(m) => Ok(m.acquire(keys, owner, lease)),
-            Driver::Redis(r) => match r.acquire_checked(keys, owner, lease).await {
+            Driver::Memory(m) => Ok(m.acquire(keys, owner, lease, wait)),
+            Driver::Redis(r) => match r.acquire_checked(keys, owner, lease, wait).await {
                 Ok(a) => Ok(a),
                 Err(redis::AcquireError::Redis(e)) => Err(self.backend_error(Some(&keys.user), e)),
                 Err(redis::AcquireError::NotReplicated {
@@ -324,6 +346,38 @@ impl Backend {
                 }),
             },
             Driver::Quorum(q) => Ok(q.acquire(keys, owner, lease).await),
+        }
+    }
+
+    /// A fair or write waiter gives up waiting: it leaves the queue. Returns whether it
+    /// was queued.
+    pub async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
+        match &self.driver {
+            Driver::Memory(m) => Ok(m.cancel(keys, owner)),
+            Driver::Redis(r) => r
+                .cancel(keys, owner)
+                .await
+                .map_err(|e| self.backend_error(Some(&keys.user), e)),
+            Driver::Quorum(_) => Ok(false),
+        }
+    }
+
+    /// Leave the queue without waiting (a waiter that timed out or was dropped).
+    pub fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
+        match &self.driver {
+            Driver::Memory(m) => {
+                m.cancel(&keys, owner);
+            }
+            Driver::Redis(_) => {
+                let backend = self.clone();
+                drop(self.runtime.spawn(async move {
+                    if let Err(e) = backend.cancel(&keys, owner).await {
+                        tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
+                            "distlock: leaving the wait queue failed; the entry expires at its deadline");
+                    }
+                }));
+            }
+            Driver::Quorum(_) => {}
         }
     }
 

@@ -208,7 +208,12 @@ impl Node {
         let Ok(driver) = self.driver() else {
             return Reply::Skipped;
         };
-        match tokio::time::timeout(node_timeout, driver.acquire(keys, owner, lease)).await {
+        match tokio::time::timeout(
+            node_timeout,
+            driver.acquire(keys, owner, lease, Duration::ZERO),
+        )
+        .await
+        {
             Ok(Ok(a)) => {
                 self.answered();
                 Reply::Answered(a)
@@ -415,6 +420,14 @@ impl QuorumDriver {
     }
 
     /// The nodes' addresses, comma-separated.
+    /// `redlock` or `multi`, as in the configuration.
+    pub fn mode_name(&self) -> &'static str {
+        match self.kind {
+            QuorumKind::Redlock => "redlock",
+            QuorumKind::Multi => "multi",
+        }
+    }
+
     pub fn addresses(&self) -> String {
         self.nodes
             .iter()

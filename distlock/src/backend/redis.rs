@@ -27,6 +27,63 @@ use super::{Attempt, Released};
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::scripts::{LuaScript, Scripts};
+use crate::LockKind;
+
+/// One script call: the script, its keys and its arguments.
+struct Call {
+    script: &'static LuaScript,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    fn new(script: &'static LuaScript, keys: &LockKeys, with_extra: bool) -> Call {
+        let mut names = vec![keys.hash.clone()];
+        if with_extra {
+            names.extend(keys.extra());
+        }
+        Call {
+            script,
+            keys: names,
+            args: Vec::new(),
+        }
+    }
+
+    fn with_fence(mut self, keys: &LockKeys) -> Call {
+        self.keys.push(keys.fence.clone());
+        self
+    }
+
+    fn arg(mut self, a: impl AsRef<[u8]>) -> Call {
+        self.args.push(a.as_ref().to_vec());
+        self
+    }
+
+    /// Append it to `pipe`, by SHA or with the source.
+    fn add_to(&self, pipe: &mut Pipeline, by_sha: bool) {
+        if by_sha {
+            pipe.cmd("EVALSHA").arg(&self.script.sha);
+        } else {
+            pipe.cmd("EVAL").arg(self.script.source);
+        }
+        pipe.arg(self.keys.len());
+        for k in &self.keys {
+            pipe.arg(k);
+        }
+        for a in &self.args {
+            pipe.arg(&a[..]);
+        }
+    }
+}
+
+/// `read` or `write`, as the read-write scripts take it.
+fn rw_mode(kind: LockKind) -> &'static str {
+    if kind == LockKind::Write {
+        "write"
+    } else {
+        "read"
+    }
+}
 
 /// Where a driver sends its commands.
 #[derive(Clone)]
@@ -193,7 +250,18 @@ pub(crate) async fn open_manager(
 /// SCRIPT LOAD every script of the protocol on `link` (on a cluster: on every node).
 async fn load_scripts_on(link: &mut Link, response_timeout: Duration) -> RedisResult<()> {
     let s = Scripts::get();
-    for script in [&s.acquire, &s.release, &s.renew, &s.force_release] {
+    for script in [
+        &s.acquire,
+        &s.release,
+        &s.renew,
+        &s.force_release,
+        &s.rw_acquire,
+        &s.rw_release,
+        &s.rw_renew,
+        &s.rw_cancel,
+        &s.fair_acquire,
+        &s.fair_cancel,
+    ] {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(script.source);
         match tokio::time::timeout(response_timeout, cmd.query_async::<Value>(link)).await {
@@ -341,6 +409,56 @@ impl RedisDriver {
         r
     }
 
+    /// Run `call` (see [`RedisDriver::eval`]).
+    async fn eval_call(&self, call: &Call) -> RedisResult<Value> {
+        let keys: Vec<&str> = call.keys.iter().map(String::as_str).collect();
+        let args: Vec<&[u8]> = call.args.iter().map(Vec::as_slice).collect();
+        self.eval(call.script, &keys, &args).await
+    }
+
+    /// The acquire script call for a lock of `keys.kind`. `wait`: how long the caller may
+    /// still wait (fair and write locks queue for that long).
+    fn acquire_call(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Call {
+        let s = Scripts::get();
+        let lease_ms = lease_ms(lease);
+        let wait_ms = wait.as_millis().min(i64::MAX as u128).to_string();
+        match keys.kind {
+            LockKind::Fair => Call::new(&s.fair_acquire, keys, true)
+                .arg(owner.hex())
+                .arg(lease_ms)
+                .arg(wait_ms),
+            LockKind::Read | LockKind::Write => Call::new(&s.rw_acquire, keys, true)
+                .arg(owner.hex())
+                .arg(lease_ms)
+                .arg(rw_mode(keys.kind))
+                .arg(wait_ms),
+            _ => Call::new(&s.acquire, keys, false)
+                .arg(owner.hex())
+                .arg(lease_ms),
+        }
+        .with_fence(keys)
+    }
+
+    /// The renew script call for one lease.
+    fn renew_call(keys: &LockKeys, owner: OwnerId, lease_ms: &str) -> Call {
+        let s = Scripts::get();
+        match keys.kind {
+            LockKind::Read | LockKind::Write => Call::new(&s.rw_renew, keys, true)
+                .arg(owner.hex())
+                .arg(lease_ms)
+                .arg(rw_mode(keys.kind)),
+            _ => Call::new(&s.renew, keys, false)
+                .arg(owner.hex())
+                .arg(lease_ms),
+        }
+    }
+
     /// EVALSHA, falling back to EVAL (which caches the script again) after NOSCRIPT.
     async fn eval(&self, script: &LuaScript, keys: &[&str], args: &[&[u8]]) -> RedisResult<Value> {
         let build = |verb: &str, body: &str| {
@@ -372,14 +490,10 @@ impl RedisDriver {
         keys: &LockKeys,
         owner: OwnerId,
         lease: Duration,
+        wait: Duration,
     ) -> RedisResult<Attempt> {
-        let lease_ms = lease_ms(lease);
         let v = self
-            .eval(
-                &Scripts::get().acquire,
-                &[&keys.hash, &keys.fence],
-                &[&owner.hex(), lease_ms.as_bytes()],
-            )
+            .eval_call(&self.acquire_call(keys, owner, lease, wait))
             .await?;
         parse_attempt(&v)
     }
@@ -391,28 +505,18 @@ impl RedisDriver {
         keys: &LockKeys,
         owner: OwnerId,
         lease: Duration,
+        wait: Duration,
     ) -> Result<Attempt, AcquireError> {
         let (Some(sync), Conn::Sentinel(master)) = (self.sync, &self.conn) else {
-            return Ok(self.acquire(keys, owner, lease).await?);
+            return Ok(self.acquire(keys, owner, lease, wait).await?);
         };
         // The acquire script and WAIT go together on a connection of their own: WAIT blocks
         // the connection it is sent on, and counts the writes made on it.
         let mut link = Link::Manager(master.sync_connection());
-        let lease_ms = lease_ms(lease);
-        let script = &Scripts::get().acquire;
-        let owner_hex = owner.hex();
+        let call = self.acquire_call(keys, owner, lease, wait);
         let build = |by_sha: bool| {
             let mut pipe = redis::pipe();
-            if by_sha {
-                pipe.cmd("EVALSHA").arg(&script.sha);
-            } else {
-                pipe.cmd("EVAL").arg(script.source);
-            }
-            pipe.arg(2)
-                .arg(&keys.hash)
-                .arg(&keys.fence)
-                .arg(&owner_hex[..])
-                .arg(&lease_ms);
+            call.add_to(&mut pipe, by_sha);
             pipe.cmd("WAIT")
                 .arg(sync.needed)
                 .arg(sync.timeout.as_millis().max(1) as u64);
@@ -457,20 +561,42 @@ impl RedisDriver {
     }
 
     pub async fn release(&self, keys: &LockKeys, owner: OwnerId) -> RedisResult<Released> {
-        let owner_hex = owner.hex();
-        let mut args: Vec<&[u8]> = vec![owner_hex.as_ref(), keys.channel.as_bytes()];
-        if self.sharded_pubsub() {
-            args.push(b"spublish");
+        let s = Scripts::get();
+        let mut call = match keys.kind {
+            LockKind::Read | LockKind::Write => Call::new(&s.rw_release, keys, true)
+                .arg(owner.hex())
+                .arg(rw_mode(keys.kind)),
+            _ => Call::new(&s.release, keys, false).arg(owner.hex()),
         }
-        let v = self
-            .eval(&Scripts::get().release, &[&keys.hash], &args)
-            .await?;
+        .arg(&keys.channel);
+        if self.sharded_pubsub() {
+            call = call.arg("spublish");
+        }
+        let v = self.eval_call(&call).await?;
         match v {
             Value::Int(0) => Ok(Released::Freed),
             Value::Int(n) if n > 0 => Ok(Released::StillHeld),
             Value::Int(_) => Ok(Released::NotHeld),
             other => Err(unexpected("unexpected reply to the release script", &other)),
         }
+    }
+
+    /// A fair or write waiter gives up: it leaves the queue (waking the waiters it held
+    /// back). Returns whether it was queued.
+    pub async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> RedisResult<bool> {
+        let s = Scripts::get();
+        let script = match keys.kind {
+            LockKind::Fair => &s.fair_cancel,
+            LockKind::Write => &s.rw_cancel,
+            _ => return Ok(false),
+        };
+        let mut call = Call::new(script, keys, true)
+            .arg(owner.hex())
+            .arg(&keys.channel);
+        if self.sharded_pubsub() {
+            call = call.arg("spublish");
+        }
+        Ok(matches!(self.eval_call(&call).await?, Value::Int(1)))
     }
 
     /// Whether releases are announced with SPUBLISH (a cluster: see `cluster.rs`).
@@ -534,11 +660,7 @@ impl RedisDriver {
         lease_ms: &str,
     ) -> RedisResult<bool> {
         let v = self
-            .eval(
-                &Scripts::get().renew,
-                &[&keys.hash],
-                &[&owner.hex(), lease_ms.as_bytes()],
-            )
+            .eval_call(&Self::renew_call(keys, owner, lease_ms))
             .await?;
         match v {
             Value::Int(n) => Ok(n == 1),
@@ -552,21 +674,16 @@ impl RedisDriver {
         items: &[(&LockKeys, OwnerId)],
         lease: Duration,
     ) -> RedisResult<Vec<bool>> {
-        let script = &Scripts::get().renew;
         let lease_ms = lease_ms(lease);
+        let calls: Vec<Call> = items
+            .iter()
+            .map(|(keys, owner)| Self::renew_call(keys, *owner, &lease_ms))
+            .collect();
         let build = |by_sha: bool| {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for (keys, owner) in items {
-                if by_sha {
-                    pipe.cmd("EVALSHA").arg(&script.sha);
-                } else {
-                    pipe.cmd("EVAL").arg(script.source);
-                }
-                pipe.arg(1)
-                    .arg(&keys.hash)
-                    .arg(&owner.hex()[..])
-                    .arg(&lease_ms);
+            for call in &calls {
+                call.add_to(&mut pipe, by_sha);
             }
             pipe
         };
@@ -597,13 +714,13 @@ impl RedisDriver {
     }
 
     pub async fn force_release(&self, keys: &LockKeys) -> RedisResult<bool> {
-        let mut args: Vec<&[u8]> = vec![keys.channel.as_bytes()];
+        let with_extra = matches!(keys.kind, LockKind::Fair | LockKind::Read | LockKind::Write);
+        let mut call =
+            Call::new(&Scripts::get().force_release, keys, with_extra).arg(&keys.channel);
         if self.sharded_pubsub() {
-            args.push(b"spublish");
+            call = call.arg("spublish");
         }
-        let v = self
-            .eval(&Scripts::get().force_release, &[&keys.hash], &args)
-            .await?;
+        let v = self.eval_call(&call).await?;
         Ok(matches!(v, Value::Int(1)))
     }
 

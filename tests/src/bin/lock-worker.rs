@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Lease, Registry};
+use distlock::{Lease, LockKind, Registry};
 use redis::AsyncCommands;
 
 fn config(url: &str, watchdog: &str) -> String {
@@ -66,6 +66,43 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
         }
-        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG".into()),
+        Some("fair") if args.len() == 5 => {
+            let (url, key) = (args[2].clone(), args[3].clone());
+            let wait = Duration::from_millis(args[4].parse()?);
+            let registry = Registry::from_str(&config(&url, "5s")).await?;
+            let client = redis::Client::open(url.as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut handles = Vec::new();
+            while let Some(label) = lines.recv().await {
+                let (registry, mut conn, key) = (registry.clone(), conn.clone(), key.clone());
+                handles.push(tokio::spawn(async move {
+                    let guard = registry
+                        .lock(key.as_str())
+                        .kind(LockKind::Fair)
+                        .wait(wait)
+                        .acquire()
+                        .await
+                        .expect("fair acquire");
+                    let _: i64 = conn.rpush(format!("{key}:order"), &label).await.expect("rpush");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    guard.release().await.expect("release");
+                }));
+            }
+            for h in handles {
+                h.await?;
+            }
+            println!("DONE");
+            Ok(())
+        }
+        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS".into()),
     }
 }
