@@ -60,8 +60,12 @@ async fn run(backend: Weak<Backend>, period: Duration) {
         let Some(backend) = backend.upgrade() else {
             return;
         };
+        // Rounds start every `period` (not `period` after the previous round ended), so a
+        // slow round does not stretch the renewal interval.
+        let started = Instant::now();
         let failed = renew_all(&backend).await;
-        next = Instant::now() + if failed { RETRY.min(period) } else { period };
+        let every = if failed { RETRY.min(period) } else { period };
+        next = (started + every).max(Instant::now());
     }
 }
 
