@@ -7,7 +7,7 @@
 //! becomes
 //! ```text
 //! async fn place_order(user_id: u64) -> Result<Id, AppError> {
-//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line } }
+//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind } }
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
 //!     match lock.run(::distlock::__private::typed::<Result<Id, AppError>, _>(async move { BODY })).await {
 //!         Ok(out) => out,
@@ -326,6 +326,12 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
         Some(b) => quote!(::core::option::Option::Some(#b)),
         None => quote!(::core::option::Option::None),
     };
+    let site_kind = match args.kind.as_deref() {
+        Some("fair") => quote!(::distlock::LockKind::Fair),
+        Some("read") => quote!(::distlock::LockKind::Read),
+        Some("write") => quote!(::distlock::LockKind::Write),
+        _ => quote!(::distlock::LockKind::Reentrant),
+    };
     let site = quote! {
         ::distlock::__private::inventory::submit! {
             ::distlock::Site {
@@ -334,6 +340,7 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
                 backend: #backend,
                 file: ::core::file!(),
                 line: ::core::line!(),
+                kind: #site_kind,
             }
         }
     };

@@ -117,7 +117,11 @@ impl Registry {
     pub fn check_sites(&self) -> Result<(), InitError> {
         let mut bad = Vec::new();
         for site in crate::sites() {
-            if let Err(e) = self.backend(site.backend) {
+            // The same checks a call makes: the backend exists and offers the kind.
+            if let Err(e) = self
+                .backend(site.backend)
+                .and_then(|b| b.supports(site.kind))
+            {
                 bad.push(format!(
                     "{} ({}:{}): {e}",
                     site.function, site.file, site.line

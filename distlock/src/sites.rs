@@ -20,6 +20,8 @@ pub struct Site {
     pub file: &'static str,
     /// The line of the attribute.
     pub line: u32,
+    /// The kind of lock (`kind = "..."`); `init` checks that the backend offers it.
+    pub kind: crate::LockKind,
 }
 
 inventory::collect!(Site);

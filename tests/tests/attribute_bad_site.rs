@@ -1,12 +1,19 @@
 //! A `#[distributed_lock]` site naming a backend the configuration does not have fails
 //! `init`, naming the function, its file and line, and the backend. A test binary of its
-//! own, since the bad site is linked into it.
+//! own, since the bad site is linked into it. A site asking for a kind its backend does not
+//! offer (a read lock on redlock) fails init the same way.
 
 use distlock::{distributed_lock, InitError, LockError};
 
 const NOPE_LINE: u32 = line!() + 1;
 #[distributed_lock(key = "attr:bad-site:<id>", backend = "nope")]
 async fn on_a_missing_backend(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+const READ_LINE: u32 = line!() + 1;
+#[distributed_lock(key = "attr:bad-kind:<id>", backend = "quorum", kind = "read")]
+async fn a_read_lock_on_redlock(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
@@ -17,9 +24,14 @@ fn a_site_naming_an_unknown_backend_fails_init() {
         .build()
         .expect("a tokio runtime");
     rt.block_on(async {
+        let nodes: Vec<String> = distlock_tests::redlock_urls()
+            .iter()
+            .map(|u| format!("\"{u}\""))
+            .collect();
         let config = format!(
-            "[backends.main]\nmode = \"single\"\nurl = \"{}\"\n",
-            distlock_tests::single_url()
+            "[defaults]\nbackend = \"main\"\n[backends.main]\nmode = \"single\"\nurl = \"{}\"\n[backends.quorum]\nmode = \"redlock\"\nnodes = [{}]\n",
+            distlock_tests::single_url(),
+            nodes.join(", ")
         );
         let err = distlock::init_from_str(&config)
             .await
@@ -27,7 +39,7 @@ fn a_site_naming_an_unknown_backend_fails_init() {
         let message = err.to_string();
         match &err {
             InitError::Sites(lines) => {
-                assert_eq!(lines.len(), 1, "{message}");
+                assert_eq!(lines.len(), 2, "every bad site at once: {message}");
             }
             other => panic!("expected InitError::Sites, got {other:?}"),
         }
@@ -35,6 +47,10 @@ fn a_site_naming_an_unknown_backend_fails_init() {
             "attribute_bad_site::on_a_missing_backend".to_owned(),
             format!("attribute_bad_site.rs:{NOPE_LINE}"),
             "nope".to_owned(),
+            "attribute_bad_site::a_read_lock_on_redlock".to_owned(),
+            format!("attribute_bad_site.rs:{READ_LINE}"),
+            "lock kind `read`".to_owned(),
+            "quorum".to_owned(),
         ] {
             assert!(
                 message.contains(&part),
