@@ -58,7 +58,7 @@
 //! assert_eq!(config.defaults.wait, Duration::from_secs(1));
 //! assert_eq!(config.defaults.lease, LeaseSpec::Fixed(Duration::from_secs(10)));
 //! assert_eq!(config.defaults.key_prefix, "lock:");
-//! let Mode::Single { url } = &config.backends["main"].mode else { unreachable!() };
+//! let Mode::Single { url, .. } = &config.backends["main"].mode else { unreachable!() };
 //! assert_eq!(url.address, "127.0.0.1:6379");
 //!
 //! let err = Config::from_str("[backends.main]\nmode = \"single\"\n").unwrap_err();
@@ -94,6 +94,7 @@ pub enum Source {
 
 /// A parsed, validated configuration.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// Where it came from.
     pub source: Source,
@@ -114,6 +115,7 @@ pub enum LeaseSpec {
 
 /// `[defaults]`.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Defaults {
     /// The default backend: explicit, or the only backend when there is exactly one;
     /// `None` when there are several and none is named.
@@ -130,6 +132,7 @@ pub struct Defaults {
 
 /// A Redis URL that parsed and passed validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedisUrl {
     /// The URL as written (after `${ENV}` interpolation), credentials included.
     pub url: String,
@@ -141,6 +144,7 @@ pub struct RedisUrl {
 
 /// One `[backends.NAME]` table.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BackendConfig {
     /// The NAME in `[backends.NAME]`.
     pub name: String,
@@ -158,12 +162,23 @@ pub struct BackendConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
     /// One Redis server.
-    Single { url: RedisUrl },
+    #[non_exhaustive]
+    Single {
+        /// The server.
+        url: RedisUrl,
+    },
     /// A Redis Cluster, reached through any of `nodes`.
-    Cluster { nodes: Vec<RedisUrl> },
+    #[non_exhaustive]
+    Cluster {
+        /// Seed nodes (the client discovers the rest).
+        nodes: Vec<RedisUrl>,
+    },
     /// A master found through Redis Sentinel.
+    #[non_exhaustive]
     Sentinel {
+        /// The name the sentinels monitor the master under.
         master_name: String,
+        /// The sentinels (their credentials and database are used for the master too).
         sentinels: Vec<RedisUrl>,
         /// WAIT for this many replica acknowledgements after acquiring (default 0).
         sync_replicas: u32,
@@ -171,13 +186,19 @@ pub enum Mode {
         sync_timeout: Duration,
     },
     /// A majority of independent masters.
+    #[non_exhaustive]
     Redlock {
+        /// The independent masters.
         nodes: Vec<RedisUrl>,
+        /// Timeouts, drift and retry delay.
         quorum: QuorumOptions,
     },
     /// All of several independent masters.
+    #[non_exhaustive]
     Multi {
+        /// The independent masters.
         nodes: Vec<RedisUrl>,
+        /// Timeouts, drift and retry delay.
         quorum: QuorumOptions,
     },
     /// In-process.
@@ -186,6 +207,7 @@ pub enum Mode {
 
 /// Options shared by `redlock` and `multi`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct QuorumOptions {
     /// Per-node timeout for one request (`node_timeout`, default `"50ms"`).
     pub node_timeout: Duration,
@@ -196,6 +218,18 @@ pub struct QuorumOptions {
 }
 
 impl Mode {
+    /// The Redis servers the mode names (sentinels for `sentinel`); none for `memory`.
+    pub fn urls(&self) -> Vec<&RedisUrl> {
+        match self {
+            Mode::Single { url } => vec![url],
+            Mode::Cluster { nodes } | Mode::Redlock { nodes, .. } | Mode::Multi { nodes, .. } => {
+                nodes.iter().collect()
+            }
+            Mode::Sentinel { sentinels, .. } => sentinels.iter().collect(),
+            Mode::Memory => Vec::new(),
+        }
+    }
+
     /// The name used in TOML: `"single"`, `"cluster"`, ...
     pub fn name(&self) -> &'static str {
         match self {

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_config::{
-    BackendConfig, Config, ConfigError, LeaseSpec, Mode, QuorumOptions, RedisUrl, Source,
-};
+use distlock_config::{Config, ConfigError, LeaseSpec, Mode, RedisUrl, Source};
 
 fn ok(text: &str) -> Config {
     Config::from_str(text).unwrap_or_else(|e| panic!("expected a valid config, got: {e}"))
@@ -53,22 +51,16 @@ fn single_mode_with_every_default() {
     assert_eq!(config.defaults.watchdog_timeout, ms(30_000));
     assert_eq!(config.defaults.key_prefix, "lock:");
     let main = &config.backends["main"];
-    assert_eq!(
-        *main,
-        BackendConfig {
-            name: "main".to_owned(),
-            line: 1,
-            mode: Mode::Single {
-                url: RedisUrl {
-                    url: "redis://127.0.0.1:6379".to_owned(),
-                    address: "127.0.0.1:6379".to_owned(),
-                    tls: false,
-                }
-            },
-            response_timeout: ms(2_000),
-            connect_timeout: ms(2_000),
-        }
-    );
+    assert_eq!(main.name, "main");
+    assert_eq!(main.line, 1);
+    let Mode::Single { url, .. } = &main.mode else {
+        panic!("{:?}", main.mode)
+    };
+    assert_eq!(url.url, "redis://127.0.0.1:6379");
+    assert_eq!(url.address, "127.0.0.1:6379");
+    assert!(!url.tls);
+    assert_eq!(main.response_timeout, ms(2_000));
+    assert_eq!(main.connect_timeout, ms(2_000));
     assert_eq!(config.default_backend(), Some(main));
 }
 
@@ -101,7 +93,7 @@ connect_timeout = "3s"
     assert_eq!(b.line, 12);
     assert_eq!(b.response_timeout, ms(500));
     assert_eq!(b.connect_timeout, ms(3_000));
-    let Mode::Single { url } = &b.mode else {
+    let Mode::Single { url, .. } = &b.mode else {
         panic!("{:?}", b.mode)
     };
     assert_eq!(url.address, "cache.example.com:6380");
@@ -139,11 +131,12 @@ fn cluster_mode() {
 mode = "cluster"
 nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7001"]
 "#);
+    let Mode::Cluster { nodes, .. } = &config.backends["c"].mode else {
+        panic!("{:?}", config.backends["c"].mode)
+    };
     assert_eq!(
-        config.backends["c"].mode,
-        Mode::Cluster {
-            nodes: vec![url("redis://10.0.0.1:7000"), url("redis://10.0.0.2:7001")]
-        }
+        *nodes,
+        vec![url("redis://10.0.0.1:7000"), url("redis://10.0.0.2:7001")]
     );
 }
 
@@ -162,23 +155,38 @@ sentinels = ["redis://10.0.1.1:26379", "redis://10.0.1.2:26379"]
 sync_replicas = 2
 sync_timeout = "250ms"
 "#);
-    assert_eq!(
-        config.backends["s1"].mode,
+    let sentinel = |name: &str| match &config.backends[name].mode {
         Mode::Sentinel {
-            master_name: "mymaster".to_owned(),
-            sentinels: vec![url("redis://10.0.1.1:26379")],
-            sync_replicas: 0,
-            sync_timeout: ms(1_000),
-        }
+            master_name,
+            sentinels,
+            sync_replicas,
+            sync_timeout,
+            ..
+        } => (
+            master_name.clone(),
+            sentinels.clone(),
+            *sync_replicas,
+            *sync_timeout,
+        ),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        sentinel("s1"),
+        (
+            "mymaster".to_owned(),
+            vec![url("redis://10.0.1.1:26379")],
+            0,
+            ms(1_000)
+        )
     );
     assert_eq!(
-        config.backends["s2"].mode,
-        Mode::Sentinel {
-            master_name: "other".to_owned(),
-            sentinels: vec![url("redis://10.0.1.1:26379"), url("redis://10.0.1.2:26379")],
-            sync_replicas: 2,
-            sync_timeout: ms(250),
-        }
+        sentinel("s2"),
+        (
+            "other".to_owned(),
+            vec![url("redis://10.0.1.1:26379"), url("redis://10.0.1.2:26379")],
+            2,
+            ms(250)
+        )
     );
 }
 
@@ -199,27 +207,24 @@ retry_delay = "0s"
     let nodes = |names: &[&str]| -> Vec<RedisUrl> {
         names.iter().map(|n| url(&format!("redis://{n}"))).collect()
     };
+    let quorum = |name: &str| match &config.backends[name].mode {
+        Mode::Redlock { nodes, quorum, .. } => ("redlock", nodes.clone(), *quorum),
+        Mode::Multi { nodes, quorum, .. } => ("multi", nodes.clone(), *quorum),
+        other => panic!("{other:?}"),
+    };
+    let (mode, r_nodes, r) = quorum("r");
+    assert_eq!(mode, "redlock");
+    assert_eq!(r_nodes, nodes(&["a", "b", "c"]));
     assert_eq!(
-        config.backends["r"].mode,
-        Mode::Redlock {
-            nodes: nodes(&["a", "b", "c"]),
-            quorum: QuorumOptions {
-                node_timeout: ms(50),
-                drift_factor: 0.01,
-                retry_delay: ms(50),
-            },
-        }
+        (r.node_timeout, r.drift_factor, r.retry_delay),
+        (ms(50), 0.01, ms(50))
     );
+    let (mode, m_nodes, m) = quorum("m");
+    assert_eq!(mode, "multi");
+    assert_eq!(m_nodes, nodes(&["a", "b"]));
     assert_eq!(
-        config.backends["m"].mode,
-        Mode::Multi {
-            nodes: nodes(&["a", "b"]),
-            quorum: QuorumOptions {
-                node_timeout: ms(20),
-                drift_factor: 0.1,
-                retry_delay: Duration::ZERO,
-            },
-        }
+        (m.node_timeout, m.drift_factor, m.retry_delay),
+        (ms(20), 0.1, Duration::ZERO)
     );
 }
 
@@ -883,7 +888,7 @@ sync_replicas = "${DISTLOCK_CFG_T1_REPLICAS}"
     assert_eq!(config.defaults.backend.as_deref(), Some("sentinel"));
     assert_eq!(config.defaults.wait, ms(90_000));
     assert_eq!(config.defaults.key_prefix, "svc:lock:");
-    let Mode::Single { url } = &config.backends["single"].mode else {
+    let Mode::Single { url, .. } = &config.backends["single"].mode else {
         panic!()
     };
     assert_eq!(url.url, "redis://:p\"w'd@10.1.2.3:6379/1");
@@ -918,7 +923,7 @@ fn double_dollar_is_a_literal_dollar() {
     assert_eq!(master_name, "${DISTLOCK_CFG_NEVER_SET}$$");
 
     let config = ok("[backends.main]\nmode = \"single\"\nurl = \"redis://:pa$$s$word@h\"\n");
-    let Mode::Single { url } = &config.backends["main"].mode else {
+    let Mode::Single { url, .. } = &config.backends["main"].mode else {
         panic!()
     };
     assert_eq!(url.url, "redis://:pa$s$word@h");

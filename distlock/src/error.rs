@@ -5,15 +5,25 @@ use std::time::Duration;
 /// Why a lock operation failed. Every variant names the key or backend concerned.
 ///
 /// ```
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// # let registry = distlock::Registry::from_str("[backends.main]\nmode = \"memory\"").await?;
 /// use distlock::LockError;
-/// let e = LockError::NotHeld { key: "order:42".into(), backend: "main".into() };
-/// assert_eq!(e.to_string(), "lock `order:42` on backend `main` is not held by this owner (it expired or was released)");
+/// let guard = registry.lock("order:42").acquire().await?;
+/// match registry.lock("order:42").wait(std::time::Duration::ZERO).acquire().await {
+///     Err(LockError::Timeout { key, backend, .. }) => {
+///         assert_eq!((key.as_str(), backend.as_str()), ("order:42", "main"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # drop(guard); Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was not acquired within the wait.
     #[error("timed out after {waited:?} waiting for lock `{key}` on backend `{backend}`")]
+    #[non_exhaustive]
     Timeout {
         /// The lock's key, as the user wrote it.
         key: String,
@@ -25,6 +35,7 @@ pub enum LockError {
     /// The lease ended while the lock was held: the renewal found the lock gone, or could
     /// not renew before the lease expired.
     #[error("lease of lock `{key}` on backend `{backend}` was lost: {reason}")]
+    #[non_exhaustive]
     LeaseLost {
         /// The lock's key.
         key: String,
@@ -35,6 +46,7 @@ pub enum LockError {
     },
     /// A release (or renewal) found that this owner no longer holds the lock.
     #[error("lock `{key}` on backend `{backend}` is not held by this owner (it expired or was released)")]
+    #[non_exhaustive]
     NotHeld {
         /// The lock's key.
         key: String,
@@ -46,6 +58,7 @@ pub enum LockError {
     NotInitialized,
     /// No backend of that name is configured.
     #[error("no backend named `{backend}` is configured{}", known_list(.known))]
+    #[non_exhaustive]
     NoSuchBackend {
         /// The name asked for (`<default>` when no default backend is configured).
         backend: String,
@@ -54,6 +67,7 @@ pub enum LockError {
     },
     /// redlock/multi: too few nodes granted the lock.
     #[error("lock `{key}` on backend `{backend}`: quorum not reached: {granted} of {nodes} nodes granted, {needed} needed")]
+    #[non_exhaustive]
     QuorumNotReached {
         /// The lock's key.
         key: String,
@@ -70,6 +84,7 @@ pub enum LockError {
     /// required acknowledged it within `sync_timeout`, so a failover could lose it. The lock
     /// was released again (or, if that failed too, is left to expire with its lease).
     #[error("lock `{key}` on backend `{backend}` ({address}): only {acked} of the {needed} replica(s) required acknowledged it within {timeout:?}; {}", if *.released { "it was released again" } else { "releasing it failed too, so it expires with its lease" })]
+    #[non_exhaustive]
     ReplicationFailed {
         /// The lock's key.
         key: String,
@@ -88,6 +103,7 @@ pub enum LockError {
     },
     /// Redis failed or could not be reached.
     #[error("backend `{backend}` ({address}){}: {source}", key_suffix(.key))]
+    #[non_exhaustive]
     Backend {
         /// The backend's name.
         backend: String,
@@ -95,12 +111,13 @@ pub enum LockError {
         address: String,
         /// The lock's key, when one was concerned.
         key: Option<String>,
-        /// The Redis error.
+        /// What went wrong (opaque; see [`BackendError::kind`]).
         #[source]
-        source: redis::RedisError,
+        source: BackendError,
     },
     /// What was asked is not available on this backend or in this version.
     #[error("backend `{backend}`: {what}")]
+    #[non_exhaustive]
     Unsupported {
         /// The backend's name.
         backend: String,
@@ -109,6 +126,7 @@ pub enum LockError {
     },
     /// The key cannot be used as a lock key.
     #[error("invalid lock key {key:?}: {reason}")]
+    #[non_exhaustive]
     InvalidKey {
         /// The key as given.
         key: String,
@@ -181,17 +199,19 @@ pub enum InitError {
     Config(#[from] distlock_config::ConfigError),
     /// A backend could not be reached.
     #[error("backend `{backend}`: cannot connect to {address}: {source}")]
+    #[non_exhaustive]
     Connect {
         /// The backend's name.
         backend: String,
         /// The address that failed (`host:port`, never credentials).
         address: String,
-        /// The Redis error.
+        /// What went wrong (opaque; see [`BackendError::kind`]).
         #[source]
-        source: redis::RedisError,
+        source: BackendError,
     },
     /// A backend's configuration cannot be used by this build or this mode.
     #[error("backend `{backend}`: {message}")]
+    #[non_exhaustive]
     Unsupported {
         /// The backend's name.
         backend: String,
@@ -204,4 +224,106 @@ pub enum InitError {
     /// `init` was called twice.
     #[error("distlock is already initialized")]
     AlreadyInitialized,
+}
+
+/// What went wrong on a backend: opaque, so that the Redis client distlock uses stays an
+/// implementation detail. Its [`kind`](BackendError::kind) says what sort of failure it was;
+/// `Display` says what happened, and [`std::error::Error::source`] leads to the client's
+/// own error where there is one.
+///
+/// ```
+/// # async fn f() {
+/// let err = distlock::Registry::from_str(r#"
+///     [backends.main]
+///     mode = "single"
+///     url = "redis://127.0.0.1:1"
+///     connect_timeout = "200ms"
+/// "#).await.unwrap_err();
+/// match err {
+///     distlock::InitError::Connect { source, .. } => {
+///         assert_eq!(source.kind(), distlock::BackendErrorKind::Connection)
+///     }
+///     other => panic!("{other}"),
+/// }
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+/// ```
+#[derive(Clone)]
+pub struct BackendError(std::sync::Arc<crate::backend::DriverError>);
+
+/// The sort of failure a [`BackendError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The server could not be reached, or the connection broke.
+    Connection,
+    /// No reply in time (`response_timeout`, `connect_timeout`, `node_timeout`).
+    TimedOut,
+    /// The server answered with an error (permissions, out of memory, wrong type, ...).
+    Server,
+    /// The server's reply made no sense for the lock protocol.
+    Protocol,
+    /// redlock/multi: too few nodes answered (each node's failure is in the message).
+    TooFewNodes,
+    /// sentinel: no sentinel named a usable master, or the one named is not a master.
+    NoMaster,
+    /// sentinel `sync_replicas`: too few replicas acknowledged.
+    NotReplicated,
+}
+
+impl BackendError {
+    pub(crate) fn new(e: crate::backend::DriverError) -> BackendError {
+        BackendError(std::sync::Arc::new(e))
+    }
+
+    /// The sort of failure.
+    pub fn kind(&self) -> BackendErrorKind {
+        use crate::backend::DriverError as D;
+        match &*self.0 {
+            D::Redis { source, .. } => {
+                if source.is_timeout() {
+                    BackendErrorKind::TimedOut
+                } else if source.is_io_error()
+                    || source.is_connection_refusal()
+                    || source.is_connection_dropped()
+                {
+                    BackendErrorKind::Connection
+                } else {
+                    BackendErrorKind::Server
+                }
+            }
+            D::TimedOut { .. } => BackendErrorKind::TimedOut,
+            D::NotConnected { .. } => BackendErrorKind::Connection,
+            D::TooFewNodes { .. } => BackendErrorKind::TooFewNodes,
+            D::NotReplicated { .. } => BackendErrorKind::NotReplicated,
+            D::Unexpected { .. } => BackendErrorKind::Protocol,
+            D::NoMaster { .. } | D::NotMaster { .. } => BackendErrorKind::NoMaster,
+        }
+    }
+
+    /// Whether it was a time-out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == BackendErrorKind::TimedOut
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind())
+            .field("message", &self.0.to_string())
+            .finish()
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.0)
+    }
 }

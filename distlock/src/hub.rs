@@ -11,6 +11,9 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
+/// Every subscriber unsubscribes the channels nobody waits on this often.
+pub(crate) const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A channel that waiters wait on.
 #[derive(Debug)]
 pub(crate) struct Channel {
@@ -43,7 +46,7 @@ pub(crate) struct Hub {
 
 impl Hub {
     /// A hub whose releases are delivered in-process.
-    pub fn local() -> Arc<Hub> {
+    pub(crate) fn local() -> Arc<Hub> {
         Arc::new(Hub {
             channels: Mutex::new(HashMap::new()),
             subscriber: None,
@@ -52,13 +55,15 @@ impl Hub {
     }
 
     /// A hub fed by a subscriber task, which receives the other end.
-    pub fn subscribed() -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+    pub(crate) fn subscribed() -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
         Hub::with_relay(None)
     }
 
     /// A hub fed by a subscriber task (as [`Hub::subscribed`]) that passes every delivery
     /// and wake-up on to `target` too: one node's hub of a quorum backend.
-    pub fn relaying_to(target: &Arc<Hub>) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+    pub(crate) fn relaying_to(
+        target: &Arc<Hub>,
+    ) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
         Hub::with_relay(Some(Arc::downgrade(target)))
     }
 
@@ -81,7 +86,7 @@ impl Hub {
     }
 
     /// Start waiting on `name`.
-    pub fn watch(self: &Arc<Self>, name: &str) -> Watch {
+    pub(crate) fn watch(self: &Arc<Self>, name: &str) -> Watch {
         let mut map = self.map();
         let channel = match map.get(name) {
             Some(c) => c.clone(),
@@ -105,7 +110,7 @@ impl Hub {
     }
 
     /// A release was seen on `name`: wake its waiters.
-    pub fn deliver(&self, name: &str) {
+    pub(crate) fn deliver(&self, name: &str) {
         let channel = self.map().get(name).cloned();
         if let Some(c) = channel {
             c.notify.notify_waiters();
@@ -116,7 +121,7 @@ impl Hub {
     }
 
     /// Wake every waiter (after a reconnect, releases may have been missed).
-    pub fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         let all: Vec<_> = self.map().values().cloned().collect();
         for c in all {
             c.notify.notify_waiters();
@@ -127,7 +132,7 @@ impl Hub {
     }
 
     /// The channels waited on now, marking them unconfirmed (a new connection is coming).
-    pub fn unconfirm_all(&self) -> Vec<Arc<Channel>> {
+    pub(crate) fn unconfirm_all(&self) -> Vec<Arc<Channel>> {
         let all: Vec<_> = self.map().values().cloned().collect();
         for c in &all {
             c.confirmed.store(false, Ordering::Release);
@@ -137,14 +142,14 @@ impl Hub {
 
     /// Mark one channel unconfirmed (its subscription was dropped): its waiters ask for it
     /// again on their next round.
-    pub fn unconfirm(&self, name: &str) {
+    pub(crate) fn unconfirm(&self, name: &str) {
         if let Some(c) = self.map().get(name) {
             c.confirmed.store(false, Ordering::Release);
         }
     }
 
     /// Remove the channels nobody waits on; returns their names (to unsubscribe).
-    pub fn sweep(&self) -> Vec<String> {
+    pub(crate) fn sweep(&self) -> Vec<String> {
         let mut map = self.map();
         let idle: Vec<String> = map
             .iter()
@@ -159,17 +164,17 @@ impl Hub {
 
     /// How many channels are tracked (for tests and metrics).
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map().len()
     }
 }
 
 impl Channel {
-    pub fn confirm(&self) {
+    pub(crate) fn confirm(&self) {
         self.confirmed.store(true, Ordering::Release);
     }
 
-    pub fn is_confirmed(&self) -> bool {
+    pub(crate) fn is_confirmed(&self) -> bool {
         self.confirmed.load(Ordering::Acquire)
     }
 }
@@ -184,18 +189,18 @@ pub(crate) struct Watch {
 impl Watch {
     /// A future that resolves on the next release. Call `enable()` on it (pinned) before
     /// checking the lock, so a release in between is not missed.
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.notify.notified()
     }
 
     /// Whether releases on this channel reach us now.
-    pub fn is_live(&self) -> bool {
+    pub(crate) fn is_live(&self) -> bool {
         self.channel.is_confirmed()
     }
 
     /// Ask the subscriber to subscribe, and wait for it (at most until `until`).
     /// Returns whether the channel is live.
-    pub async fn subscribe(&self, until: Instant) -> bool {
+    pub(crate) async fn subscribe(&self, until: Instant) -> bool {
         if self.channel.is_confirmed() {
             return true;
         }

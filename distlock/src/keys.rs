@@ -15,7 +15,7 @@ pub(crate) struct LockKeys {
     /// The lock's main key: for a reentrant lock the hash `owner -> reentrancy count`, with
     /// the lease as its expiry (`PREFIX{KEY}`); for a fair lock the same layout under
     /// `PREFIX{KEY}:fair`; for a read-write lock the state hash `PREFIX{KEY}:rw`. The other
-    /// keys of fair and read-write locks are derived from it (see `scripts.rs`).
+    /// keys of fair and read-write locks are derived from it (see `protocol/`).
     pub hash: String,
     /// The fencing counter (INCR), kept forever so tokens grow strictly.
     pub fence: String,
@@ -28,7 +28,7 @@ impl LockKeys {
     ///
     /// A key holding `{` or `}` would break that hash tag, so it gets a tag of its own
     /// derived from the key (`PREFIX{#HASH}KEY`): still one slot per lock, still injective.
-    pub fn new(prefix: &str, key: String) -> Result<LockKeys, LockError> {
+    pub(crate) fn new(prefix: &str, key: String) -> Result<LockKeys, LockError> {
         if key.is_empty() {
             return Err(LockError::InvalidKey {
                 key,
@@ -63,12 +63,16 @@ impl LockKeys {
     /// `PREFIX{KEY}:fair:released` and `PREFIX{KEY}:rw:released`), so they never exclude
     /// the reentrant lock of the same key; all kinds share the fencing counter
     /// `PREFIX{KEY}:fence` and the hash tag.
-    pub fn for_kind(prefix: &str, key: String, kind: LockKind) -> Result<LockKeys, LockError> {
+    pub(crate) fn for_kind(
+        prefix: &str,
+        key: String,
+        kind: LockKind,
+    ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new(prefix, key)?;
         let suffix = match kind {
             LockKind::Fair => ":fair",
             LockKind::Read | LockKind::Write => ":rw",
-            _ => return Ok(keys),
+            LockKind::Reentrant => return Ok(keys),
         };
         keys.hash.push_str(suffix);
         keys.channel = format!("{}:released", keys.hash);
@@ -79,13 +83,13 @@ impl LockKeys {
     /// The other Redis keys of a fair or read-write lock (all derived from `hash`, so in its
     /// slot): fair: the wait queue (list) and the waiters' deadlines (zset); read-write: the
     /// readers' lease ends (zset) and the waiting writers' deadlines (zset).
-    pub fn extra(&self) -> [String; 2] {
+    pub(crate) fn extra(&self) -> [String; 2] {
         match self.kind {
             LockKind::Fair => [
                 format!("{}:queue", self.hash),
                 format!("{}:waiters", self.hash),
             ],
-            _ => [
+            LockKind::Reentrant | LockKind::Read | LockKind::Write => [
                 format!("{}:readers", self.hash),
                 format!("{}:writers", self.hash),
             ],

@@ -82,6 +82,15 @@ pub enum LockKind {
 }
 
 impl LockKind {
+    /// Whether a waiter of this kind queues in the backend (fair and write locks), and so
+    /// must leave the queue when it gives up.
+    pub(crate) fn queues(self) -> bool {
+        match self {
+            LockKind::Fair | LockKind::Write => true,
+            LockKind::Reentrant | LockKind::Read => false,
+        }
+    }
+
     /// The name used by the attribute's `kind = "..."`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -29,19 +29,21 @@
 //! `#[distributed_lock]` attribute for annotated functions.
 
 mod backend;
+mod backoff;
+mod clock;
 mod context;
 mod error;
 mod guard;
+mod held;
 mod hub;
 pub mod ids;
 mod keys;
 mod lease;
 mod lock;
 mod owner;
+mod protocol;
 mod registry;
-pub mod scripts;
 mod sites;
-mod subscriber;
 mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
@@ -50,7 +52,7 @@ pub use context::fencing_token;
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
-pub use error::{InitError, LockError};
+pub use error::{BackendError, BackendErrorKind, InitError, LockError};
 pub use guard::LockGuard;
 pub use lease::{Lease, LockKind};
 pub use lock::Lock;
@@ -61,6 +63,17 @@ pub use sites::{sites, Site};
 #[doc(hidden)]
 pub mod __private {
     pub use inventory;
+
+    /// The sources of the reentrant lock's scripts, for benchmarks that send the protocol
+    /// raw (see `distlock/src/protocol/*.lua` for what each takes).
+    pub mod scripts {
+        /// `acquire.lua`.
+        pub const ACQUIRE: &str = include_str!("protocol/acquire.lua");
+        /// `release.lua` (its third argument is the publish verb).
+        pub const RELEASE: &str = include_str!("protocol/release.lua");
+        /// `renew.lua`.
+        pub const RENEW: &str = include_str!("protocol/renew.lua");
+    }
 
     /// Returns `f` unchanged. Wrapping an annotated function's body in it tells the compiler
     /// the body's output type (the function's return type), so `return` and `?` in the body

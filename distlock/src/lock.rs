@@ -6,10 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend};
-use crate::guard::{LeaseState, LockGuard};
+use crate::backend::Backend;
+use crate::backoff::Backoff;
+use crate::guard::LockGuard;
+use crate::held::LeaseState;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
+use crate::protocol::Attempt;
 use crate::registry::Registry;
 use crate::{Lease, LockError, LockKind};
 
@@ -213,7 +216,7 @@ async fn acquire(
     let start = Instant::now();
     let deadline = start + wait;
     let mut watch = None;
-    let mut backend_retry = BACKEND_RETRY_MIN;
+    let mut backend_retry = Backoff::retry();
     // A fair or write waiter is queued in the backend once refused: on every way out but
     // acquiring (timeout, error, this future dropped) it leaves the queue again.
     let mut queued: Option<Queued> = None;
@@ -226,7 +229,7 @@ async fn acquire(
         }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
-        if queued.is_none() && !left.is_zero() && matches!(kind, LockKind::Fair | LockKind::Write) {
+        if queued.is_none() && !left.is_zero() && kind.queues() {
             queued = Some(Queued {
                 backend: backend.clone(),
                 keys: keys.clone(),
@@ -236,7 +239,7 @@ async fn acquire(
         }
         let attempt = match backend.acquire(&keys, owner, lease_len, left).await {
             Ok(a) => {
-                backend_retry = BACKEND_RETRY_MIN;
+                backend_retry.reset();
                 a
             }
             // Already waiting for another holder: ride out a failing backend (a failover
@@ -247,11 +250,11 @@ async fn acquire(
                 if now >= deadline {
                     return Err(e);
                 }
-                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?backend_retry,
+                let pause = backend_retry.pause();
+                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
                     "distlock: backend failed while waiting; retrying within the wait");
                 drop(notified);
-                tokio::time::sleep_until(deadline.min(now + backend_retry)).await;
-                backend_retry = (backend_retry * 2).min(BACKEND_RETRY_MAX);
+                tokio::time::sleep_until(deadline.min(now + pause)).await;
                 continue;
             }
             Err(e) => return Err(e),
@@ -263,8 +266,16 @@ async fn acquire(
                 }
                 tracing::debug!(backend = %backend.name, key = %keys.user, token, waited = ?start.elapsed(), "distlock: acquired");
                 let expires_at = sent + backend.validity(lease_len);
-                let state = LeaseState::new(backend.clone(), keys, owner, token, auto, expires_at);
-                return Ok(LockGuard { state });
+                let state = LeaseState::new(
+                    backend.name.clone(),
+                    &backend.leases,
+                    keys,
+                    owner,
+                    token,
+                    auto,
+                    expires_at,
+                );
+                return Ok(LockGuard { state, backend });
             }
             Attempt::Reentered => {
                 if let Some(mut q) = queued.take() {
@@ -273,8 +284,16 @@ async fn acquire(
                 tracing::debug!(backend = %backend.name, key = %keys.user, "distlock: re-entered");
                 let token = outer_token.unwrap_or(0);
                 let expires_at = sent + backend.validity(lease_len);
-                let state = LeaseState::new(backend.clone(), keys, owner, token, auto, expires_at);
-                return Ok(LockGuard { state });
+                let state = LeaseState::new(
+                    backend.name.clone(),
+                    &backend.leases,
+                    keys,
+                    owner,
+                    token,
+                    auto,
+                    expires_at,
+                );
+                return Ok(LockGuard { state, backend });
             }
             Attempt::Held { ttl } => ttl,
             Attempt::NoQuorum {
@@ -348,12 +367,6 @@ async fn acquire(
         }
     }
 }
-
-/// First pause before a waiter tries again after a backend error; it doubles up to
-/// [`BACKEND_RETRY_MAX`].
-const BACKEND_RETRY_MIN: Duration = Duration::from_millis(20);
-/// Longest pause between a waiter's attempts while the backend fails.
-const BACKEND_RETRY_MAX: Duration = Duration::from_millis(250);
 
 /// A waiter's place in a fair or write queue, left when dropped armed.
 struct Queued {

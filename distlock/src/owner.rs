@@ -9,12 +9,12 @@ pub(crate) struct OwnerId(u128);
 
 impl OwnerId {
     /// A fresh random id.
-    pub fn random() -> OwnerId {
+    pub(crate) fn random() -> OwnerId {
         OwnerId(rand::random())
     }
 
     /// The 32 lowercase hex digits stored in Redis.
-    pub fn hex(&self) -> [u8; 32] {
+    pub(crate) fn hex(&self) -> [u8; 32] {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 32];
         for (i, byte) in self.0.to_be_bytes().iter().enumerate() {

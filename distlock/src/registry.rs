@@ -59,6 +59,7 @@ impl Registry {
         let mut backends = HashMap::new();
         for backend in connected {
             let backend = backend?;
+            crate::watchdog::spawn(&backend);
             tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
             backends.insert(backend.name.to_string(), backend);
         }
@@ -135,7 +136,9 @@ impl Registry {
         }
     }
 
-    /// How many tasks are asleep waiting for a lock on the backend now.
+    /// How many tasks are asleep waiting for a lock on the backend now (for tests and
+    /// benchmarks that wait for waiters instead of sleeping).
+    #[doc(hidden)]
     pub fn waiting(&self, backend: &str) -> Option<usize> {
         self.inner
             .backends
@@ -143,9 +146,10 @@ impl Registry {
             .map(|b| b.waiting.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// How many auto-leases the backend's watchdog renews now.
+    /// How many auto-leases the backend's watchdog renews now (for tests and benchmarks).
+    #[doc(hidden)]
     pub fn watched_leases(&self, backend: &str) -> Option<usize> {
-        self.inner.backends.get(backend).map(|b| b.watchdog.len())
+        self.inner.backends.get(backend).map(|b| b.leases.len())
     }
 }
 

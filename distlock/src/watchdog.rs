@@ -1,56 +1,22 @@
-//! The watchdog: one task per backend renews every held auto-lease in pipelined batches,
-//! every third of `watchdog_timeout`. Not one timer per lock.
+//! The watchdog: one task per backend renews every held auto lease (the backend's
+//! [`Leases`](crate::held::Leases)), every third of `watchdog_timeout`. Not one timer per
+//! lock; the backend's driver batches the renewals (pipelines of 512 on one server).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::guard::LeaseState;
 
-/// Renewals sent in one pipeline.
-const BATCH: usize = 512;
 /// Retry interval after a failed renewal (bounded by the period).
 const RETRY: Duration = Duration::from_millis(250);
-
-/// The auto-leases held on one backend.
-#[derive(Debug, Default)]
-pub(crate) struct Watchdog {
-    leases: Mutex<HashMap<u64, Arc<LeaseState>>>,
-    next_id: AtomicU64,
-}
-
-impl Watchdog {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<LeaseState>>> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub fn add(&self, lease: Arc<LeaseState>) {
-        self.map().insert(lease.id, lease);
-    }
-
-    pub fn remove(&self, id: u64) {
-        self.map().remove(&id);
-    }
-
-    /// How many leases it renews (for tests and metrics).
-    pub fn len(&self) -> usize {
-        self.map().len()
-    }
-}
 
 /// Start the watchdog task of `backend`; it ends when the backend is dropped.
 pub(crate) fn spawn(backend: &Arc<Backend>) {
     let period = (backend.watchdog_timeout / 3).max(Duration::from_millis(10));
     let weak = Arc::downgrade(backend);
-    tokio::spawn(run(weak, period));
+    backend.runtime.spawn(run(weak, period));
 }
 
 async fn run(backend: Weak<Backend>, period: Duration) {
@@ -71,13 +37,15 @@ async fn run(backend: Weak<Backend>, period: Duration) {
 
 /// One round: renew every registered lease. Returns whether any renewal failed.
 async fn renew_all(backend: &Backend) -> bool {
-    let leases: Vec<Arc<LeaseState>> = backend.watchdog.map().values().cloned().collect();
+    let leases = backend.leases.all();
     if leases.is_empty() {
         return false;
     }
     let lease_len = backend.watchdog_timeout;
     let mut failed = false;
-    for chunk in leases.chunks(BATCH) {
+    // In rounds of at most this many, so a huge number of leases does not build one
+    // enormous request; the driver pipelines each round.
+    for chunk in leases.chunks(4096) {
         let items: Vec<_> = chunk.iter().map(|l| (&l.keys, l.owner)).collect();
         let sent = Instant::now();
         // Each lease has its own outcome: on a cluster, a master that is down (failing over)

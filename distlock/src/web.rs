@@ -244,10 +244,13 @@ mod tests {
         }
     }
 
-    fn redis_error() -> redis::RedisError {
-        redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "connection refused",
+    fn redis_error() -> crate::BackendError {
+        crate::BackendError::new(crate::backend::DriverError::redis(
+            "10.1.2.3:6379",
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused",
+            )),
         ))
     }
 

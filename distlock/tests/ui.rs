@@ -3,10 +3,24 @@
 //!
 //! Regenerate the expected errors with `TRYBUILD=overwrite cargo test -p distlock --test ui`
 //! and read the `.stderr` files before committing them.
+//!
+//! The `.stderr` files hold the diagnostics of one compiler release, [`PINNED`]: their
+//! wording changes between releases. On that release every case runs; on another one the
+//! `pass` cases still run and the `fail` cases are reported as not compared (regenerate the
+//! files on the new release and move the pin to adopt it).
+
+/// The compiler release the expected diagnostics were written with.
+const PINNED: &str = "1.95";
 
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/pass/*.rs");
-    t.compile_fail("tests/ui/fail/*.rs");
+    if rustversion::cfg!(stable(1.95)) {
+        t.compile_fail("tests/ui/fail/*.rs");
+    } else {
+        eprintln!(
+            "tests/ui/fail: diagnostics are pinned to rustc {PINNED}; this compiler's are not compared"
+        );
+    }
 }

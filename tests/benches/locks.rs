@@ -1,7 +1,7 @@
 //! distlock against the floor and rslock on one loopback redis-server, side by side.
 //!
 //! Run: `scripts/bench.sh` (starts the servers, runs this in release mode, stops them).
-//! The floor is the same two scripts distlock sends (`distlock::scripts::ACQUIRE` and
+//! The floor is the same two scripts distlock sends (`distlock::__private::scripts::ACQUIRE` and
 //! `RELEASE`) as raw EVALSHA over one multiplexed connection: two round trips per pair.
 //! Prints a table; asserts nothing.
 
@@ -41,11 +41,11 @@ impl Floor {
             c.arg("LOAD").arg(src);
             c
         };
-        let acquire_sha: String = load(distlock::scripts::ACQUIRE)
+        let acquire_sha: String = load(distlock::__private::scripts::ACQUIRE)
             .query_async(&mut conn)
             .await
             .expect("load");
-        let release_sha: String = load(distlock::scripts::RELEASE)
+        let release_sha: String = load(distlock::__private::scripts::RELEASE)
             .query_async(&mut conn)
             .await
             .expect("load");
@@ -80,6 +80,7 @@ impl Floor {
             .arg(&hash)
             .arg(owner)
             .arg(&channel)
+            .arg("publish")
             .query_async(&mut conn)
             .await
             .expect("release");

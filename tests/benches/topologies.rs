@@ -208,7 +208,7 @@ async fn watchdog(backend: &str) -> (f64, usize) {
 /// One renewal round of `LEASES` leases at the protocol level: one pipeline on a single
 /// server, against concurrent EVALSHAs on the cluster (what the watchdog sends on each).
 async fn renewal_round() -> (Duration, Duration) {
-    let script = redis::Script::new(distlock::scripts::RENEW);
+    let script = redis::Script::new(distlock::__private::scripts::RENEW);
     let sha = script.get_hash().to_string();
     let base = unique();
     let keys: Vec<String> = (0..LEASES)
@@ -221,7 +221,7 @@ async fn renewal_round() -> (Duration, Duration) {
         .await
         .expect("connect");
     let mut load = redis::cmd("SCRIPT");
-    load.arg("LOAD").arg(distlock::scripts::RENEW);
+    load.arg("LOAD").arg(distlock::__private::scripts::RENEW);
     let _: String = load.query_async(&mut single).await.expect("load");
     let mut pipe = redis::pipe();
     for k in &keys {

@@ -1,6 +1,6 @@
 //! Private topologies for destructive tests: a whole Redis Cluster, or a master with a
 //! replica and sentinels, started by one test on ports of its own (17400..17499, from
-//! [`allocate_port`](crate::allocate_port)), so killing their servers never disturbs the
+//! [`allocate_port`]), so killing their servers never disturbs the
 //! shared topologies other tests use in parallel. Dropping a topology kills every process
 //! it started and removes their directories.
 

@@ -1,7 +1,14 @@
-//! Wake-up on a Redis Cluster: sharded pub/sub.
+//! `mode = "cluster"`: a Redis Cluster.
 //!
-//! On a cluster the release script announces a release with SPUBLISH (see
-//! [`crate::scripts::RELEASE`]), and this module's subscriber SSUBSCRIBEs each lock channel
+//! Commands go through redis-rs's async cluster connection, which routes every command by
+//! the slot of its first key (all keys of one lock share a slot), follows `MOVED`/`ASK` and
+//! refreshes its slot map after a failover; requests that meet a failover are retried by
+//! it within `response_timeout`, which bounds every call. Renewals are sent concurrently,
+//! one call each (a pipeline must stay in one slot), so a master that is down does not hold
+//! up the leases on the others.
+//!
+//! Wake-up uses sharded pub/sub. The release script announces a release with SPUBLISH
+//! (the verb is passed to it: see `protocol`), and this module's subscriber SSUBSCRIBEs each lock channel
 //! on the node serving the channel's slot (the lock's own master: the channel shares the
 //! lock's hash tag). The message then goes straight from the master that ran the release to
 //! the subscriber, without the hop over the cluster bus that a plain PUBLISH takes to reach
@@ -21,47 +28,216 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use distlock_config::RedisUrl;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{PushInfo, PushKind, RedisResult, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use super::redis::{tcp_settings, timed_out};
-use crate::hub::{Hub, SubscribeRequest};
+use super::conn::{addresses, Settings};
+use super::error::{bounded, DriverError};
+use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::protocol::exec::{eval, load_all};
+use crate::protocol::{Attempt, Call, Publish, Released};
 
-/// Channels nobody waits on are unsubscribed this often.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// A connection to a Redis Cluster speaking the lock protocol.
+#[derive(Clone)]
+pub(crate) struct Cluster {
+    conn: ClusterConnection,
+    /// The configured nodes, comma-separated.
+    address: String,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connect to a Redis Cluster through any of `nodes` (the client discovers the rest), and
+/// start the wake-up subscriber.
+pub(crate) async fn connect(
+    backend: &Arc<str>,
+    nodes: &[RedisUrl],
+    settings: &Settings,
+) -> Result<(Cluster, Arc<Hub>), DriverError> {
+    let address = addresses(nodes);
+    let client = settings
+        .cluster(nodes)
+        .build()
+        .map_err(|e| DriverError::redis(&address, e))?;
+    let conn = bounded(
+        &address,
+        "connect timed out",
+        settings.connect_timeout * 2,
+        client.get_async_connection(),
+    )
+    .await?;
+    let cluster = Cluster {
+        conn,
+        address,
+        response_timeout: settings.response_timeout,
+    };
+    // A node down now only means its script cache is filled by EVAL later.
+    let mut c = cluster.conn.clone();
+    if let Err(e) = bounded(
+        &cluster.address,
+        "SCRIPT LOAD timed out",
+        settings.response_timeout,
+        load_all(&mut c),
+    )
+    .await
+    {
+        tracing::warn!(backend = %backend, error = %e, "distlock: SCRIPT LOAD failed on some cluster node; scripts will be sent with EVAL there");
+    }
+    let (hub, requests) = Hub::subscribed();
+    spawn_subscriber(
+        backend.clone(),
+        &hub,
+        requests,
+        nodes,
+        settings,
+        &cluster.address,
+    )
+    .await?;
+    Ok((cluster, hub))
+}
+
+impl Cluster {
+    /// The configured nodes.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            what,
+            self.response_timeout,
+            eval(&mut conn, call),
+        )
+        .await
+    }
+
+    fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
+        DriverError::Unexpected {
+            address: self.address.clone(),
+            reply,
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Attempt, DriverError> {
+        let call = Call::acquire(keys, owner, lease, wait);
+        let v = self.run(&call, "acquire timed out").await?;
+        call.attempt(&v).map_err(|r| self.unexpected(r))
+    }
+
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<Released, DriverError> {
+        let call = Call::release(keys, owner, Publish::Sharded);
+        let v = self.run(&call, "release timed out").await?;
+        call.released(&v).map_err(|r| self.unexpected(r))
+    }
+
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<bool, DriverError> {
+        let Some(call) = Call::cancel(keys, owner, Publish::Sharded) else {
+            return Ok(false);
+        };
+        let v = self.run(&call, "cancel timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+        let call = Call::force_release(keys, Publish::Sharded);
+        let v = self.run(&call, "force release timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Renew many leases, each on its own (sent concurrently; the multiplexed node
+    /// connections pipeline them on the wire).
+    pub(crate) async fn renew_each(
+        &self,
+        items: &[(&LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> Vec<Result<bool, DriverError>> {
+        futures_util::future::join_all(items.iter().map(|(keys, owner)| async move {
+            let call = Call::renew(keys, *owner, lease);
+            let v = self.run(&call, "renewal timed out").await?;
+            call.done(&v).map_err(|r| self.unexpected(r))
+        }))
+        .await
+    }
+
+    /// `INCR key`, giving it `ttl` when new.
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR")
+            .arg(key)
+            .cmd("EXPIRE")
+            .arg(key)
+            .arg(ttl.as_secs().max(1))
+            .arg("NX")
+            .ignore();
+        let mut conn = self.conn.clone();
+        let (n,): (u64,) = bounded(
+            &self.address,
+            "INCR timed out",
+            self.response_timeout,
+            pipe.query_async(&mut conn),
+        )
+        .await?;
+        Ok(n)
+    }
+}
 
 /// Connect the subscriber's own cluster connection (RESP3, pushes to this module) and start
 /// serving `hub`'s subscription requests. It ends when the hub is dropped.
-pub(crate) async fn spawn_subscriber(
+async fn spawn_subscriber(
     backend: Arc<str>,
     hub: &Arc<Hub>,
     requests: mpsc::UnboundedReceiver<SubscribeRequest>,
     nodes: &[RedisUrl],
-    connect_timeout: Duration,
-    response_timeout: Duration,
-) -> RedisResult<()> {
+    settings: &Settings,
+    address: &str,
+) -> Result<(), DriverError> {
     let (push_tx, pushes) = mpsc::unbounded_channel::<PushInfo>();
-    let client = ClusterClientBuilder::new(nodes.iter().map(|u| u.url.as_str()))
-        .tcp_settings(tcp_settings())
+    let client = settings
+        .cluster(nodes)
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(push_tx)
-        .connection_timeout(connect_timeout)
-        .response_timeout(response_timeout)
-        .min_retry_wait(10)
-        .max_retry_wait(100)
-        .build()?;
-    let conn = tokio::time::timeout(connect_timeout * 2, client.get_async_connection())
-        .await
-        .map_err(|_| timed_out("connect timed out", connect_timeout * 2))??;
+        .build()
+        .map_err(|e| DriverError::redis(address, e))?;
+    let conn = bounded(
+        address,
+        "connect timed out",
+        settings.connect_timeout * 2,
+        client.get_async_connection(),
+    )
+    .await?;
     tokio::spawn(run(
         backend,
         Arc::downgrade(hub),
         requests,
         pushes,
         conn,
-        response_timeout,
+        settings.response_timeout,
     ));
     Ok(())
 }

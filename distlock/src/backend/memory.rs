@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Attempt, Released};
 use crate::hub::Hub;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
+use crate::protocol::{Attempt, Released};
 use crate::LockKind;
 
 #[derive(Debug)]
@@ -97,7 +97,7 @@ pub(crate) struct MemoryDriver {
 }
 
 impl MemoryDriver {
-    pub fn new(hub: Arc<Hub>) -> MemoryDriver {
+    pub(super) fn new(hub: Arc<Hub>) -> MemoryDriver {
         MemoryDriver {
             state: Mutex::new(State::default()),
             hub,
@@ -117,7 +117,7 @@ impl MemoryDriver {
         state.locks.get_mut(hash)
     }
 
-    pub fn acquire(
+    pub(super) fn acquire(
         &self,
         keys: &LockKeys,
         owner: OwnerId,
@@ -166,7 +166,7 @@ impl MemoryDriver {
                 }
                 // Held (the path below re-enters or refuses), or free and ours to take.
             }
-            _ => {}
+            LockKind::Reentrant => {}
         }
         match Self::live(&mut st, &keys.hash, now) {
             None => {
@@ -292,7 +292,7 @@ impl MemoryDriver {
     }
 
     /// A fair or write waiter gives up; returns whether it was queued.
-    pub fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
+    pub(super) fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
         let now = Instant::now();
         let mut st = self.state();
         let was = match keys.kind {
@@ -307,7 +307,7 @@ impl MemoryDriver {
                     .is_some_and(|q| q.remove(owner));
                 was && Self::live(&mut st, &keys.hash, now).is_none()
             }
-            _ => false,
+            LockKind::Reentrant | LockKind::Read => false,
         };
         drop(st);
         if was {
@@ -316,7 +316,7 @@ impl MemoryDriver {
         was
     }
 
-    pub fn release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
+    pub(super) fn release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
         if matches!(keys.kind, LockKind::Read | LockKind::Write) {
             return self.rw_release(keys, owner);
         }
@@ -338,7 +338,7 @@ impl MemoryDriver {
         Released::Freed
     }
 
-    pub fn renew(&self, items: &[(&LockKeys, OwnerId)], lease: Duration) -> Vec<bool> {
+    pub(super) fn renew(&self, items: &[(&LockKeys, OwnerId)], lease: Duration) -> Vec<bool> {
         let now = Instant::now();
         let mut st = self.state();
         items
@@ -383,14 +383,14 @@ impl MemoryDriver {
     }
 
     /// A counter outside the lock layout (ids); memory counters never expire.
-    pub fn next_sequence(&self, key: &str) -> u64 {
+    pub(super) fn next_sequence(&self, key: &str) -> u64 {
         let mut st = self.state();
         let n = st.fences.entry(key.to_owned()).or_insert(0);
         *n += 1;
         *n
     }
 
-    pub fn force_release(&self, keys: &LockKeys) -> bool {
+    pub(super) fn force_release(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
         let mut st = self.state();
         let mut existed = Self::live(&mut st, &keys.hash, now).is_some();

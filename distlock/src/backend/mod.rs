@@ -1,299 +1,155 @@
-//! Backends: where locks live. Each backend has a driver (the protocol on one kind of
-//! store), a wake-up hub and a watchdog.
+//! Backends: where locks live.
+//!
+//! One module per topology owns all of it — connecting, commands, renewal and its wake-up
+//! subscriber: [`single`], [`cluster`], [`sentinel`], [`quorum`] (redlock and multi) and
+//! [`memory`]. The Redis ones speak the protocol of `crate::protocol`; `server.rs` is the
+//! protocol on one server connection (single, the sentinel master, each quorum node), and
+//! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
+//! turned into a public error in one place (`error.rs`). This file only dispatches.
 
-pub(crate) mod cluster;
-pub(crate) mod memory;
-pub(crate) mod quorum;
-pub(crate) mod redis;
-pub(crate) mod sentinel;
+mod cluster;
+mod conn;
+mod error;
+mod memory;
+mod quorum;
+mod sentinel;
+mod server;
+mod single;
+mod subscriber;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_config::{BackendConfig, Defaults, Mode};
 
+pub(crate) use self::error::DriverError;
+use crate::held::Leases;
 use crate::hub::Hub;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
-use crate::watchdog::Watchdog;
+use crate::protocol::{Attempt, Released};
 use crate::{InitError, LockError, LockKind};
 
-/// What one acquire attempt found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// Newly acquired, with this fencing token.
-    Acquired { token: u64 },
-    /// Already held by this owner; the count went up.
-    Reentered,
-    /// Held by another owner, for this much longer (`None`: no expiry set).
-    Held { ttl: Option<Duration> },
-    /// redlock/multi: too few nodes granted it (what was granted is released again); try
-    /// again after `retry_in`. `busy`: every node answered, and others held it on some.
-    NoQuorum {
-        granted: usize,
-        needed: usize,
-        nodes: usize,
-        busy: bool,
-        retry_in: Duration,
-    },
-}
-
-/// What one release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// The lock is free.
-    Freed,
-    /// Released one reentrant level; still held by this owner.
-    StillHeld,
-    /// This owner did not hold it: nothing changed.
-    NotHeld,
-}
-
+/// The store behind a backend.
 #[derive(Debug)]
-pub(crate) enum Driver {
-    Redis(redis::RedisDriver),
-    Memory(memory::MemoryDriver),
+enum Driver {
+    Single(server::Server),
+    Cluster(cluster::Cluster),
+    Sentinel(Arc<sentinel::SentinelMaster>),
     Quorum(quorum::QuorumDriver),
+    Memory(memory::MemoryDriver),
 }
 
 /// One configured backend.
 #[derive(Debug)]
 pub(crate) struct Backend {
-    pub name: Arc<str>,
+    pub(crate) name: Arc<str>,
     /// `host:port` (or `memory`), for messages.
-    pub address: String,
-    pub prefix: String,
-    pub watchdog_timeout: Duration,
-    pub driver: Driver,
-    pub hub: Arc<Hub>,
-    pub watchdog: Watchdog,
+    pub(crate) address: String,
+    pub(crate) prefix: String,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) hub: Arc<Hub>,
+    /// The auto leases the watchdog renews.
+    pub(crate) leases: Arc<Leases>,
     /// Tasks asleep waiting for a release now.
-    pub waiting: std::sync::atomic::AtomicUsize,
+    pub(crate) waiting: AtomicUsize,
     /// The runtime `init` ran on: background releases and tasks go there.
-    pub runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
+    driver: Driver,
 }
 
 impl Backend {
-    /// Connect to the backend a configuration describes, and start its tasks.
-    pub async fn connect(
+    /// Connect to the backend a configuration describes, and start its subscriber.
+    pub(crate) async fn connect(
         cfg: &BackendConfig,
         defaults: &Defaults,
     ) -> Result<Arc<Backend>, InitError> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
-        let unsupported = |message: String| InitError::Unsupported {
-            backend: cfg.name.clone(),
-            message,
-        };
+        let settings = conn::Settings::of(cfg);
+        let fail = |e: DriverError| e.into_init_error(&cfg.name);
+        if let Some(url) = cfg.mode.urls().into_iter().find(|u| u.tls) {
+            return Err(InitError::Unsupported {
+                backend: cfg.name.clone(),
+                message: format!(
+                    "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
+                    url.address
+                ),
+            });
+        }
         let (driver, hub, address) = match &cfg.mode {
             Mode::Memory => {
                 let hub = Hub::local();
-                (
-                    Driver::Memory(memory::MemoryDriver::new(hub.clone())),
-                    hub,
-                    "memory".to_string(),
-                )
+                let driver = Driver::Memory(memory::MemoryDriver::new(hub.clone()));
+                (driver, hub, "memory".to_string())
             }
-            Mode::Single { url } => {
-                if url.tls {
-                    return Err(unsupported(format!(
-                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
-                        url.address
-                    )));
-                }
-                let connect_err = |source| InitError::Connect {
-                    backend: cfg.name.clone(),
-                    address: url.address.clone(),
-                    source,
-                };
-                let client = redis::client(&url.url).map_err(connect_err)?;
-                let driver = redis::RedisDriver::connect(
-                    client.clone(),
-                    cfg.connect_timeout,
-                    cfg.response_timeout,
-                )
-                .await
-                .map_err(connect_err)?;
-                let (hub, requests) = Hub::subscribed();
-                let connector: crate::subscriber::Connector = Arc::new(move || {
-                    let client = client.clone();
-                    Box::pin(async move { client.get_async_pubsub().await })
-                });
-                crate::subscriber::spawn(
-                    name.clone(),
-                    &hub,
-                    requests,
-                    connector,
-                    cfg.connect_timeout,
-                );
-                (Driver::Redis(driver), hub, url.address.clone())
+            Mode::Single { url, .. } => {
+                let (server, hub) = single::connect(&name, url, &settings).await.map_err(fail)?;
+                (Driver::Single(server), hub, url.address.clone())
             }
-            Mode::Cluster { nodes } => {
-                if let Some(u) = nodes.iter().find(|u| u.tls) {
-                    return Err(unsupported(format!(
-                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
-                        u.address
-                    )));
-                }
-                let address = nodes
-                    .iter()
-                    .map(|u| u.address.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",");
-                let connect_err = |source| InitError::Connect {
-                    backend: cfg.name.clone(),
-                    address: address.clone(),
-                    source,
-                };
-                let driver = redis::RedisDriver::connect_cluster(
-                    nodes,
-                    cfg.connect_timeout,
-                    cfg.response_timeout,
-                )
-                .await
-                .map_err(connect_err)?;
-                let (hub, requests) = Hub::subscribed();
-                cluster::spawn_subscriber(
-                    name.clone(),
-                    &hub,
-                    requests,
-                    nodes,
-                    cfg.connect_timeout,
-                    cfg.response_timeout,
-                )
-                .await
-                .map_err(connect_err)?;
-                (Driver::Redis(driver), hub, address)
+            Mode::Cluster { nodes, .. } => {
+                let (cluster, hub) = cluster::connect(&name, nodes, &settings)
+                    .await
+                    .map_err(fail)?;
+                let address = cluster.address().to_owned();
+                (Driver::Cluster(cluster), hub, address)
             }
             Mode::Sentinel {
                 master_name,
                 sentinels,
                 sync_replicas,
                 sync_timeout,
+                ..
             } => {
-                if let Some(u) = sentinels.iter().find(|u| u.tls) {
-                    return Err(unsupported(format!(
-                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
-                        u.address
-                    )));
-                }
-                let sync = (*sync_replicas > 0).then_some(redis::SyncReplicas {
+                let sync = (*sync_replicas > 0).then_some(sentinel::SyncReplicas {
                     needed: *sync_replicas,
                     timeout: *sync_timeout,
                 });
-                let master = sentinel::SentinelMaster::connect(
-                    name.clone(),
-                    master_name,
-                    sentinels,
-                    cfg.connect_timeout,
-                    cfg.response_timeout,
-                    sync.map(|s| s.timeout),
-                )
-                .await
-                .map_err(|(address, source)| InitError::Connect {
-                    backend: cfg.name.clone(),
-                    address,
-                    source,
-                })?;
-                let (hub, requests) = Hub::subscribed();
-                crate::subscriber::spawn_with_reset(
-                    name.clone(),
-                    &hub,
-                    requests,
-                    master.pubsub_connector(),
-                    cfg.connect_timeout,
-                    master.changes(),
-                );
-                let address = format!(
-                    "{master_name} via {}",
-                    sentinels
-                        .iter()
-                        .map(|u| u.address.as_str())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                );
-                let driver = redis::RedisDriver::sentinel(master, cfg.response_timeout, sync);
-                (Driver::Redis(driver), hub, address)
+                let (master, hub) =
+                    sentinel::connect(&name, master_name, sentinels, sync, &settings)
+                        .await
+                        .map_err(fail)?;
+                let address = format!("{master_name} via {}", conn::addresses(sentinels));
+                (Driver::Sentinel(master), hub, address)
             }
-            Mode::Redlock { nodes, quorum } | Mode::Multi { nodes, quorum } => {
-                if let Some(u) = nodes.iter().find(|u| u.tls) {
-                    return Err(unsupported(format!(
-                        "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
-                        u.address
-                    )));
-                }
+            Mode::Redlock { nodes, quorum, .. } | Mode::Multi { nodes, quorum, .. } => {
                 let kind = match &cfg.mode {
                     Mode::Multi { .. } => quorum::QuorumKind::Multi,
                     _ => quorum::QuorumKind::Redlock,
                 };
-                let (hub, requests) = Hub::subscribed();
-                let driver = quorum::QuorumDriver::connect(
-                    &name,
-                    kind,
-                    nodes,
-                    *quorum,
-                    cfg.connect_timeout,
-                    cfg.response_timeout,
-                    &hub,
-                    requests,
-                )
-                .await
-                .map_err(|(address, source)| InitError::Connect {
-                    backend: cfg.name.clone(),
-                    address,
-                    source,
-                })?;
+                let (driver, hub) = quorum::connect(&name, kind, nodes, *quorum, &settings)
+                    .await
+                    .map_err(fail)?;
                 let address = driver.addresses();
                 (Driver::Quorum(driver), hub, address)
             }
         };
-        let backend = Arc::new(Backend {
+        Ok(Arc::new(Backend {
             name,
             address,
             prefix: defaults.key_prefix.clone(),
             watchdog_timeout: defaults.watchdog_timeout,
-            driver,
             hub,
-            watchdog: Watchdog::default(),
-            waiting: std::sync::atomic::AtomicUsize::new(0),
+            leases: Arc::new(Leases::default()),
+            waiting: AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
-        });
-        crate::watchdog::spawn(&backend);
-        Ok(backend)
+            driver,
+        }))
     }
 
-    /// The address errors name: the current master's for sentinel, else `address`.
-    fn error_address(&self) -> String {
-        match &self.driver {
-            Driver::Redis(r) => r.current_address().unwrap_or_else(|| self.address.clone()),
-            _ => self.address.clone(),
-        }
+    /// A driver's failure as the error of an operation on `key`.
+    fn fail<'a>(&'a self, key: Option<&'a str>) -> impl FnOnce(DriverError) -> LockError + 'a {
+        move |e| e.into_lock_error(&self.name, key)
     }
 
     /// How long a lease of `lease` granted now is valid, as far as this process can tell:
     /// less the clock drift allowance on the quorum backends.
-    pub fn validity(&self, lease: Duration) -> Duration {
+    pub(crate) fn validity(&self, lease: Duration) -> Duration {
         match &self.driver {
             Driver::Quorum(q) => q.validity(lease),
-            _ => lease,
-        }
-    }
-
-    /// A quorum backend's node failed.
-    fn node_error(&self, key: Option<&str>, e: quorum::NodeError) -> LockError {
-        LockError::Backend {
-            backend: self.name.to_string(),
-            address: e.address,
-            key: key.map(str::to_owned),
-            source: e.source,
-        }
-    }
-
-    fn backend_error(&self, key: Option<&str>, source: ::redis::RedisError) -> LockError {
-        LockError::Backend {
-            backend: self.name.to_string(),
-            address: self.error_address(),
-            key: key.map(str::to_owned),
-            source,
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                lease
+            }
         }
     }
 
@@ -301,23 +157,29 @@ impl Backend {
     /// lock state in one place (one server, one cluster slot, or this process); a quorum
     /// backend (redlock, multi) would have to agree on a queue or a reader set across
     /// independent masters, which this protocol does not do.
-    pub fn supports(&self, kind: LockKind) -> Result<(), LockError> {
+    pub(crate) fn supports(&self, kind: LockKind) -> Result<(), LockError> {
         match (&self.driver, kind) {
-            (_, LockKind::Reentrant) | (Driver::Memory(_) | Driver::Redis(_), _) => Ok(()),
-            (Driver::Quorum(q), _) => Err(LockError::Unsupported {
-                backend: self.name.to_string(),
-                what: format!(
-                    "lock kind `{}` on mode = \"{}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
-                    kind.name(),
-                    q.mode_name()
-                ),
-            }),
+            (_, LockKind::Reentrant)
+            | (
+                Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_),
+                LockKind::Fair | LockKind::Read | LockKind::Write,
+            ) => Ok(()),
+            (Driver::Quorum(q), LockKind::Fair | LockKind::Read | LockKind::Write) => {
+                Err(LockError::Unsupported {
+                    backend: self.name.to_string(),
+                    what: format!(
+                        "lock kind `{}` on mode = \"{}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
+                        kind.name(),
+                        q.mode_name()
+                    ),
+                })
+            }
         }
     }
 
     /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
     /// locks queue for that long; zero: do not queue).
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         owner: OwnerId,
@@ -325,50 +187,37 @@ impl Backend {
         wait: Duration,
     ) -> Result<Attempt, LockError> {
         self.supports(keys.kind)?;
-        match &self.driver {
+        let r = match &self.driver {
             Driver::Memory(m) => Ok(m.acquire(keys, owner, lease, wait)),
-            Driver::Redis(r) => match r.acquire_checked(keys, owner, lease, wait).await {
-                Ok(a) => Ok(a),
-                Err(redis::AcquireError::Redis(e)) => Err(self.backend_error(Some(&keys.user), e)),
-                Err(redis::AcquireError::NotReplicated {
-                    acked,
-                    needed,
-                    timeout,
-                    released,
-                }) => Err(LockError::ReplicationFailed {
-                    key: keys.user.clone(),
-                    backend: self.name.to_string(),
-                    address: self.error_address(),
-                    acked,
-                    needed,
-                    timeout,
-                    released,
-                }),
-            },
+            Driver::Single(s) => s.acquire(keys, owner, lease, wait).await,
+            Driver::Cluster(c) => c.acquire(keys, owner, lease, wait).await,
+            Driver::Sentinel(m) => m.acquire(keys, owner, lease, wait).await,
             Driver::Quorum(q) => Ok(q.acquire(keys, owner, lease).await),
-        }
+        };
+        r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// A fair or write waiter gives up waiting: it leaves the queue. Returns whether it
     /// was queued.
-    pub async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
-        match &self.driver {
+    pub(crate) async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
+        let r = match &self.driver {
             Driver::Memory(m) => Ok(m.cancel(keys, owner)),
-            Driver::Redis(r) => r
-                .cancel(keys, owner)
-                .await
-                .map_err(|e| self.backend_error(Some(&keys.user), e)),
+            Driver::Single(s) => s.cancel(keys, owner).await,
+            Driver::Cluster(c) => c.cancel(keys, owner).await,
+            Driver::Sentinel(m) => m.cancel(keys, owner).await,
             Driver::Quorum(_) => Ok(false),
-        }
+        };
+        r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// Leave the queue without waiting (a waiter that timed out or was dropped).
-    pub fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
+    pub(crate) fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
         match &self.driver {
             Driver::Memory(m) => {
                 m.cancel(&keys, owner);
             }
-            Driver::Redis(_) => {
+            Driver::Quorum(_) => {}
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) => {
                 let backend = self.clone();
                 drop(self.runtime.spawn(async move {
                     if let Err(e) = backend.cancel(&keys, owner).await {
@@ -377,108 +226,75 @@ impl Backend {
                     }
                 }));
             }
-            Driver::Quorum(_) => {}
         }
     }
 
-    pub async fn release(&self, keys: &LockKeys, owner: OwnerId) -> Result<Released, LockError> {
-        match &self.driver {
-            Driver::Memory(m) => Ok(m.release(keys, owner)),
-            Driver::Redis(r) => r
-                .release(keys, owner)
-                .await
-                .map_err(|e| self.backend_error(Some(&keys.user), e)),
-            Driver::Quorum(q) => q
-                .release(keys, owner)
-                .await
-                .map_err(|e| self.node_error(Some(&keys.user), e)),
-        }
-    }
-
-    pub async fn renew(
+    pub(crate) async fn release(
         &self,
-        items: &[(&LockKeys, OwnerId)],
-        lease: Duration,
-    ) -> Result<Vec<bool>, LockError> {
-        match &self.driver {
-            Driver::Memory(m) => Ok(m.renew(items, lease)),
-            Driver::Redis(r) => r
-                .renew(items, lease)
-                .await
-                .map_err(|e| self.backend_error(None, e)),
-            Driver::Quorum(q) => q
-                .renew_each(items, lease)
-                .await
-                .into_iter()
-                .map(|r| r.map_err(|e| self.node_error(None, e)))
-                .collect(),
-        }
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<Released, LockError> {
+        let r = match &self.driver {
+            Driver::Memory(m) => Ok(m.release(keys, owner)),
+            Driver::Single(s) => s.release(keys, owner).await,
+            Driver::Cluster(c) => c.release(keys, owner).await,
+            Driver::Sentinel(m) => m.release(keys, owner).await,
+            Driver::Quorum(q) => q.release(keys, owner).await,
+        };
+        r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// Renew many leases, each with its own outcome: `Ok(true)` renewed, `Ok(false)` the
-    /// lock was gone, `Err` not known (Redis failed for it). A cluster answers per item, so
-    /// a master that is down does not hold up the leases on the others.
-    pub async fn renew_each(
+    /// lock was gone, `Err` not known (Redis failed for it).
+    pub(crate) async fn renew_each(
         &self,
         items: &[(&LockKeys, OwnerId)],
         lease: Duration,
     ) -> Vec<Result<bool, LockError>> {
-        match &self.driver {
-            Driver::Redis(r) if r.renews_per_item() => r
-                .renew_each(items, lease)
-                .await
-                .into_iter()
-                .map(|r| r.map_err(|e| self.backend_error(None, e)))
-                .collect(),
-            Driver::Quorum(q) => q
-                .renew_each(items, lease)
-                .await
-                .into_iter()
-                .map(|r| r.map_err(|e| self.node_error(None, e)))
-                .collect(),
-            _ => match self.renew(items, lease).await {
-                Ok(v) => v.into_iter().map(Ok).collect(),
-                Err(e) => items.iter().map(|_| Err(e.clone())).collect(),
-            },
-        }
+        let results = match &self.driver {
+            Driver::Memory(m) => m.renew(items, lease).into_iter().map(Ok).collect(),
+            Driver::Single(s) => s.renew_each(items, lease).await,
+            Driver::Cluster(c) => c.renew_each(items, lease).await,
+            Driver::Sentinel(m) => m.renew_each(items, lease).await,
+            Driver::Quorum(q) => q.renew_each(items, lease).await,
+        };
+        results
+            .into_iter()
+            .zip(items)
+            .map(|(r, (keys, _))| r.map_err(self.fail(Some(&keys.user))))
+            .collect()
     }
 
-    pub async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
-        match &self.driver {
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
+        let r = match &self.driver {
             Driver::Memory(m) => Ok(m.force_release(keys)),
-            Driver::Redis(r) => r
-                .force_release(keys)
-                .await
-                .map_err(|e| self.backend_error(Some(&keys.user), e)),
-            Driver::Quorum(q) => q
-                .force_release(keys)
-                .await
-                .map_err(|e| self.node_error(Some(&keys.user), e)),
-        }
+            Driver::Single(s) => s.force_release(keys).await,
+            Driver::Cluster(c) => c.force_release(keys).await,
+            Driver::Sentinel(m) => m.force_release(keys).await,
+            Driver::Quorum(q) => q.force_release(keys).await,
+        };
+        r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// INCR `key` (a plain counter, outside the lock layout), giving it `ttl` when new.
-    pub async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, LockError> {
-        match &self.driver {
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, LockError> {
+        let r = match &self.driver {
             Driver::Memory(m) => Ok(m.next_sequence(key)),
-            Driver::Redis(r) => r
-                .next_sequence(key, ttl)
-                .await
-                .map_err(|e| self.backend_error(Some(key), e)),
-            Driver::Quorum(q) => q
-                .next_sequence(key, ttl)
-                .await
-                .map_err(|e| self.node_error(Some(key), e)),
-        }
+            Driver::Single(s) => s.next_sequence(key, ttl).await,
+            Driver::Cluster(c) => c.next_sequence(key, ttl).await,
+            Driver::Sentinel(m) => m.next_sequence(key, ttl).await,
+            Driver::Quorum(q) => q.next_sequence(key, ttl).await,
+        };
+        r.map_err(self.fail(Some(key)))
     }
 
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
-    pub fn release_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
+    pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
         match &self.driver {
             Driver::Memory(m) => {
                 m.release(&keys, owner);
             }
-            Driver::Redis(_) | Driver::Quorum(_) => {
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
                 let backend = self.clone();
                 // On a runtime that is shutting down the task is dropped, and the lease
                 // runs out on its own.

@@ -26,11 +26,19 @@ use std::time::Duration;
 use distlock_config::RedisUrl;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
-use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::redis::{client, load_scripts, manager_config, open_manager, tcp_settings, timed_out};
+use super::conn::Settings;
+use super::error::{bounded, DriverError};
+use super::server::Server;
+use super::subscriber::{self, Connector};
+use crate::backoff::Backoff;
+use crate::hub::Hub;
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::protocol::{Attempt, Call, Released};
 
 /// How often the master is resolved again without any other reason.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -38,15 +46,20 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const RETRY_SWITCH: Duration = Duration::from_millis(200);
 /// Resolutions asked for by failing commands are at least this far apart.
 const SUSPECT_SPACING: Duration = Duration::from_millis(100);
-/// Longest pause between attempts to reach a sentinel.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// `WAIT` for replicas after acquiring (`sync_replicas`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyncReplicas {
+    /// Replica acknowledgements needed.
+    pub(crate) needed: u32,
+    /// How long to wait for them.
+    pub(crate) timeout: Duration,
+}
 
 /// The master in use now.
 struct Current {
-    /// `host:port`.
-    address: String,
     /// Every command but acquire-with-WAIT goes here.
-    conn: ConnectionManager,
+    server: Server,
     /// With `sync_replicas`: acquire + WAIT go here (WAIT blocks its connection).
     sync_conn: Option<ConnectionManager>,
 }
@@ -65,10 +78,9 @@ pub(crate) struct SentinelMaster {
     sentinels: Vec<Sentinel>,
     /// Credentials and database for the master (from the first sentinel URL).
     master_info: ConnectionInfo,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    /// `Some(sync_timeout)` when acquisitions WAIT for replicas.
-    sync_timeout: Option<Duration>,
+    settings: Settings,
+    /// `Some` when acquisitions WAIT for replicas.
+    sync: Option<SyncReplicas>,
     current: RwLock<Arc<Current>>,
     /// Bumped on every switch; the subscriber reconnects when it changes.
     epoch: watch::Sender<u64>,
@@ -88,77 +100,66 @@ impl std::fmt::Debug for SentinelMaster {
     }
 }
 
-/// Why the master could not be found or reached at start-up: the address concerned and
-/// the error.
-pub(crate) type ConnectFailure = (String, RedisError);
-
-fn error(what: &'static str, detail: String) -> RedisError {
-    RedisError::from((ErrorKind::Io, what, detail))
+/// Resolve the master of `master_name` through `sentinels`, connect to it, start following
+/// it, and start the wake-up subscriber on it.
+pub(crate) async fn connect(
+    backend: &Arc<str>,
+    master_name: &str,
+    sentinels: &[RedisUrl],
+    sync: Option<SyncReplicas>,
+    settings: &Settings,
+) -> Result<(Arc<SentinelMaster>, Arc<Hub>), DriverError> {
+    let master =
+        SentinelMaster::connect(backend.clone(), master_name, sentinels, sync, settings).await?;
+    let (hub, requests) = Hub::subscribed();
+    subscriber::spawn(
+        backend.clone(),
+        &hub,
+        requests,
+        master.pubsub_connector(),
+        settings.connect_timeout,
+        Some(master.changes()),
+    );
+    Ok((master, hub))
 }
 
 impl SentinelMaster {
-    /// Resolve the master through `sentinels`, connect to it, and start following it.
-    pub async fn connect(
+    async fn connect(
         backend: Arc<str>,
         master_name: &str,
         sentinels: &[RedisUrl],
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        sync_timeout: Option<Duration>,
-    ) -> Result<Arc<SentinelMaster>, ConnectFailure> {
-        let all = sentinels
-            .iter()
-            .map(|u| u.address.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+        sync: Option<SyncReplicas>,
+        settings: &Settings,
+    ) -> Result<Arc<SentinelMaster>, DriverError> {
+        let all = super::conn::addresses(sentinels);
         let mut list = Vec::with_capacity(sentinels.len());
         for url in sentinels {
-            let client = client(&url.url).map_err(|e| (url.address.clone(), e))?;
             list.push(Sentinel {
                 address: url.address.clone(),
-                client,
+                client: settings.client_for(url)?,
             });
         }
-        let first = sentinels.first().ok_or_else(|| {
-            (
-                all.clone(),
-                error("no sentinels", "the configuration lists none".into()),
-            )
+        let first = sentinels.first().ok_or_else(|| DriverError::NoMaster {
+            addresses: all.clone(),
+            detail: "the configuration lists no sentinels".into(),
         })?;
-        let master_info = first
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| (first.address.clone(), e))?
-            .set_tcp_settings(tcp_settings());
+        let master_info = settings.info(first)?;
         let (epoch, _) = watch::channel(0);
         let mut resolver = Resolver {
             master_name,
             sentinels: &list,
-            connect_timeout,
-            response_timeout,
+            settings: *settings,
             start: 0,
         };
-        let (address, host, port) = resolver.resolve().await.map_err(|e| (all.clone(), e))?;
-        let current = open_master(
-            &master_info,
-            &address,
-            host,
-            port,
-            connect_timeout,
-            response_timeout,
-            sync_timeout,
-        )
-        .await
-        .map_err(|e| (address.clone(), e))?;
+        let (address, host, port) = resolver.resolve().await?;
+        let current = open_master(settings, &master_info, &address, host, port, sync).await?;
         let master = Arc::new(SentinelMaster {
             backend,
             master_name: master_name.to_owned(),
             sentinels: list,
             master_info,
-            connect_timeout,
-            response_timeout,
-            sync_timeout,
+            settings: *settings,
+            sync,
             current: RwLock::new(Arc::new(current)),
             epoch,
             suspect: Arc::new(Notify::new()),
@@ -181,53 +182,132 @@ impl SentinelMaster {
             .clone()
     }
 
-    /// The connection to the current master.
-    pub fn connection(&self) -> ConnectionManager {
-        self.current().conn.clone()
-    }
-
-    /// The connection acquisitions that WAIT for replicas use (the main one without
-    /// `sync_replicas`).
-    pub fn sync_connection(&self) -> ConnectionManager {
-        let c = self.current();
-        c.sync_conn.clone().unwrap_or_else(|| c.conn.clone())
-    }
-
     /// The current master's `host:port`.
-    pub fn address(&self) -> String {
-        self.current().address.clone()
+    pub(crate) fn address(&self) -> String {
+        self.current().server.address().to_owned()
     }
 
-    /// A command failed in a way a failover would explain: resolve the master again soon.
-    pub fn suspect(&self) {
-        self.suspect.notify_one();
+    /// A command failed: when a failover would explain it, resolve the master again soon.
+    fn checked<T>(&self, r: Result<T, DriverError>) -> Result<T, DriverError> {
+        if let Err(e) = &r {
+            if e.suggests_failover() {
+                self.suspect.notify_one();
+            }
+        }
+        r
+    }
+
+    /// One acquire attempt on the current master; with `sync_replicas`, also WAIT for the
+    /// replicas, and undo the acquisition when too few acknowledge it.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Attempt, DriverError> {
+        let current = self.current();
+        let (Some(sync), Some(conn)) = (self.sync, &current.sync_conn) else {
+            return self.checked(current.server.acquire(keys, owner, lease, wait).await);
+        };
+        let call = Call::acquire(keys, owner, lease, wait);
+        let (attempt, acked) = self.checked(
+            current
+                .server
+                .acquire_replicated(conn, &call, sync.needed, sync.timeout)
+                .await,
+        )?;
+        if !matches!(attempt, Attempt::Acquired { .. }) || acked >= sync.needed {
+            return Ok(attempt);
+        }
+        // Held on the master alone: a failover now would lose it. Undo it.
+        let released = match self.release(keys, owner).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(key = %keys.user, error = %e,
+                    "distlock: could not release a lock the replicas did not acknowledge; it expires with its lease");
+                false
+            }
+        };
+        Err(DriverError::NotReplicated {
+            address: current.server.address().to_owned(),
+            acked,
+            needed: sync.needed,
+            timeout: sync.timeout,
+            released,
+        })
+    }
+
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<Released, DriverError> {
+        self.checked(self.current().server.release(keys, owner).await)
+    }
+
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<bool, DriverError> {
+        self.checked(self.current().server.cancel(keys, owner).await)
+    }
+
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+        self.checked(self.current().server.force_release(keys).await)
+    }
+
+    pub(crate) async fn renew_each(
+        &self,
+        items: &[(&LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> Vec<Result<bool, DriverError>> {
+        let results = self.current().server.renew_each(items, lease).await;
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.suggests_failover()))
+        {
+            self.suspect.notify_one();
+        }
+        results
+    }
+
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
+        self.checked(self.current().server.next_sequence(key, ttl).await)
     }
 
     /// Changes (a counter) every time the master is switched.
-    pub fn changes(&self) -> watch::Receiver<u64> {
+    fn changes(&self) -> watch::Receiver<u64> {
         self.epoch.subscribe()
     }
 
     /// The subscriber's connector: a pub/sub connection to the current master.
-    pub fn pubsub_connector(self: &Arc<Self>) -> crate::subscriber::Connector {
+    fn pubsub_connector(self: &Arc<Self>) -> Connector {
         let weak = Arc::downgrade(self);
         Arc::new(move || {
             let weak = weak.clone();
             Box::pin(async move {
                 let Some(master) = weak.upgrade() else {
-                    return Err(error("backend dropped", String::new()));
+                    return Err(DriverError::NotConnected {
+                        address: "sentinel master (backend dropped)".into(),
+                    });
                 };
                 let address = master.address();
                 let client = master.client_for(&address)?;
                 drop(master);
-                client.get_async_pubsub().await
+                client
+                    .get_async_pubsub()
+                    .await
+                    .map_err(|e| DriverError::redis(&address, e))
             })
         })
     }
 
-    fn client_for(&self, address: &str) -> redis::RedisResult<redis::Client> {
+    fn client_for(&self, address: &str) -> Result<redis::Client, DriverError> {
         let (host, port) = split_address(address)?;
-        redis::Client::open(
+        self.settings.client(
+            address,
             self.master_info
                 .clone()
                 .set_addr(ConnectionAddr::Tcp(host, port)),
@@ -238,8 +318,7 @@ impl SentinelMaster {
         Resolver {
             master_name: &self.master_name,
             sentinels: &self.sentinels,
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
+            settings: self.settings,
             start: self.next_sentinel.load(Ordering::Relaxed),
         }
     }
@@ -270,13 +349,12 @@ impl SentinelMaster {
             return true;
         }
         match open_master(
+            &self.settings,
             &self.master_info,
             &address,
             host,
             port,
-            self.connect_timeout,
-            self.response_timeout,
-            self.sync_timeout,
+            self.sync,
         )
         .await
         {
@@ -296,7 +374,7 @@ impl SentinelMaster {
     }
 
     /// A pub/sub connection to some sentinel, subscribed to `+switch-master`.
-    async fn subscribe_switches(&self) -> redis::RedisResult<redis::aio::PubSubStream> {
+    async fn subscribe_switches(&self) -> Result<redis::aio::PubSubStream, DriverError> {
         let n = self.sentinels.len();
         let start = self.next_sentinel.load(Ordering::Relaxed);
         let mut last = None;
@@ -305,20 +383,29 @@ impl SentinelMaster {
             let attempt = async {
                 let mut p = s.client.get_async_pubsub().await?;
                 p.subscribe("+switch-master").await?;
-                Ok::<_, RedisError>(p)
+                Ok(p)
             };
-            match tokio::time::timeout(self.connect_timeout, attempt).await {
-                Ok(Ok(p)) => {
+            match bounded(
+                &s.address,
+                "connect timed out",
+                self.settings.connect_timeout,
+                attempt,
+            )
+            .await
+            {
+                Ok(p) => {
                     self.next_sentinel.store((start + i) % n, Ordering::Relaxed);
                     tracing::debug!(backend = %self.backend, sentinel = %s.address,
                         "distlock: listening for +switch-master");
                     return Ok(p.into_on_message());
                 }
-                Ok(Err(e)) => last = Some(e),
-                Err(_) => last = Some(timed_out("connect timed out", self.connect_timeout)),
+                Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| error("no sentinels", String::new())))
+        Err(last.unwrap_or_else(|| DriverError::NoMaster {
+            addresses: String::new(),
+            detail: "no sentinels".into(),
+        }))
     }
 }
 
@@ -326,14 +413,13 @@ impl SentinelMaster {
 struct Resolver<'a> {
     master_name: &'a str,
     sentinels: &'a [Sentinel],
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    settings: Settings,
     start: usize,
 }
 
 impl Resolver<'_> {
     /// `(host:port, host, port)` of the master, from the first sentinel that knows it.
-    async fn resolve(&mut self) -> redis::RedisResult<(String, String, u16)> {
+    async fn resolve(&mut self) -> Result<(String, String, u16), DriverError> {
         let n = self.sentinels.len();
         let mut failures = Vec::new();
         for i in 0..n {
@@ -347,22 +433,34 @@ impl Resolver<'_> {
                 Err(e) => failures.push(format!("{}: {e}", s.address)),
             }
         }
-        Err(error("no sentinel named the master", failures.join("; ")))
+        Err(DriverError::NoMaster {
+            addresses: self
+                .sentinels
+                .iter()
+                .map(|s| s.address.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            detail: failures.join("; "),
+        })
     }
 
-    async fn ask(&self, s: &Sentinel) -> redis::RedisResult<Option<(String, String, u16)>> {
-        let mut conn = tokio::time::timeout(
-            self.connect_timeout,
+    async fn ask(&self, s: &Sentinel) -> Result<Option<(String, String, u16)>, DriverError> {
+        let mut conn = bounded(
+            &s.address,
+            "connect timed out",
+            self.settings.connect_timeout,
             s.client.get_multiplexed_async_connection(),
         )
-        .await
-        .map_err(|_| timed_out("connect timed out", self.connect_timeout))??;
+        .await?;
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(self.master_name);
-        let reply: Option<(String, u16)> =
-            tokio::time::timeout(self.response_timeout, cmd.query_async(&mut conn))
-                .await
-                .map_err(|_| timed_out("SENTINEL timed out", self.response_timeout))??;
+        let reply: Option<(String, u16)> = bounded(
+            &s.address,
+            "SENTINEL timed out",
+            self.settings.response_timeout,
+            cmd.query_async(&mut conn),
+        )
+        .await?;
         Ok(reply.map(|(host, port)| (join_address(&host, port), host, port)))
     }
 }
@@ -375,62 +473,51 @@ fn join_address(host: &str, port: u16) -> String {
     }
 }
 
-fn split_address(address: &str) -> redis::RedisResult<(String, u16)> {
-    let bad = || error("bad master address", address.to_owned());
+fn split_address(address: &str) -> Result<(String, u16), DriverError> {
+    let bad = || DriverError::NotMaster {
+        address: address.to_owned(),
+        role: "an address that does not parse as host:port".into(),
+    };
     let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
     let port = port.parse().map_err(|_| bad())?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Ok((host.to_owned(), port))
 }
 
-/// Connect to the master at `address`, check that it is one, and load the scripts.
+/// Connect to the master at `address` (loading the scripts) and check that it is one.
 async fn open_master(
+    settings: &Settings,
     info: &ConnectionInfo,
     address: &str,
     host: String,
     port: u16,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    sync_timeout: Option<Duration>,
-) -> redis::RedisResult<Current> {
-    let client = redis::Client::open(info.clone().set_addr(ConnectionAddr::Tcp(host, port)))?;
-    let conn = open_manager(
-        client.clone(),
-        connect_timeout,
-        manager_config(connect_timeout, response_timeout),
+    sync: Option<SyncReplicas>,
+) -> Result<Current, DriverError> {
+    let client = settings.client(
+        address,
+        info.clone().set_addr(ConnectionAddr::Tcp(host, port)),
+    )?;
+    let server = Server::connect(settings, address, client.clone()).await?;
+    let role: Value = bounded(
+        address,
+        "ROLE timed out",
+        settings.response_timeout,
+        redis::cmd("ROLE").query_async(&mut server.connection()),
     )
     .await?;
-    let role: Value = tokio::time::timeout(
-        response_timeout,
-        redis::cmd("ROLE").query_async(&mut conn.clone()),
-    )
-    .await
-    .map_err(|_| timed_out("ROLE timed out", response_timeout))??;
     let is_master = matches!(&role, Value::Array(items)
         if matches!(items.first(), Some(Value::BulkString(b)) if b == b"master"));
     if !is_master {
-        return Err(error(
-            "not a master",
-            format!("the sentinels name {address}, but it answers ROLE with {role:?}"),
-        ));
+        return Err(DriverError::NotMaster {
+            address: address.to_owned(),
+            role: format!("{role:?}"),
+        });
     }
-    load_scripts(&conn, response_timeout).await?;
-    let sync_conn = match sync_timeout {
-        Some(t) => Some(
-            open_manager(
-                client,
-                connect_timeout,
-                manager_config(connect_timeout, response_timeout + t),
-            )
-            .await?,
-        ),
+    let sync_conn = match sync {
+        Some(s) => Some(settings.manager(address, client, s.timeout).await?),
         None => None,
     };
-    Ok(Current {
-        address: address.to_owned(),
-        conn,
-        sync_conn,
-    })
+    Ok(Current { server, sync_conn })
 }
 
 /// `<name> <old-ip> <old-port> <new-ip> <new-port>` for our master: the new address.
@@ -451,7 +538,8 @@ async fn monitor(
     suspect: Arc<Notify>,
     mut alive: watch::Receiver<u64>,
 ) {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::reconnect();
+    let mut pause = Duration::ZERO;
     loop {
         let Some(master) = weak.upgrade() else { return };
         let subscribed = master.subscribe_switches().await;
@@ -466,7 +554,7 @@ async fn monitor(
         drop(master);
         let mut stream = match subscribed {
             Ok(s) => {
-                backoff = Duration::from_millis(20);
+                backoff.reset();
                 Some(s)
             }
             Err(e) => {
@@ -475,7 +563,10 @@ async fn monitor(
                 None
             }
         };
-        let retry_sentinels = Instant::now() + backoff;
+        if stream.is_none() {
+            pause = backoff.pause();
+        }
+        let retry_sentinels = Instant::now() + pause;
         let listening = stream.is_some();
         loop {
             let next_message = async {
@@ -511,10 +602,7 @@ async fn monitor(
                     last_refresh = Instant::now();
                     next_check = last_refresh + if ok { CHECK_EVERY } else { RETRY_SWITCH };
                 }
-                _ = tokio::time::sleep_until(retry_sentinels), if !listening => {
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    break;
-                }
+                _ = tokio::time::sleep_until(retry_sentinels), if !listening => break,
                 changed = alive.changed() => {
                     if changed.is_err() {
                         return;

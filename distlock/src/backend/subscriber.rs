@@ -8,52 +8,44 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use crate::hub::{Hub, SubscribeRequest};
-
-/// Channels nobody waits on are unsubscribed this often.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
-/// Longest pause between reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
+use super::error::DriverError;
+use crate::backoff::Backoff;
+use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
 pub(crate) type Connector = Arc<
-    dyn Fn() -> futures_util::future::BoxFuture<'static, redis::RedisResult<redis::aio::PubSub>>
+    dyn Fn() -> futures_util::future::BoxFuture<'static, Result<redis::aio::PubSub, DriverError>>
         + Send
         + Sync,
 >;
 
-/// Spawn the subscriber of one backend. It ends when the hub is dropped.
+/// A connector to the fixed server of `client` (at `address`).
+pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
+    let address: Arc<str> = Arc::from(address);
+    Arc::new(move || {
+        let (client, address) = (client.clone(), address.clone());
+        Box::pin(async move {
+            client
+                .get_async_pubsub()
+                .await
+                .map_err(|e| DriverError::redis(&address, e))
+        })
+    })
+}
+
+/// Spawn the subscriber of one backend (or one node). It ends when the hub is dropped.
+/// With `reset`, every change of it drops the connection and connects again (through
+/// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
 pub(crate) fn spawn(
     backend: Arc<str>,
     hub: &Arc<Hub>,
     requests: mpsc::UnboundedReceiver<SubscribeRequest>,
     connect: Connector,
     connect_timeout: Duration,
+    reset: Option<watch::Receiver<u64>>,
 ) {
     let hub = Arc::downgrade(hub);
-    tokio::spawn(run(backend, hub, requests, connect, connect_timeout, None));
-}
-
-/// Like [`spawn`], and every change of `reset` drops the connection and connects again
-/// (through `connect`, which may now reach another server: a sentinel failover), waking
-/// every waiter.
-pub(crate) fn spawn_with_reset(
-    backend: Arc<str>,
-    hub: &Arc<Hub>,
-    requests: mpsc::UnboundedReceiver<SubscribeRequest>,
-    connect: Connector,
-    connect_timeout: Duration,
-    reset: watch::Receiver<u64>,
-) {
-    let hub = Arc::downgrade(hub);
-    tokio::spawn(run(
-        backend,
-        hub,
-        requests,
-        connect,
-        connect_timeout,
-        Some(reset),
-    ));
+    tokio::spawn(run(backend, hub, requests, connect, connect_timeout, reset));
 }
 
 /// Resolves when `reset` changes; never without one (or once its sender is gone).
@@ -77,7 +69,7 @@ async fn run(
     connect_timeout: Duration,
     mut reset: Option<watch::Receiver<u64>>,
 ) {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::reconnect();
     let mut pending: Vec<SubscribeRequest> = Vec::new();
     loop {
         // Changes from here on are after the connector looked: they call for a reconnect.
@@ -93,7 +85,7 @@ async fn run(
                 };
                 tracing::warn!(backend = %backend, error = %why, "distlock: subscriber cannot connect; waiters fall back to lease expiry");
                 // Keep taking requests while down, so they are answered once connected.
-                let sleep = tokio::time::sleep(backoff);
+                let sleep = tokio::time::sleep(backoff.pause());
                 tokio::pin!(sleep);
                 loop {
                     tokio::select! {
@@ -105,11 +97,10 @@ async fn run(
                         },
                     }
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
         };
-        backoff = Duration::from_millis(20);
+        backoff.reset();
         let (mut sink, mut stream) = pubsub.split();
 
         // Re-subscribe what is waited on, then wake everybody: a release may have been missed.

@@ -1,0 +1,828 @@
+//! `mode = "redlock"` and `mode = "multi"`: one lock over N independent Redis masters.
+//!
+//! - **redlock** holds the lock on a majority of the nodes (⌊N/2⌋ + 1), so it keeps working
+//!   with a minority of them down, and two holders can never both have a majority.
+//! - **multi** holds it on every node (like Redisson's `MultiLock`): all or nothing.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! let registry = distlock::Registry::from_str(r#"
+//!     [backends.quorum]
+//!     mode = "redlock"              # or "multi"
+//!     nodes = ["redis://10.0.2.1", "redis://10.0.2.2", "redis://10.0.2.3",
+//!              "redis://10.0.2.4", "redis://10.0.2.5"]
+//!     node_timeout = "50ms"         # each node's reply to one request
+//!     drift_factor = 0.01           # clock drift allowed, as a fraction of the lease
+//!     retry_delay = "50ms"          # longest random pause before trying again
+//! "#).await?;                       // fine with 2 of the 5 down; fails with 3 down
+//! let guard = registry.lock("invoice:7").acquire().await?;
+//! // Err(LockError::QuorumNotReached { granted, needed, .. }) when too few nodes answer
+//! let token = guard.fencing_token(); // see "Fencing tokens" below
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Acquiring
+//!
+//! The acquire script (the one `mode = "single"` runs, with the same owner id on every node)
+//! goes to every node at once, each reply awaited at most `node_timeout`. The lock is
+//! granted as soon as a quorum of nodes granted it (re-entries count) while it is still
+//! valid, measured on this process's monotonic clock:
+//!
+//! ```text
+//! validity = lease − elapsed − (lease × drift_factor + 2 ms)
+//! ```
+//!
+//! Requests to slower nodes keep running in the background (the lock is taken there too; a
+//! release queues behind them on the same connection). A node that failed or timed out is
+//! left out of acquisitions for 200 ms (unless the others cannot make a quorum without it),
+//! then probed again, so a node that is down does not cost every acquisition its
+//! `node_timeout`.
+//!
+//! Without a quorum the lock is released again on every node that granted it, failed or
+//! timed out (a request that timed out may still run later). A split, where every node
+//! answered, some granted and others hold it, is retried at once, a single time: it is most
+//! often a release still in flight when the waiter woke. Otherwise the attempt is repeated
+//! after a random pause of `retry_delay / 2 ..= retry_delay`, within `wait`. When nothing was
+//! granted because other owners hold it on too many nodes, the waiter instead sleeps until a
+//! release is published (below), as on one server. Running out of `wait` gives `Timeout`
+//! when every node answered and the lock was held by others, and
+//! `QuorumNotReached { granted, needed, .. }` when nodes failed or were too slow.
+//!
+//! # Waking waiters
+//!
+//! Every node has its own subscriber; a release published on *any* node wakes the waiters
+//! of that lock, with no polling (see `fanout.rs`).
+//!
+//! # Layout
+//!
+//! `node.rs` keeps each node's connection and health, `fanout.rs` the wake-up, and this
+//! file makes the decisions; every request to the nodes goes through one helper,
+//! [`QuorumDriver::on_nodes`], used by acquire, release, renewal and fencing alike.
+//!
+//! # Leases and release
+//!
+//! The watchdog renews every auto lease on all nodes in parallel (one pipeline per node); a
+//! lease stays held when at least Q nodes renewed it, and is lost when that can no longer
+//! happen, or when no quorum answered before its validity ran out. A release goes to every
+//! node in parallel; it is `NotHeld` only when no node still held the lock.
+//!
+//! # Fencing tokens
+//!
+//! Each node has its own fencing counter (the `INCR` of the acquire script). The token of an
+//! acquisition is the **largest** counter value among the Q nodes whose grants made the
+//! quorum; before the acquisition returns, those of them whose counter lags behind are raised
+//! to that value (`INCRBY`), and all Q must end up there (otherwise the attempt counts as
+//! failed). So when a lock is handed out, Q nodes have counters ≥ its token. The next holder
+//! is granted by Q nodes too; any two sets of Q nodes share a node (a majority for redlock,
+//! every node for multi), whose counter then goes past the previous token. Hence: **tokens
+//! grow strictly from holder to holder as long as the nodes keep their counters.** In the
+//! common case the counters are already equal and no extra round trip is made.
+//!
+//! What this does *not* protect against, as for Redlock in general:
+//!
+//! - **A node that restarts without persistence** (or loses its last writes: `appendfsync`
+//!   other than `always`) forgets both the locks it granted and its fencing counter. A second
+//!   owner may then win a majority that includes it while the first still holds its lock,
+//!   and receive a smaller token. Run the nodes with AOF `appendfsync always`, or follow
+//!   the Redis documentation's *delayed restart*: keep a restarted node out of service (do
+//!   not let it accept connections) for longer than the longest lease (`watchdog_timeout`,
+//!   or your longest fixed lease).
+//! - **Clock jumps.** Validity is measured on this process's monotonic clock, but the nodes
+//!   expire keys on theirs: a node whose clock jumps forward (an administrator, or NTP
+//!   stepping the clock) expires a lock early. `drift_factor` covers slow drift only.
+//! - **Process pauses.** A holder paused (GC, swap, a stopped VM) past its validity no longer
+//!   holds the lock, whatever it believes. That is what fencing tokens are for: the resource
+//!   must check them, rejecting a token smaller than one it has seen.
+//!
+//! Unique ids (`distlock::ids`) on these backends take the counter of one node (the first
+//! in the configured order that answers, nodes that failed lately last) times N plus that
+//! node's index: unique across processes configured with the same node list, again as long
+//! as nodes keep their counters.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock_config::{QuorumOptions, RedisUrl};
+use futures_util::future::{BoxFuture, FutureExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use self::node::Node;
+use super::conn::Settings;
+use super::error::DriverError;
+use super::server::Server;
+use crate::hub::{Hub, SubscribeRequest};
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::protocol::{Attempt, Released};
+
+mod fanout;
+mod node;
+
+/// How many nodes must grant a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuorumKind {
+    /// A majority.
+    Redlock,
+    /// All of them.
+    Multi,
+}
+
+impl QuorumKind {
+    /// The quorum among `nodes`.
+    pub(crate) fn quorum(self, nodes: usize) -> usize {
+        match self {
+            QuorumKind::Redlock => nodes / 2 + 1,
+            QuorumKind::Multi => nodes,
+        }
+    }
+
+    /// As in the configuration.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            QuorumKind::Redlock => "redlock",
+            QuorumKind::Multi => "multi",
+        }
+    }
+}
+
+/// After a reply from a node: go on waiting for the others, stop now, or wait for them
+/// until then at the latest.
+enum Settle {
+    Wait,
+    Now,
+    By(Instant),
+}
+
+/// The replies of the nodes, by index (`None`: not asked, or no answer yet).
+type Replies<T> = Vec<Option<Result<T, DriverError>>>;
+
+/// Requests still under way when a decision was made.
+type Stragglers<'f, T> = FuturesUnordered<BoxFuture<'f, (usize, Result<T, DriverError>)>>;
+
+/// Let requests still under way finish in the background (dropping them could cancel
+/// them before they are written: a lock taken there must be released after them).
+fn finish_in_background<T: Send + 'static>(rest: Stragglers<'static, T>) {
+    if !rest.is_empty() {
+        tokio::spawn(async move {
+            let mut rest = rest;
+            while rest.next().await.is_some() {}
+        });
+    }
+}
+
+/// The driver of a quorum backend: the lock protocol of `mode = "single"` on each node,
+/// combined as described in the module documentation.
+pub(crate) struct QuorumDriver {
+    kind: QuorumKind,
+    nodes: Vec<Arc<Node>>,
+    quorum: usize,
+    options: QuorumOptions,
+}
+
+impl std::fmt::Debug for QuorumDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumDriver")
+            .field("kind", &self.kind)
+            .field(
+                "nodes",
+                &self
+                    .nodes
+                    .iter()
+                    .map(|n| (n.address.as_str(), n.is_connected()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.quorum)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// Connect to every node (in parallel) and start one subscriber per node feeding the
+/// backend's hub.
+///
+/// Succeeds when at least a quorum of nodes could be reached, warning about the others,
+/// which keep being connected in the background. Fails otherwise with every unreachable
+/// node's failure.
+pub(crate) async fn connect(
+    backend: &Arc<str>,
+    kind: QuorumKind,
+    urls: &[RedisUrl],
+    options: QuorumOptions,
+    settings: &Settings,
+) -> Result<(QuorumDriver, Arc<Hub>), DriverError> {
+    let clients = urls
+        .iter()
+        .map(|u| Ok((u.address.clone(), settings.client_for(u)?)))
+        .collect::<Result<Vec<_>, DriverError>>()?;
+    let connected = futures_util::future::join_all(
+        clients
+            .iter()
+            .map(|(address, c)| Server::connect(settings, address, c.clone())),
+    )
+    .await;
+    let n = urls.len();
+    let quorum = kind.quorum(n);
+    let mut nodes = Vec::with_capacity(n);
+    let mut down = Vec::new();
+    for ((address, client), result) in clients.iter().zip(connected) {
+        let node = Arc::new(Node::new(address.clone()));
+        match result {
+            Ok(server) => node.connected(server),
+            Err(e) => down.push((node.clone(), client.clone(), e)),
+        }
+        nodes.push(node);
+    }
+    let reachable = n - down.len();
+    if reachable < quorum {
+        return Err(DriverError::TooFewNodes {
+            what: if kind == QuorumKind::Multi {
+                "too few nodes reachable for mode \"multi\" (it needs every node)"
+            } else {
+                "too few nodes reachable for mode \"redlock\" (it needs a majority)"
+            },
+            needed: quorum,
+            nodes: n,
+            failures: down.into_iter().map(|(_, _, e)| e).collect(),
+        });
+    }
+    if !down.is_empty() {
+        let which = down
+            .iter()
+            .map(|(node, _, e)| format!("{} ({e})", node.address))
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::warn!(backend = %backend, unreachable = %which, reachable, quorum,
+            "distlock: some nodes are unreachable; the quorum is reachable, so starting anyway and connecting to them in the background");
+    }
+    for (node, client, _) in down {
+        node::spawn_connect(backend.clone(), Arc::downgrade(&node), client, *settings);
+    }
+    let (hub, requests): (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) = Hub::subscribed();
+    fanout::spawn(
+        backend,
+        &hub,
+        requests,
+        clients,
+        n - quorum + 1,
+        settings.connect_timeout,
+    );
+    Ok((
+        QuorumDriver {
+            kind,
+            nodes,
+            quorum,
+            options,
+        },
+        hub,
+    ))
+}
+
+impl QuorumDriver {
+    /// `redlock` or `multi`, as in the configuration.
+    pub(crate) fn mode_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// The nodes' addresses, comma-separated.
+    pub(crate) fn addresses(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.address.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The part of a lease that clock drift may eat: `lease × drift_factor + 2 ms`.
+    fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.options.drift_factor) + Duration::from_millis(2)
+    }
+
+    /// How long a lease granted (or renewed) now is valid, as far as this process can tell.
+    pub(crate) fn validity(&self, lease: Duration) -> Duration {
+        lease.saturating_sub(self.drift(lease))
+    }
+
+    /// The random pause before the next attempt: `retry_delay / 2 ..= retry_delay`.
+    fn retry_delay(&self) -> Duration {
+        let max = u64::try_from(self.options.retry_delay.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(rand::random_range(max / 2..=max))
+    }
+
+    /// The one way requests reach the nodes: `op` goes to the nodes `targets` at once; the
+    /// replies are taken as they come until `settle` (shown the replies so far) says
+    /// enough. Returns the replies and the requests still under way.
+    async fn on_nodes<'f, T, F, Fut>(
+        &self,
+        targets: impl IntoIterator<Item = usize>,
+        op: F,
+        settle: impl Fn(&Replies<T>) -> Settle,
+    ) -> (Replies<T>, Stragglers<'f, T>)
+    where
+        T: Send + 'f,
+        F: Fn(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T, DriverError>> + Send + 'f,
+    {
+        let mut replies: Replies<T> = self.nodes.iter().map(|_| None).collect();
+        let mut pending: Stragglers<'f, T> = targets
+            .into_iter()
+            .map(|i| {
+                let fut = op(self.nodes[i].clone());
+                async move { (i, fut.await) }.boxed()
+            })
+            .collect();
+        let mut until = None;
+        loop {
+            let next = match until {
+                Some(t) => match tokio::time::timeout_at(t, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+                None => pending.next().await,
+            };
+            let Some((i, reply)) = next else { break };
+            replies[i] = Some(reply);
+            match settle(&replies) {
+                Settle::Wait => {}
+                Settle::Now => break,
+                Settle::By(t) => until = Some(t),
+            }
+        }
+        (replies, pending)
+    }
+
+    /// One attempt: the acquire script on every node at once, then the quorum decision.
+    /// Everything granted by an attempt that fails is released again before this returns
+    /// (or, for a node that does not answer in `node_timeout`, in the background).
+    ///
+    /// A split (every node answered, some granted it and others hold it) is tried again at
+    /// once, a single time: it is most often a release still in flight on some nodes when a
+    /// waiter was woken (by that release on another node, or by an earlier one).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+    ) -> Attempt {
+        match self.attempt(keys, owner, lease).await {
+            Attempt::NoQuorum {
+                busy: true,
+                granted,
+                ..
+            } if granted > 0 => self.attempt(keys, owner, lease).await,
+            other => other,
+        }
+    }
+
+    async fn attempt(&self, keys: &LockKeys, owner: OwnerId, lease: Duration) -> Attempt {
+        let start = Instant::now();
+        let node_timeout = self.options.node_timeout;
+        let granted_by = |r: &Option<Result<Attempt, DriverError>>| {
+            matches!(r, Some(Ok(Attempt::Acquired { .. } | Attempt::Reentered)))
+        };
+        // Nodes that failed a moment ago are left out, unless the others cannot make a
+        // quorum without them (always so for multi).
+        let available = self.nodes.iter().filter(|n| n.available()).count();
+        let ask_all = available < self.quorum;
+        let asked: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let n = &self.nodes[i];
+                n.is_connected() && (ask_all || n.available())
+            })
+            .collect();
+        let shared = Arc::new(keys.clone());
+        let quorum = self.quorum;
+        let (replies, rest) = self
+            .on_nodes(
+                asked.iter().copied(),
+                move |node| {
+                    let keys = shared.clone();
+                    async move {
+                        let server = node.server()?;
+                        node.ask(
+                            node_timeout,
+                            server.acquire(&keys, owner, lease, Duration::ZERO),
+                        )
+                        .await
+                    }
+                },
+                |replies| {
+                    if replies.iter().filter(|r| granted_by(r)).count() >= quorum {
+                        Settle::Now
+                    } else {
+                        Settle::Wait
+                    }
+                },
+            )
+            .await;
+        finish_in_background(rest);
+        for (i, r) in replies.iter().enumerate() {
+            if let Some(Err(e)) = r {
+                tracing::debug!(node = %self.nodes[i].address, key = %keys.user, error = %e, "distlock: node failed to acquire");
+            }
+        }
+        let granted = replies.iter().filter(|r| granted_by(r)).count();
+
+        let mut counted = granted;
+        if granted >= self.quorum {
+            match self.fence(keys, &replies).await {
+                Some(attempt) => {
+                    if !self
+                        .validity(lease)
+                        .saturating_sub(start.elapsed())
+                        .is_zero()
+                    {
+                        return attempt;
+                    }
+                    tracing::debug!(key = %keys.user, elapsed = ?start.elapsed(), ?lease,
+                        "distlock: quorum reached too late: the lease's validity had run out");
+                    counted = 0;
+                }
+                None => counted = self.quorum - 1,
+            }
+        }
+
+        // Failed: undo what was granted, or may have been (a request that failed, timed
+        // out or is still under way may run on its node).
+        let undo: Vec<usize> = asked
+            .iter()
+            .copied()
+            .filter(|&i| granted_by(&replies[i]) || !matches!(replies[i], Some(Ok(_))))
+            .collect();
+        self.undo(keys, owner, &undo).await;
+
+        let n = self.nodes.len();
+        let mut held: Vec<Option<Duration>> = replies
+            .iter()
+            .filter_map(|r| match r {
+                Some(Ok(Attempt::Held { ttl })) => Some(*ttl),
+                _ => None,
+            })
+            .collect();
+        let failed = replies.iter().filter(|r| !matches!(r, Some(Ok(_)))).count();
+        if granted == 0 && held.len() > n - self.quorum {
+            // Others hold it on too many nodes: wait for a release (published) or for enough
+            // of their leases to run out.
+            return Attempt::Held {
+                ttl: free_in(&mut held, n, self.quorum),
+            };
+        }
+        Attempt::NoQuorum {
+            granted: counted.min(granted),
+            needed: self.quorum,
+            nodes: n,
+            busy: failed == 0 && !held.is_empty(),
+            retry_in: self.retry_delay(),
+        }
+    }
+
+    /// A quorum granted: work out the fencing token, raising the granting nodes whose counter
+    /// lags behind it. `None` when fewer than a quorum of nodes end up at the token.
+    async fn fence(&self, keys: &LockKeys, replies: &Replies<Attempt>) -> Option<Attempt> {
+        if replies
+            .iter()
+            .any(|r| matches!(r, Some(Ok(Attempt::Reentered))))
+        {
+            // Held by this owner already: the outer acquisition's token stands.
+            return Some(Attempt::Reentered);
+        }
+        let tokens: Vec<(usize, u64)> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(Attempt::Acquired { token })) => Some((i, *token)),
+                _ => None,
+            })
+            .collect();
+        let token = tokens.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        let at_token = tokens.iter().filter(|(_, t)| *t == token).count();
+        if at_token == tokens.len() {
+            return Some(Attempt::Acquired { token });
+        }
+        let node_timeout = self.options.node_timeout;
+        let lagging: Vec<(usize, u64)> = tokens.into_iter().filter(|(_, t)| *t < token).collect();
+        let fence = &keys.fence;
+        let (raised, _) = self
+            .on_nodes(
+                lagging.iter().map(|(i, _)| *i),
+                |node| {
+                    let by = lagging
+                        .iter()
+                        .find(|(i, _)| Arc::ptr_eq(&self.nodes[*i], &node))
+                        .map_or(0, |(_, t)| token - t);
+                    async move {
+                        let server = node.server()?;
+                        node.ask(node_timeout, server.incr_by(fence, by)).await
+                    }
+                },
+                |_| Settle::Wait,
+            )
+            .await;
+        let raised = raised
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(v)) if *v >= token))
+            .count();
+        (at_token + raised >= self.quorum).then_some(Attempt::Acquired { token })
+    }
+
+    /// Release on the nodes `which` after a failed attempt. Waits at most `node_timeout`;
+    /// releases still under way then finish in the background.
+    async fn undo(&self, keys: &LockKeys, owner: OwnerId, which: &[usize]) {
+        if which.is_empty() {
+            return;
+        }
+        let keys = Arc::new(keys.clone());
+        let deadline = Instant::now() + self.options.node_timeout;
+        let (_, rest) = self
+            .on_nodes(
+                which.iter().copied(),
+                move |node| {
+                    let keys = keys.clone();
+                    async move {
+                        let r = node.server()?.release(&keys, owner).await;
+                        if let Err(e) = &r {
+                            tracing::debug!(node = %node.address, key = %keys.user, error = %e,
+                                "distlock: undoing a partial grant failed; it expires with its lease");
+                        }
+                        r
+                    }
+                },
+                |_| Settle::By(deadline),
+            )
+            .await;
+        finish_in_background(rest);
+    }
+
+    /// Release on every node in parallel. `Freed`/`StillHeld` when some node held it;
+    /// `NotHeld` when the nodes that answered did not, and enough answered to be sure it was
+    /// not held on a quorum; otherwise the nodes' errors.
+    ///
+    /// Once a node has released it and a quorum of nodes answered (or `node_timeout` passed),
+    /// slower nodes are left to finish in the background; so are, from the start, nodes that
+    /// failed a moment ago.
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<Released, DriverError> {
+        let deadline = Instant::now() + self.options.node_timeout;
+        let keys = Arc::new(keys.clone());
+        let one = move |node: Arc<Node>| {
+            let keys = keys.clone();
+            async move {
+                let r = match node.server() {
+                    Ok(server) => server.release(&keys, owner).await,
+                    Err(e) => Err(e),
+                };
+                node.answered(&r);
+                if let Err(e) = &r {
+                    tracing::debug!(node = %node.address, key = %keys.user, error = %e, "distlock: release failed on a node");
+                }
+                r
+            }
+        };
+        let (now, later): (Vec<usize>, Vec<usize>) =
+            (0..self.nodes.len()).partition(|&i| self.nodes[i].available());
+        // Nodes that failed a moment ago (but are connected) are released in the
+        // background; they count as unknown.
+        let (_, rest) = self
+            .on_nodes(
+                later
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.nodes[i].is_connected()),
+                &one,
+                |_| Settle::Now,
+            )
+            .await;
+        finish_in_background(rest);
+        let count = |replies: &Replies<Released>| {
+            let mut c = (0usize, 0usize, 0usize);
+            for r in replies.iter().flatten() {
+                match r {
+                    Ok(Released::Freed) => c.0 += 1,
+                    Ok(Released::StillHeld) => c.1 += 1,
+                    Ok(Released::NotHeld) => c.2 += 1,
+                    Err(_) => {}
+                }
+            }
+            c
+        };
+        let quorum = self.quorum;
+        let (replies, rest) = self
+            .on_nodes(now.iter().copied(), &one, |replies| {
+                let (freed, still, not_held) = count(replies);
+                if freed + still > 0 && freed + still + not_held >= quorum {
+                    Settle::Now
+                } else if freed + still > 0 {
+                    Settle::By(deadline)
+                } else {
+                    Settle::Wait
+                }
+            })
+            .await;
+        finish_in_background(rest);
+        let (freed, still, not_held) = count(&replies);
+        let answered = freed + still + not_held;
+        let unknown = self.nodes.len() - answered;
+        if still > 0 {
+            Ok(Released::StillHeld)
+        } else if freed > 0 {
+            Ok(Released::Freed)
+        } else if unknown == 0 || not_held > self.nodes.len() - self.quorum {
+            Ok(Released::NotHeld)
+        } else {
+            Err(self.too_few("release not confirmed", replies))
+        }
+    }
+
+    /// The error when too few nodes answered: every node's failure.
+    fn too_few<T>(&self, what: &'static str, replies: Replies<T>) -> DriverError {
+        let failures = replies
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Err(e)) => Some(e),
+                None => Some(DriverError::TimedOut {
+                    address: self.nodes[i].address.clone(),
+                    what: "no answer in time",
+                    after: self.options.node_timeout,
+                }),
+                Some(Ok(_)) => None,
+            })
+            .collect();
+        DriverError::TooFewNodes {
+            what,
+            needed: self.quorum,
+            nodes: self.nodes.len(),
+            failures,
+        }
+    }
+
+    /// Renew leases on every node in parallel (one pipeline per node): `Ok(true)` renewed on
+    /// a quorum, `Ok(false)` a quorum can no longer have it, `Err` not known (too many nodes
+    /// failed). Once every lease is renewed on a quorum and `node_timeout` has passed, slower
+    /// nodes are not waited for.
+    pub(crate) async fn renew_each(
+        &self,
+        items: &[(&LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> Vec<Result<bool, DriverError>> {
+        let deadline = Instant::now() + self.options.node_timeout;
+        let quorum = self.quorum;
+        let renewed = |replies: &Replies<Vec<Result<bool, DriverError>>>| -> Vec<usize> {
+            let mut counts = vec![0usize; items.len()];
+            for per_node in replies.iter().flatten().flatten() {
+                for (c, r) in counts.iter_mut().zip(per_node) {
+                    *c += usize::from(matches!(r, Ok(true)));
+                }
+            }
+            counts
+        };
+        let (replies, _rest) = self
+            .on_nodes(
+                0..self.nodes.len(),
+                |node| async move {
+                    let r = match node.server() {
+                        Ok(server) => Ok(server.renew_each(items, lease).await),
+                        Err(e) => Err(e),
+                    };
+                    node.answered(&r);
+                    r
+                },
+                |replies| {
+                    if renewed(replies).iter().all(|&c| c >= quorum) {
+                        Settle::By(deadline)
+                    } else {
+                        Settle::Wait
+                    }
+                },
+            )
+            .await;
+        let counts = renewed(&replies);
+        (0..items.len())
+            .map(|i| {
+                // Nodes with no answer for this lease: failed, or not heard from.
+                let mut unknown = 0;
+                let mut first_error = None;
+                for (n, r) in replies.iter().enumerate() {
+                    match r {
+                        Some(Ok(per_node)) => match &per_node[i] {
+                            Ok(_) => {}
+                            Err(e) => {
+                                unknown += 1;
+                                first_error.get_or_insert_with(|| e.clone());
+                            }
+                        },
+                        Some(Err(e)) => {
+                            unknown += 1;
+                            first_error.get_or_insert_with(|| e.clone());
+                        }
+                        None => {
+                            unknown += 1;
+                            first_error.get_or_insert_with(|| DriverError::TimedOut {
+                                address: self.nodes[n].address.clone(),
+                                what: "renewal not answered",
+                                after: self.options.node_timeout,
+                            });
+                        }
+                    }
+                }
+                if counts[i] >= quorum {
+                    Ok(true)
+                } else if counts[i] + unknown < quorum {
+                    Ok(false)
+                } else {
+                    Err(first_error.unwrap_or_else(|| DriverError::NotConnected {
+                        address: self.addresses(),
+                    }))
+                }
+            })
+            .collect()
+    }
+
+    /// Delete the lock on every node, whoever holds it. `Ok(true)` when some node had it.
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+        let (replies, _) = self
+            .on_nodes(
+                0..self.nodes.len(),
+                |node| async move { node.server()?.force_release(keys).await },
+                |_| Settle::Wait,
+            )
+            .await;
+        if replies.iter().any(|r| matches!(r, Some(Ok(_)))) {
+            Ok(replies.iter().any(|r| matches!(r, Some(Ok(true)))))
+        } else {
+            Err(self.too_few("force release not confirmed", replies))
+        }
+    }
+
+    /// A unique sequence number: `INCR` on the first node that answers (in the configured
+    /// order, nodes that failed lately last) × N + that node's index. Unique across
+    /// processes with the same node list.
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
+        let n = self.nodes.len() as u64;
+        let mut failures = Vec::new();
+        let mut order: Vec<(usize, &Arc<Node>)> = self.nodes.iter().enumerate().collect();
+        order.sort_by_key(|(_, node)| !node.available());
+        for (i, node) in order {
+            let result = match node.server() {
+                Ok(server) => {
+                    node.ask(self.options.node_timeout, server.next_sequence(key, ttl))
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(seq) => return Ok(seq.saturating_mul(n).saturating_add(i as u64)),
+                Err(e) => failures.push(e),
+            }
+        }
+        Err(DriverError::TooFewNodes {
+            what: "no node gave a sequence number",
+            needed: 1,
+            nodes: self.nodes.len(),
+            failures,
+        })
+    }
+}
+
+/// When a quorum of `nodes` can be free again, given the remaining leases of the other
+/// owners that hold it on `held.len() > nodes - quorum` of them (`None`: never, by expiry):
+/// once all but `nodes - quorum` of those have run out, the k-th shortest.
+fn free_in(held: &mut [Option<Duration>], nodes: usize, quorum: usize) -> Option<Duration> {
+    held.sort_by_key(|t| t.unwrap_or(Duration::MAX));
+    let k = held.len().saturating_sub(nodes - quorum).max(1);
+    held.get(k - 1).copied().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_sizes() {
+        let redlock: Vec<usize> = (1..=7).map(|n| QuorumKind::Redlock.quorum(n)).collect();
+        assert_eq!(redlock, [1, 2, 2, 3, 3, 4, 4]);
+        assert_eq!(QuorumKind::Multi.quorum(3), 3);
+    }
+
+    #[test]
+    fn free_once_enough_leases_ran_out() {
+        let ms = |v: u64| Some(Duration::from_millis(v));
+        // 5 nodes, quorum 3: held on all 5, so 3 must run out: the 3rd shortest.
+        assert_eq!(
+            free_in(&mut [ms(50), ms(10), ms(40), ms(30), ms(20)], 5, 3),
+            ms(30)
+        );
+        // Held on 3 of 5 (2 free): one must run out, the shortest.
+        assert_eq!(free_in(&mut [ms(50), None, ms(40)], 5, 3), ms(40));
+        // Without expiry on the one that matters: never.
+        assert_eq!(free_in(&mut [ms(10), None, None, None, ms(5)], 5, 3), None);
+        // multi: every node counts, so all must run out.
+        assert_eq!(free_in(&mut [ms(5), ms(9)], 3, 3), ms(9));
+    }
+}

@@ -1,0 +1,242 @@
+//! The lock protocol on one Redis server: `mode = "single"`, the current master of
+//! `mode = "sentinel"`, and each node of `redlock`/`multi` speak it through a [`Server`].
+//!
+//! One auto-reconnecting multiplexed connection ([`ConnectionManager`]) is shared by every
+//! task; every call is bounded by the response timeout.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+
+use super::conn::Settings;
+use super::error::{bounded, DriverError};
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::protocol::exec::{eval, eval_pipelined, load_all};
+use crate::protocol::{Attempt, Call, Publish, Released};
+
+/// Renewals sent in one pipeline.
+const RENEW_BATCH: usize = 512;
+
+/// A connection to one server, speaking the lock protocol.
+#[derive(Clone)]
+pub(crate) struct Server {
+    address: String,
+    conn: ConnectionManager,
+    response_timeout: Duration,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("address", &self.address)
+            .field("response_timeout", &self.response_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Connect to the server of `client` (at `address`) and load the scripts.
+    pub(crate) async fn connect(
+        settings: &Settings,
+        address: &str,
+        client: redis::Client,
+    ) -> Result<Server, DriverError> {
+        let conn = settings.manager(address, client, Duration::ZERO).await?;
+        let server = Server {
+            address: address.to_owned(),
+            conn,
+            response_timeout: settings.response_timeout,
+        };
+        let mut c = server.conn.clone();
+        bounded(
+            address,
+            "SCRIPT LOAD timed out",
+            settings.response_timeout,
+            load_all(&mut c),
+        )
+        .await?;
+        Ok(server)
+    }
+
+    /// `host:port`.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The connection, for commands outside the protocol (`ROLE`).
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            what,
+            self.response_timeout,
+            eval(&mut conn, call),
+        )
+        .await
+    }
+
+    fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
+        DriverError::Unexpected {
+            address: self.address.clone(),
+            reply,
+        }
+    }
+
+    /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
+    /// locks queue for that long).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Attempt, DriverError> {
+        let call = Call::acquire(keys, owner, lease, wait);
+        let v = self.run(&call, "acquire timed out").await?;
+        call.attempt(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Acquire, then `WAIT` for `needed` replicas (at most `timeout`), on `conn` (a
+    /// connection of its own: WAIT blocks it, and counts the writes made on it). Returns
+    /// the attempt and how many replicas acknowledged.
+    pub(crate) async fn acquire_replicated(
+        &self,
+        conn: &ConnectionManager,
+        call: &Call,
+        needed: u32,
+        timeout: Duration,
+    ) -> Result<(Attempt, u32), DriverError> {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(needed).arg(timeout.as_millis().max(1) as u64);
+        let mut conn = conn.clone();
+        let replies = bounded(
+            &self.address,
+            "acquire + WAIT timed out",
+            self.response_timeout + timeout,
+            eval_pipelined(&mut conn, std::slice::from_ref(call), Some(&wait)),
+        )
+        .await?;
+        let mut replies = replies.into_iter();
+        let redis_err = |e| DriverError::redis(&self.address, e);
+        let attempt = replies
+            .next()
+            .transpose()
+            .map_err(redis_err)?
+            .unwrap_or(Value::Nil);
+        let attempt = call.attempt(&attempt).map_err(|r| self.unexpected(r))?;
+        let acked = match replies.next().transpose().map_err(redis_err)? {
+            Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            _ => 0,
+        };
+        Ok((attempt, acked))
+    }
+
+    /// Release one level.
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<Released, DriverError> {
+        let call = Call::release(keys, owner, Publish::Plain);
+        let v = self.run(&call, "release timed out").await?;
+        call.released(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// A fair or write waiter leaves the queue. Returns whether it was queued.
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<bool, DriverError> {
+        let Some(call) = Call::cancel(keys, owner, Publish::Plain) else {
+            return Ok(false);
+        };
+        let v = self.run(&call, "cancel timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Delete the lock whoever holds it. Returns whether there was one.
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+        let call = Call::force_release(keys, Publish::Plain);
+        let v = self.run(&call, "force release timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Renew many leases in pipelines: `v[i]` is whether `items[i]` was renewed (`false`:
+    /// the lock was gone), or why that is not known. Each item is judged on its own reply.
+    pub(crate) async fn renew_each(
+        &self,
+        items: &[(&LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> Vec<Result<bool, DriverError>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(RENEW_BATCH) {
+            let calls: Vec<Call> = chunk
+                .iter()
+                .map(|(keys, owner)| Call::renew(keys, *owner, lease))
+                .collect();
+            let mut conn = self.conn.clone();
+            match bounded(
+                &self.address,
+                "renewal timed out",
+                self.response_timeout,
+                eval_pipelined(&mut conn, &calls, None),
+            )
+            .await
+            {
+                Ok(replies) => {
+                    for (call, r) in calls.iter().zip(replies) {
+                        out.push(match r {
+                            Ok(v) => call.done(&v).map_err(|r| self.unexpected(r)),
+                            Err(e) => Err(DriverError::redis(&self.address, e)),
+                        });
+                    }
+                }
+                Err(e) => out.extend(chunk.iter().map(|_| Err(e.clone()))),
+            }
+        }
+        out
+    }
+
+    /// `INCR key`, giving it `ttl` when new (a plain counter, outside the lock layout).
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR")
+            .arg(key)
+            .cmd("EXPIRE")
+            .arg(key)
+            .arg(ttl.as_secs().max(1))
+            .arg("NX")
+            .ignore();
+        let mut conn = self.conn.clone();
+        let (n,): (u64,) = bounded(
+            &self.address,
+            "INCR timed out",
+            self.response_timeout,
+            pipe.query_async(&mut conn),
+        )
+        .await?;
+        Ok(n)
+    }
+
+    /// `INCRBY key by`: raises a node's fencing counter that lags behind the token a quorum
+    /// acquisition handed out (counters only ever grow, so overshooting is harmless).
+    pub(crate) async fn incr_by(&self, key: &str, by: u64) -> Result<u64, DriverError> {
+        let mut cmd = redis::cmd("INCRBY");
+        cmd.arg(key).arg(by);
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            "INCRBY timed out",
+            self.response_timeout,
+            cmd.query_async(&mut conn),
+        )
+        .await
+    }
+}

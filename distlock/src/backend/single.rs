@@ -1,0 +1,32 @@
+//! `mode = "single"`: one Redis server, spoken to through a [`Server`], with one subscriber
+//! connection for wake-ups.
+
+use std::sync::Arc;
+
+use distlock_config::RedisUrl;
+
+use super::conn::Settings;
+use super::error::DriverError;
+use super::server::Server;
+use super::subscriber;
+use crate::hub::Hub;
+
+/// Connect to the server at `url` and start the wake-up subscriber.
+pub(crate) async fn connect(
+    backend: &Arc<str>,
+    url: &RedisUrl,
+    settings: &Settings,
+) -> Result<(Server, Arc<Hub>), DriverError> {
+    let client = settings.client_for(url)?;
+    let server = Server::connect(settings, &url.address, client.clone()).await?;
+    let (hub, requests) = Hub::subscribed();
+    subscriber::spawn(
+        backend.clone(),
+        &hub,
+        requests,
+        subscriber::connector(&url.address, client),
+        settings.connect_timeout,
+        None,
+    );
+    Ok((server, hub))
+}

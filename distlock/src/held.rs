@@ -1,0 +1,178 @@
+//! A held lock's lease, as the guard and the watchdog share it, and the registry of the
+//! auto leases of one backend that the watchdog renews.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::clock::{from_nanos, to_nanos};
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::LockError;
+
+/// The auto leases held on one backend, by id: what its watchdog renews.
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    map: Mutex<HashMap<u64, Arc<LeaseState>>>,
+    next_id: AtomicU64,
+}
+
+impl Leases {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<LeaseState>>> {
+        // Every change is one insert or remove: a poisoned lock is still consistent.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The leases held now.
+    pub(crate) fn all(&self) -> Vec<Arc<LeaseState>> {
+        self.map().values().cloned().collect()
+    }
+
+    /// How many there are (for tests and metrics).
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+const HELD: u8 = 0;
+const RELEASED: u8 = 1;
+const LOST: u8 = 2;
+
+/// One acquisition's lease: what the guard and the watchdog share.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) id: u64,
+    /// The backend's name, for messages.
+    pub(crate) backend: Arc<str>,
+    /// The registry of the backend's auto leases (this one is in it while `auto` and held).
+    leases: Arc<Leases>,
+    pub(crate) keys: LockKeys,
+    pub(crate) owner: OwnerId,
+    pub(crate) token: u64,
+    /// Renewed by the watchdog.
+    pub(crate) auto: bool,
+    state: AtomicU8,
+    /// When the lease ends as far as this process knows (nanos since `EPOCH`).
+    expires_at: AtomicU64,
+    reason: Mutex<Option<String>>,
+    changed: Notify,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        backend: Arc<str>,
+        leases: &Arc<Leases>,
+        keys: LockKeys,
+        owner: OwnerId,
+        token: u64,
+        auto: bool,
+        expires_at: Instant,
+    ) -> Arc<LeaseState> {
+        let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(LeaseState {
+            id,
+            backend,
+            leases: leases.clone(),
+            keys,
+            owner,
+            token,
+            auto,
+            state: AtomicU8::new(HELD),
+            expires_at: AtomicU64::new(to_nanos(expires_at)),
+            reason: Mutex::new(None),
+            changed: Notify::new(),
+        });
+        if auto {
+            leases.map().insert(id, state.clone());
+        }
+        state
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        from_nanos(self.expires_at.load(Ordering::Acquire))
+    }
+
+    /// The watchdog renewed the lease until `t`.
+    pub(crate) fn renewed_until(&self, t: Instant) {
+        self.expires_at.fetch_max(to_nanos(t), Ordering::AcqRel);
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.state.load(Ordering::Acquire) == HELD && Instant::now() < self.expires_at()
+    }
+
+    /// Held → lost. Returns false when it was released or already lost.
+    pub(crate) fn mark_lost(&self, reason: String) -> bool {
+        if self
+            .state
+            .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        tracing::warn!(backend = %self.backend, key = %self.keys.user, reason = %reason, "distlock: lease lost");
+        *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+        self.leases.map().remove(&self.id);
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Held or lost → released, and out of the watchdog: after this no renewal is sent.
+    /// Returns false when it was already released.
+    pub(crate) fn begin_release(&self) -> bool {
+        let was = self.state.swap(RELEASED, Ordering::AcqRel);
+        if was == RELEASED {
+            return false;
+        }
+        if self.auto {
+            self.leases.map().remove(&self.id);
+        }
+        self.changed.notify_waiters();
+        true
+    }
+
+    fn lost_error(&self) -> LockError {
+        let reason = self
+            .reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| "the lease expired".into());
+        LockError::LeaseLost {
+            key: self.keys.user.clone(),
+            backend: self.backend.to_string(),
+            reason,
+        }
+    }
+
+    /// Resolves when the lease is lost (or, for a fixed lease, runs out).
+    pub(crate) async fn lost(&self) -> LockError {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.state.load(Ordering::Acquire) {
+                LOST => return self.lost_error(),
+                RELEASED => std::future::pending::<()>().await,
+                _ => {}
+            }
+            let until = self.expires_at();
+            if Instant::now() >= until {
+                let why = if self.auto {
+                    "the lease expired before the watchdog could renew it".to_string()
+                } else {
+                    "the fixed lease ran out".to_string()
+                };
+                self.mark_lost(why);
+                return self.lost_error();
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+-- Acquire or re-enter a fair lock: granted in the order waiters asked. The lock is a
+-- hash like the reentrant lock's (released and renewed by release.lua and renew.lua);
+-- waiters queue in a list with a deadline each in a zset; a free lock goes to the head.
+--
+-- KEYS[1] lock hash
+-- KEYS[2] queue list
+-- KEYS[3] waiters' deadlines zset
+-- KEYS[4] fencing counter
+-- ARGV[1] owner id
+-- ARGV[2] lease in ms
+-- ARGV[3] wait left in ms (0: do not queue)
+-- Returns: as acquire.lua; a refused waiter gets the time until the lock's lease ends, or until
+--   the head's deadline when the lock is free.
+local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
+local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', waiters, '-inf', now)
+local head = redis.call('lindex', queue, 0)
+while head and not redis.call('zscore', waiters, head) do
+  redis.call('lpop', queue)
+  head = redis.call('lindex', queue, 0)
+end
+local function tidy()
+  local w = redis.call('zrange', waiters, -1, -1, 'withscores')
+  if w[2] then
+    local ttl = math.max(tonumber(w[2]) - now, 1)
+    redis.call('pexpire', waiters, ttl)
+    redis.call('pexpire', queue, ttl)
+  else
+    redis.call('del', queue, waiters)
+  end
+end
+local function enqueue()
+  if wait <= 0 then return end
+  if not redis.call('zscore', waiters, owner) then
+    redis.call('rpush', queue, owner)
+  end
+  redis.call('zadd', waiters, now + wait, owner)
+  tidy()
+end
+if redis.call('exists', lock) == 1 then
+  if redis.call('hexists', lock, owner) == 1 then
+    redis.call('hincrby', lock, owner, 1)
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+    end
+    return {2, 0}
+  end
+  enqueue()
+  return {0, redis.call('pttl', lock)}
+end
+if head and head ~= owner then
+  enqueue()
+  local deadline = tonumber(redis.call('zscore', waiters, head))
+  return {0, math.max(deadline - now, 1)}
+end
+if head then
+  redis.call('lpop', queue)
+  redis.call('zrem', waiters, owner)
+  tidy()
+end
+local token = redis.call('incr', KEYS[4])
+redis.call('hset', lock, owner, 1)
+redis.call('pexpire', lock, lease)
+return {1, token}

@@ -1,0 +1,12 @@
+-- Delete a lock whoever holds it (administration), publishing the release.
+--
+-- KEYS[1] lock hash
+-- KEYS[2], KEYS[3] for fair and read-write locks, their other keys
+-- ARGV[1] channel
+-- ARGV[2] the publish verb: 'spublish' or 'publish'
+-- Returns: 1 a lock was deleted; 0 there was none.
+if redis.call('del', unpack(KEYS)) > 0 then
+  redis.call(ARGV[2], ARGV[1], '')
+  return 1
+end
+return 0

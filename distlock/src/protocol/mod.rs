@@ -1,0 +1,374 @@
+//! The lock protocol on Redis: the Lua scripts, the calls that run them and what their
+//! replies mean.
+//!
+//! Each script is a `.lua` file beside this one, headed by the KEYS and ARGV it takes and
+//! what it returns; [`Script`] lists every one of them once. Every script runs atomically
+//! and touches the keys of one lock only, which share one hash tag (one cluster slot; see
+//! `keys.rs`). A lock is a hash `owner id -> reentrancy count` whose expiry is the lease; a
+//! companion counter gives fencing tokens; a release that frees a lock publishes on the
+//! lock's channel, with the verb the topology uses ([`Publish`]). Fair and read-write locks
+//! have keys of their own (`fair_acquire.lua`, `rw_prologue.lua`).
+//!
+//! Scripts run by EVALSHA, falling back to EVAL after `NOSCRIPT` (a restarted server or a
+//! promoted replica has an empty script cache): [`exec`] is the one place that does it.
+
+pub(crate) mod exec;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::keys::LockKeys;
+use crate::owner::OwnerId;
+use crate::LockKind;
+
+/// Every script of the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Script {
+    Acquire,
+    Release,
+    Renew,
+    ForceRelease,
+    RwAcquire,
+    RwRelease,
+    RwRenew,
+    RwCancel,
+    FairAcquire,
+    FairCancel,
+}
+
+const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
+
+impl Script {
+    /// All of them, for `SCRIPT LOAD`.
+    pub(crate) const ALL: [Script; 10] = [
+        Script::Acquire,
+        Script::Release,
+        Script::Renew,
+        Script::ForceRelease,
+        Script::RwAcquire,
+        Script::RwRelease,
+        Script::RwRenew,
+        Script::RwCancel,
+        Script::FairAcquire,
+        Script::FairCancel,
+    ];
+
+    /// The Lua source as sent with EVAL.
+    pub(crate) fn source(self) -> &'static str {
+        static SOURCES: LazyLock<[String; 10]> = LazyLock::new(|| {
+            Script::ALL.map(|s| match s {
+                Script::Acquire => include_str!("acquire.lua").to_owned(),
+                Script::Release => include_str!("release.lua").to_owned(),
+                Script::Renew => include_str!("renew.lua").to_owned(),
+                Script::ForceRelease => include_str!("force_release.lua").to_owned(),
+                Script::RwAcquire => [RW_PROLOGUE, include_str!("rw_acquire.lua")].concat(),
+                Script::RwRelease => [RW_PROLOGUE, include_str!("rw_release.lua")].concat(),
+                Script::RwRenew => [RW_PROLOGUE, include_str!("rw_renew.lua")].concat(),
+                Script::RwCancel => [RW_PROLOGUE, include_str!("rw_cancel.lua")].concat(),
+                Script::FairAcquire => include_str!("fair_acquire.lua").to_owned(),
+                Script::FairCancel => include_str!("fair_cancel.lua").to_owned(),
+            })
+        });
+        &SOURCES[self as usize]
+    }
+
+    /// The SHA1 of [`Script::source`], for EVALSHA.
+    pub(crate) fn sha(self) -> &'static str {
+        static SHAS: LazyLock<[String; 10]> = LazyLock::new(|| {
+            Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
+        });
+        &SHAS[self as usize]
+    }
+}
+
+/// How a release is announced: `PUBLISH`, or `SPUBLISH` on a Redis Cluster, where a sharded
+/// message goes from the lock's master straight to the subscribers of that slot instead of
+/// crossing the cluster bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publish {
+    Plain,
+    Sharded,
+}
+
+impl Publish {
+    fn verb(self) -> &'static str {
+        match self {
+            Publish::Plain => "publish",
+            Publish::Sharded => "spublish",
+        }
+    }
+}
+
+/// What one acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// Newly acquired, with this fencing token.
+    Acquired { token: u64 },
+    /// Already held by this owner; the count went up.
+    Reentered,
+    /// Held by another owner, for this much longer (`None`: no expiry set).
+    Held { ttl: Option<Duration> },
+    /// redlock/multi: too few nodes granted it (what was granted is released again); try
+    /// again after `retry_in`. `busy`: every node answered, and others held it on some.
+    NoQuorum {
+        granted: usize,
+        needed: usize,
+        nodes: usize,
+        busy: bool,
+        retry_in: Duration,
+    },
+}
+
+/// What one release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock is free.
+    Freed,
+    /// Released one reentrant level; still held by this owner.
+    StillHeld,
+    /// This owner did not hold it: nothing changed.
+    NotHeld,
+}
+
+/// A reply a script cannot give: the server runs other scripts under these names, or
+/// something between rewrote the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnexpectedReply {
+    /// Which script answered.
+    pub(crate) script: Script,
+    /// The reply, as redis-rs shows it.
+    pub(crate) reply: String,
+}
+
+impl std::fmt::Display for UnexpectedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unexpected reply to the {:?} script: {}",
+            self.script, self.reply
+        )
+    }
+}
+
+/// One script call: the script, its keys and its arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub(crate) script: Script,
+    pub(crate) keys: Vec<String>,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+impl Call {
+    fn new(script: Script, keys: &LockKeys) -> Call {
+        let names = match keys.kind {
+            LockKind::Reentrant => vec![keys.hash.clone()],
+            LockKind::Fair | LockKind::Read | LockKind::Write => {
+                let [a, b] = keys.extra();
+                vec![keys.hash.clone(), a, b]
+            }
+        };
+        Call {
+            script,
+            keys: names,
+            args: Vec::new(),
+        }
+    }
+
+    fn arg(mut self, a: impl AsRef<[u8]>) -> Call {
+        self.args.push(a.as_ref().to_vec());
+        self
+    }
+
+    fn unexpected(&self, v: &Value) -> UnexpectedReply {
+        UnexpectedReply {
+            script: self.script,
+            reply: format!("{v:?}"),
+        }
+    }
+
+    /// The acquire call for a lock of `keys.kind`. `wait`: how long the caller may still
+    /// wait (fair and write locks queue for that long).
+    pub(crate) fn acquire(
+        keys: &LockKeys,
+        owner: OwnerId,
+        lease: Duration,
+        wait: Duration,
+    ) -> Call {
+        let lease = millis(lease);
+        let wait = wait.as_millis().min(i64::MAX as u128).to_string();
+        let mut call = match keys.kind {
+            LockKind::Reentrant => Call::new(Script::Acquire, keys).arg(owner.hex()).arg(lease),
+            LockKind::Fair => Call::new(Script::FairAcquire, keys)
+                .arg(owner.hex())
+                .arg(lease)
+                .arg(wait),
+            LockKind::Read | LockKind::Write => Call::new(Script::RwAcquire, keys)
+                .arg(owner.hex())
+                .arg(lease)
+                .arg(rw_mode(keys.kind))
+                .arg(wait),
+        };
+        call.keys.push(keys.fence.clone());
+        call
+    }
+
+    /// What an acquire call's reply means.
+    pub(crate) fn attempt(&self, v: &Value) -> Result<Attempt, UnexpectedReply> {
+        match v {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Int(token)] => Ok(Attempt::Acquired {
+                    token: u64::try_from(*token).map_err(|_| self.unexpected(v))?,
+                }),
+                [Value::Int(2), _] => Ok(Attempt::Reentered),
+                [Value::Int(0), Value::Int(pttl)] => Ok(Attempt::Held {
+                    ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                }),
+                _ => Err(self.unexpected(v)),
+            },
+            _ => Err(self.unexpected(v)),
+        }
+    }
+
+    /// The release call of one level.
+    pub(crate) fn release(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Call {
+        match keys.kind {
+            LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
+                .only_hash()
+                .arg(owner.hex()),
+            LockKind::Read | LockKind::Write => Call::new(Script::RwRelease, keys)
+                .arg(owner.hex())
+                .arg(rw_mode(keys.kind)),
+        }
+        .arg(&keys.channel)
+        .arg(publish.verb())
+    }
+
+    /// What a release call's reply means.
+    pub(crate) fn released(&self, v: &Value) -> Result<Released, UnexpectedReply> {
+        match v {
+            Value::Int(0) => Ok(Released::Freed),
+            Value::Int(n) if *n > 0 => Ok(Released::StillHeld),
+            Value::Int(_) => Ok(Released::NotHeld),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// The renew call of one lease.
+    pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
+        match keys.kind {
+            LockKind::Reentrant | LockKind::Fair => Call::new(Script::Renew, keys)
+                .only_hash()
+                .arg(owner.hex())
+                .arg(millis(lease)),
+            LockKind::Read | LockKind::Write => Call::new(Script::RwRenew, keys)
+                .arg(owner.hex())
+                .arg(millis(lease))
+                .arg(rw_mode(keys.kind)),
+        }
+    }
+
+    /// What a renew (or cancel, or force-release) call's reply means: whether it did it.
+    pub(crate) fn done(&self, v: &Value) -> Result<bool, UnexpectedReply> {
+        match v {
+            Value::Int(n) => Ok(*n == 1),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// The call by which a fair or write waiter leaves the queue; `None` for the kinds
+    /// that do not queue.
+    pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
+        let script = match keys.kind {
+            LockKind::Fair => Script::FairCancel,
+            LockKind::Write => Script::RwCancel,
+            LockKind::Reentrant | LockKind::Read => return None,
+        };
+        Some(
+            Call::new(script, keys)
+                .arg(owner.hex())
+                .arg(&keys.channel)
+                .arg(publish.verb()),
+        )
+    }
+
+    /// Delete a lock whoever holds it (with the other keys of fair and read-write locks).
+    pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+        Call::new(Script::ForceRelease, keys)
+            .arg(&keys.channel)
+            .arg(publish.verb())
+    }
+
+    /// Keep only the lock's main key (the scripts shared with the reentrant lock).
+    fn only_hash(mut self) -> Call {
+        self.keys.truncate(1);
+        self
+    }
+}
+
+/// `read` or `write`, as the read-write scripts take it.
+fn rw_mode(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Write => "write",
+        LockKind::Read | LockKind::Reentrant | LockKind::Fair => "read",
+    }
+}
+
+/// A lease in whole milliseconds, at least 1 (`PEXPIRE 0` would delete the lock at once).
+fn millis(lease: Duration) -> String {
+    lease.as_millis().clamp(1, i64::MAX as u128).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_headed_by_its_keys_and_argv() {
+        for s in Script::ALL {
+            let src = s.source();
+            assert!(src.starts_with("--"), "{s:?}");
+            assert!(src.contains("KEYS[1]"), "{s:?} names its keys");
+            assert_eq!(s.sha().len(), 40);
+        }
+    }
+
+    #[test]
+    fn the_publish_verb_is_passed_in() {
+        let keys = LockKeys::new("lock:", "k".into()).unwrap();
+        let owner = OwnerId::random();
+        let plain = Call::release(&keys, owner, Publish::Plain);
+        let sharded = Call::release(&keys, owner, Publish::Sharded);
+        assert_eq!(plain.args.last().unwrap(), b"publish");
+        assert_eq!(sharded.args.last().unwrap(), b"spublish");
+        assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
+    }
+
+    #[test]
+    fn replies_parse() {
+        let keys = LockKeys::new("lock:", "k".into()).unwrap();
+        let call = Call::acquire(
+            &keys,
+            OwnerId::random(),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        assert_eq!(call.keys.len(), 2);
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(
+            call.attempt(&pair(1, 7)),
+            Ok(Attempt::Acquired { token: 7 })
+        );
+        assert_eq!(call.attempt(&pair(2, 0)), Ok(Attempt::Reentered));
+        assert_eq!(
+            call.attempt(&pair(0, 20)),
+            Ok(Attempt::Held {
+                ttl: Some(Duration::from_millis(20))
+            })
+        );
+        assert_eq!(call.attempt(&pair(0, -1)), Ok(Attempt::Held { ttl: None }));
+        assert!(call.attempt(&pair(1, -5)).is_err());
+        assert!(call.attempt(&Value::Nil).is_err());
+    }
+}

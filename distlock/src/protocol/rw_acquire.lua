@@ -1,0 +1,61 @@
+-- Acquire or re-enter a read or write lock (writer-preferring: while a live writer
+-- waits, new readers are refused; a writer may take a read lock, a downgrade; no upgrade).
+--
+-- KEYS[1] rw hash
+-- KEYS[2] readers zset
+-- KEYS[3] waiting writers zset
+-- KEYS[4] fencing counter
+-- ARGV[1] owner id
+-- ARGV[2] lease in ms
+-- ARGV[3] 'read' or 'write'
+-- ARGV[4] wait left in ms (0: do not queue)
+-- Returns: as acquire.lua.
+--
+-- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
+-- writers, now, writer, wexp, last_reader() and touch().
+local owner, lease, mode, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local function left(t) return math.max(t - now, 1) end
+if mode == 'read' then
+  local rc = 'r:' .. owner
+  if redis.call('hexists', rw, rc) == 1 then
+    redis.call('hincrby', rw, rc, 1)
+    local e = tonumber(redis.call('zscore', readers, owner) or 0)
+    if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
+    touch()
+    return {2, 0}
+  end
+  if writer and writer ~= owner then return {0, left(wexp)} end
+  if not writer then
+    local w = redis.call('zrange', writers, 0, 0, 'withscores')
+    if w[2] then return {0, left(tonumber(w[2]))} end
+  end
+  local token = redis.call('incr', KEYS[4])
+  redis.call('hset', rw, rc, 1)
+  redis.call('zadd', readers, now + lease, owner)
+  touch()
+  return {1, token}
+end
+if writer == owner then
+  redis.call('hincrby', rw, 'wcount', 1)
+  if wexp < now + lease then
+    wexp = now + lease
+    redis.call('hset', rw, 'wexp', wexp)
+  end
+  touch()
+  return {2, 0}
+end
+local busy = nil
+if writer then busy = wexp else busy = last_reader() end
+if busy then
+  if wait > 0 then
+    redis.call('zadd', writers, now + wait, owner)
+    touch()
+  end
+  return {0, left(busy)}
+end
+local token = redis.call('incr', KEYS[4])
+writer, wexp = owner, now + lease
+redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp)
+redis.call('zrem', writers, owner)
+touch()
+return {1, token}

@@ -1,0 +1,41 @@
+-- The start of every read-write script: the time from Redis (TIME, in ms), then the expired
+-- state purged: readers past their own lease end, waiting writers past their deadline, a
+-- writer past its lease. touch() sets each key's expiry to the latest live deadline in it
+-- (deleting what holds nothing live).
+--
+-- Layout (all under the lock's hash tag): PREFIX{KEY}:rw a hash: writer (owner id), wcount
+-- (its reentrancy count), wexp (its lease end, ms) and r:<owner> (a reader's reentrancy
+-- count); PREFIX{KEY}:rw:readers a zset owner -> lease end (ms); PREFIX{KEY}:rw:writers a
+-- zset waiting writer -> deadline (ms).
+local rw, readers, writers = KEYS[1], KEYS[2], KEYS[3]
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('zrangebyscore', readers, '-inf', now)
+for _, o in ipairs(dead) do redis.call('hdel', rw, 'r:' .. o) end
+if #dead > 0 then redis.call('zremrangebyscore', readers, '-inf', now) end
+redis.call('zremrangebyscore', writers, '-inf', now)
+local writer = redis.call('hget', rw, 'writer')
+local wexp = tonumber(redis.call('hget', rw, 'wexp') or 0)
+if writer and wexp <= now then
+  redis.call('hdel', rw, 'writer', 'wcount', 'wexp')
+  writer = false
+end
+local function last_reader()
+  local r = redis.call('zrange', readers, -1, -1, 'withscores')
+  if r[2] then return tonumber(r[2]) end
+  return nil
+end
+local function touch()
+  local last = now
+  if writer then last = math.max(last, wexp) end
+  local r = last_reader()
+  if r then last = math.max(last, r) end
+  if last > now then
+    redis.call('pexpire', rw, last - now)
+    redis.call('pexpire', readers, last - now)
+  else
+    redis.call('del', rw, readers)
+  end
+  local w = redis.call('zrange', writers, -1, -1, 'withscores')
+  if w[2] then redis.call('pexpire', writers, math.max(tonumber(w[2]) - now, 1)) end
+end

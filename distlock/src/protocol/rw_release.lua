@@ -1,0 +1,37 @@
+-- Release one level of a read or write lock. Publishes when a writer leaves and
+-- when the last reader leaves.
+--
+-- KEYS[1] rw hash
+-- KEYS[2] readers zset
+-- KEYS[3] waiting writers zset
+-- ARGV[1] owner id
+-- ARGV[2] 'read' or 'write'
+-- ARGV[3] channel
+-- ARGV[4] the publish verb: 'spublish' or 'publish'
+-- Returns: as release.lua.
+--
+-- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
+-- writers, now, writer, wexp, last_reader() and touch().
+local owner, mode = ARGV[1], ARGV[2]
+local function announce()
+  redis.call(ARGV[4], ARGV[3], owner)
+end
+if mode == 'write' then
+  if writer ~= owner then return -1 end
+  local n = redis.call('hincrby', rw, 'wcount', -1)
+  if n > 0 then return n end
+  redis.call('hdel', rw, 'writer', 'wcount', 'wexp')
+  writer = false
+  touch()
+  announce()
+  return 0
+end
+local rc = 'r:' .. owner
+if redis.call('hexists', rw, rc) == 0 then return -1 end
+local n = redis.call('hincrby', rw, rc, -1)
+if n > 0 then return n end
+redis.call('hdel', rw, rc)
+redis.call('zrem', readers, owner)
+touch()
+if not writer and redis.call('zcard', readers) == 0 then announce() end
+return 0
