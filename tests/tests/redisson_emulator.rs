@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock_tests::redisson::*;
-use distlock_tests::{addr_of, resp_command, single_url};
+use distlock_tests::{
+    addr_of, cluster_urls, encode_command, read_resp, resp_command, single_url, RespValue,
+};
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -48,7 +50,7 @@ async fn redisson_with(config: RedissonConfig) -> Redisson {
         .expect("connect the emulator to the test redis-server")
 }
 
-fn cmd(args: &[&str]) -> distlock_tests::RespValue {
+fn cmd(args: &[&str]) -> RespValue {
     resp_command(&addr_of(&single_url()), args).expect("redis command")
 }
 
@@ -823,5 +825,165 @@ async fn distlock_scripts_are_safe_to_repeat_and_only_extend() {
     );
     assert_eq!(d.write_unlock(&name, &w).await, 0);
     assert_eq!(d.write_unlock(&name, &w).await, 1);
+    assert_eq!(int(&["EXISTS", &name]), 0);
+}
+
+/// A sharded subscriber over plain RESP: SSUBSCRIBE `channel` on whichever cluster node
+/// accepts it (the one serving the channel's slot answers; others answer MOVED).
+fn ssubscribe(urls: &[String], channel: &str) -> std::io::BufReader<std::net::TcpStream> {
+    use std::io::Write;
+    for url in urls {
+        let stream = std::net::TcpStream::connect(addr_of(url)).expect("connect to a cluster node");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        let mut w = stream.try_clone().expect("clone");
+        w.write_all(&encode_command(&["SSUBSCRIBE", channel]))
+            .expect("send SSUBSCRIBE");
+        let mut r = std::io::BufReader::new(stream);
+        match read_resp(&mut r).expect("SSUBSCRIBE reply") {
+            RespValue::Array(_) => return r,
+            RespValue::Error(_) => continue,
+            other => panic!("unexpected SSUBSCRIBE reply {other:?}"),
+        }
+    }
+    panic!("no cluster node accepted SSUBSCRIBE {channel}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn distlock_scripts_spublish_on_a_cluster() {
+    let urls = cluster_urls();
+    let name = unique("shard");
+    let client = redis::cluster::ClusterClient::new(urls.clone()).expect("cluster client");
+    let mut conn = client
+        .get_async_connection()
+        .await
+        .expect("connect to the test cluster");
+    let channel = lock_channel(&name);
+    let mut sub = ssubscribe(&urls, &channel);
+
+    let owner = format!("{}:1", random_uuid());
+    let v: Vec<i64> = Script::new(LOCK)
+        .key(&name)
+        .key(token_name(&name))
+        .arg(30_000)
+        .arg(&owner)
+        .invoke_async(&mut conn)
+        .await
+        .expect("lock.lua on the cluster: all keys in one slot");
+    assert_eq!(v, vec![1, 1]);
+    let request = generate_id();
+    let freed: i64 = Script::new(UNLOCK)
+        .key(&name)
+        .key(&channel)
+        .key(unlock_latch_name(&name, &request))
+        .arg(UNLOCK_MESSAGE)
+        .arg(30_000)
+        .arg(&owner)
+        .arg("spublish")
+        .arg(LATCH_MS)
+        .invoke_async(&mut conn)
+        .await
+        .expect("unlock.lua with spublish on the cluster");
+    assert_eq!(freed, 1);
+    let msg = tokio::task::spawn_blocking(move || read_resp(&mut sub).expect("smessage"))
+        .await
+        .unwrap();
+    let parts = msg.as_array().expect("a push").to_vec();
+    assert_eq!(parts[0].as_str(), Some("smessage"));
+    assert_eq!(parts[1].as_str(), Some(channel.as_str()));
+    assert_eq!(parts[2].as_str(), Some("0"), "UNLOCK_MESSAGE");
+
+    // the fair lock's per-waiter channel is in the same slot, so the head is woken too
+    let head = format!("{}:2", random_uuid());
+    let holder = format!("{}:3", random_uuid());
+    let fair_conn = conn.clone();
+    let fair = |owner: String| {
+        let mut conn = fair_conn.clone();
+        let name = name.clone();
+        async move {
+            let v: Vec<i64> = Script::new(FAIR_LOCK)
+                .key(&name)
+                .key(fair_queue_name(&name))
+                .key(fair_timeout_name(&name))
+                .arg(30_000)
+                .arg(&owner)
+                .arg(20_000)
+                .arg("wait")
+                .invoke_async(&mut conn)
+                .await
+                .expect("fair_lock.lua on the cluster");
+            v[0]
+        }
+    };
+    assert_eq!(fair(holder.clone()).await, 1);
+    assert_eq!(fair(head.clone()).await, 0);
+    let head_channel = format!("{channel}:{head}");
+    let mut sub = ssubscribe(&urls, &head_channel);
+    let request = generate_id();
+    let freed: i64 = Script::new(FAIR_UNLOCK)
+        .key(&name)
+        .key(fair_queue_name(&name))
+        .key(fair_timeout_name(&name))
+        .key(&channel)
+        .key(unlock_latch_name(&name, &request))
+        .arg(UNLOCK_MESSAGE)
+        .arg(30_000)
+        .arg(&holder)
+        .arg("spublish")
+        .arg(LATCH_MS)
+        .invoke_async(&mut conn)
+        .await
+        .expect("fair_unlock.lua with spublish on the cluster");
+    assert_eq!(freed, 1);
+    let msg = tokio::task::spawn_blocking(move || read_resp(&mut sub).expect("smessage"))
+        .await
+        .unwrap();
+    let parts = msg.as_array().expect("a push").to_vec();
+    assert_eq!(parts[1].as_str(), Some(head_channel.as_str()));
+    assert_eq!(fair(head.clone()).await, 1);
+    let _: () = redis::cmd("DEL")
+        .arg(&name)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    let _: () = redis::cmd("DEL")
+        .arg(token_name(&name))
+        .arg(unlock_latch_name(&name, &request))
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interop_distlock_write_downgrade_wakes_redisson_readers() {
+    let name = unique("down");
+    let d = Distlock::new().await;
+    let r = redisson().await;
+    let w = d.owner();
+    assert_eq!(d.write_lock(&name, &w, 30_000).await, (1, 0));
+    assert_eq!(
+        d.read_lock(&name, &w, 30_000).await,
+        (1, 0),
+        "the writer may read"
+    );
+    let rr = r.lock(&name, LockKind::Read);
+    let reader =
+        tokio::spawn(async move { rr.try_lock(1, Duration::from_secs(20), Some(LONG)).await });
+    wait_subscribers(&rwlock_channel(&name), 1).await;
+    let released = Instant::now();
+    assert_eq!(d.write_unlock(&name, &w).await, 1);
+    assert_eq!(cmd(&["HGET", &name, "mode"]).as_str(), Some("read"));
+    assert!(reader.await.unwrap().unwrap(), "joined the downgraded lock");
+    assert!(
+        released.elapsed() < WOKEN,
+        "woken by the downgrade's message"
+    );
+    assert_eq!(
+        d.read_unlock(&name, &w).await,
+        0,
+        "the Redisson reader still holds"
+    );
+    r.lock(&name, LockKind::Read).unlock(1).await.unwrap();
     assert_eq!(int(&["EXISTS", &name]), 0);
 }
