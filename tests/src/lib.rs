@@ -24,6 +24,7 @@
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 
+pub mod redisson;
 pub mod topology;
 
 use std::fmt;
