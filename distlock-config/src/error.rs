@@ -6,7 +6,9 @@ use crate::Source;
 ///
 /// It displays as `LOCATION: FIELD: MESSAGE`, for example
 /// `config/distlock.toml:7: backends.main.url: unsupported scheme "http" in "http://h": use redis:// or rediss://`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Debug` prints the same text (what `main` shows when it returns the error).
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{location}: {field}: {message}")]
 pub struct ConfigError {
     /// `path:line`, `<string>:line`, or just the path when no line applies.
@@ -15,6 +17,12 @@ pub struct ConfigError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl std::fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl ConfigError {

@@ -270,11 +270,25 @@ impl Config {
         let path = path.as_ref();
         match std::fs::read_to_string(path) {
             Ok(text) => Config::from_str_with_source(&text, Source::File(path.to_path_buf())),
-            Err(e) => Err(ConfigError {
-                location: path.display().to_string(),
-                field: "(file)".to_owned(),
-                message: format!("cannot read the configuration file: {e}"),
-            }),
+            Err(e) => {
+                let mut message = format!("cannot read the configuration file: {e}");
+                if path.is_relative() {
+                    match std::env::current_dir() {
+                        Ok(dir) => message.push_str(&format!(
+                            " (a relative path: looked in the working directory {})",
+                            dir.display()
+                        )),
+                        Err(_) => message.push_str(
+                            " (a relative path, and the working directory cannot be read)",
+                        ),
+                    }
+                }
+                Err(ConfigError {
+                    location: path.display().to_string(),
+                    field: "(file)".to_owned(),
+                    message,
+                })
+            }
         }
     }
 

@@ -33,6 +33,10 @@ pub(crate) struct LeaseState {
     pub token: u64,
     /// Renewed by the watchdog.
     pub auto: bool,
+    /// A new hold (not a re-entry of an enclosing one): its hold time is recorded.
+    pub outermost: bool,
+    /// When it was acquired.
+    pub acquired_at: Instant,
     state: AtomicU8,
     /// When the lease ends as far as this process knows (nanos since `EPOCH`).
     expires_at: AtomicU64,
@@ -47,6 +51,7 @@ impl LeaseState {
         owner: OwnerId,
         token: u64,
         auto: bool,
+        outermost: bool,
         expires_at: Instant,
     ) -> Arc<LeaseState> {
         let id = backend.watchdog.next_id();
@@ -58,6 +63,8 @@ impl LeaseState {
             owner,
             token,
             auto,
+            outermost,
+            acquired_at: Instant::now(),
             state: AtomicU8::new(HELD),
             expires_at: AtomicU64::new(to_nanos(expires_at)),
             reason: Mutex::new(None),
@@ -105,6 +112,9 @@ impl LeaseState {
         if was == RELEASED {
             return false;
         }
+        if was == HELD && self.outermost {
+            crate::holds::record(&self.backend.name, self.acquired_at.elapsed());
+        }
         if self.auto {
             self.backend.watchdog.remove(self.id);
         }
@@ -112,7 +122,16 @@ impl LeaseState {
         true
     }
 
-    fn lost_error(&self) -> LockError {
+    /// Lost (reported, or past its end) and not released.
+    pub fn is_lost(&self) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            LOST => true,
+            HELD => Instant::now() >= self.expires_at(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> LockError {
         let reason = self
             .reason
             .lock()
@@ -213,7 +232,7 @@ impl LockGuard {
             return Ok(());
         }
         drop(self);
-        let result = state.backend.release(&state.keys, state.owner).await;
+        let result = crate::runtime::entered(state.backend.release(&state.keys, state.owner)).await;
         tracing::debug!(backend = %state.backend.name, key = %state.keys.user, result = ?result, "distlock: released");
         match result? {
             Released::Freed | Released::StillHeld => Ok(()),
@@ -227,14 +246,7 @@ impl LockGuard {
     /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
     /// key on the same backend re-enter, and `distlock::fencing_token()` returns this lock's token.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        let s = &self.state;
-        crate::context::scope(
-            s.backend.name.clone(),
-            s.keys.user.clone(),
-            s.owner,
-            s.token,
-            fut,
-        )
+        crate::context::scope(self.state.clone(), fut)
     }
 }
 

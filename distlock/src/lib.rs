@@ -32,6 +32,7 @@ mod backend;
 mod context;
 mod error;
 mod guard;
+mod holds;
 mod hub;
 pub mod ids;
 mod keys;
@@ -39,6 +40,7 @@ mod lease;
 mod lock;
 mod owner;
 mod registry;
+mod runtime;
 pub mod scripts;
 mod sites;
 mod subscriber;
@@ -46,13 +48,13 @@ mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
 
-pub use context::fencing_token;
+pub use context::{fencing_token, lease_lost, LeaseLost};
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
-pub use error::{InitError, LockError};
+pub use error::{InitError, LockError, LockResult};
 pub use guard::LockGuard;
-pub use lease::{Lease, LockKind};
+pub use lease::{Lease, LockKind, OnLost};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use sites::{sites, Site};
@@ -68,25 +70,5 @@ pub mod __private {
     #[inline(always)]
     pub fn typed<T, F: core::future::Future<Output = T>>(f: F) -> F {
         f
-    }
-
-    /// The return type of an annotated function: a `Result` whose error type a `LockError`
-    /// converts into.
-    #[diagnostic::on_unimplemented(
-        message = "`#[distributed_lock]` returns lock errors as the function's error: `{Self}` needs an error type `E: From<distlock::LockError>`",
-        label = "the error type of this `Result` has no `From<distlock::LockError>`",
-        note = "implement `From<distlock::LockError>` for the error type, or return `Result<T, distlock::LockError>`"
-    )]
-    pub trait LockResult {
-        /// `Err(e.into())`.
-        fn from_lock_error(e: crate::LockError) -> Self;
-    }
-
-    #[diagnostic::do_not_recommend]
-    impl<T, E: From<crate::LockError>> LockResult for Result<T, E> {
-        #[inline(always)]
-        fn from_lock_error(e: crate::LockError) -> Self {
-            Err(E::from(e))
-        }
     }
 }

@@ -339,6 +339,7 @@ fn held_by_another_owner_times_out_after_wait() {
                 key: k,
                 backend,
                 waited,
+                ..
             }) => {
                 assert_eq!(k, full);
                 assert_eq!(backend, "main");
