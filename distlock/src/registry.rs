@@ -217,7 +217,14 @@ fn not_redis(e: InitError) -> InitError {
         } if source.kind() == redis::ErrorKind::Parse => InitError::NotRedis {
             backend,
             address,
-            detail: source.to_string(),
+            // The client's parse report runs over several lines; its first says enough.
+            detail: source
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
         },
         other => other,
     }
