@@ -31,7 +31,8 @@ impl ConfigError {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let err = Config::from_str("[backends.main]\nmode = \"single\"\nurl = \"http://h\"\n").unwrap_err();
     /// assert_eq!(err.line(), Some(3));

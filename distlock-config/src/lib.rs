@@ -42,7 +42,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use distlock_config::{Config, LeaseSpec, Mode};
+//! # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+//! use distlock::config::{Config, LeaseSpec, Mode};
 //!
 //! let config = Config::from_str(r#"
 //!     [defaults]
@@ -228,7 +229,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::{Config, Mode};
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::{Config, Mode};
     ///
     /// let config = Config::from_str(r#"
     /// [backends.main]
@@ -260,7 +262,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let err = Config::from_path("/nonexistent/distlock.toml").unwrap_err();
     /// assert_eq!(err.location, "/nonexistent/distlock.toml");
@@ -297,7 +300,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::{Config, Source};
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::{Config, Source};
     ///
     /// let source = Source::File("conf/locks.toml".into());
     /// let err = Config::from_str_with_source("[backends.a]\nmode = \"nope\"\n", source).unwrap_err();
@@ -313,7 +317,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let config = Config::from_str("[backends.only]\nmode = \"memory\"\n").unwrap();
     /// assert_eq!(config.default_backend().map(|b| b.name.as_str()), Some("only"));

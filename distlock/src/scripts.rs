@@ -33,7 +33,7 @@ return {0, redis.call('pttl', lock)}
 /// KEYS: lock hash. ARGV: owner id, channel, and optionally `spublish`.
 /// Returns -1 when the owner does not hold the lock (changes nothing), the remaining count
 /// when still held re-entrantly, 0 when the lock was freed (then it publishes on the channel:
-/// with SPUBLISH when ARGV[3] is `spublish`, as on a Redis Cluster, where a sharded message
+/// with SPUBLISH when `ARGV[3]` is `spublish`, as on a Redis Cluster, where a sharded message
 /// reaches the subscribers on the slot's own nodes without a hop over the cluster bus).
 pub const RELEASE: &str = r#"
 local lock, owner = KEYS[1], ARGV[1]
@@ -128,7 +128,7 @@ end
 }
 
 /// Acquire or re-enter a read or write lock. Writer-preferring: a writer that has to wait
-/// (and may wait: ARGV[4] > 0) records itself in the writers zset until its deadline, and
+/// (and may wait: `ARGV[4] > 0`) records itself in the writers zset until its deadline, and
 /// while a live writer waits, new readers are refused (readers already holding re-enter,
 /// and the writer itself may take a read lock: a downgrade). A write lock is not granted to
 /// an owner holding only a read lock (no upgrade): it waits like any writer.
