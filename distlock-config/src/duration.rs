@@ -21,7 +21,8 @@ const USE_UNITS: &str = "use ms, s, m or h";
 ///
 /// ```
 /// use std::time::Duration;
-/// use distlock_config::parse_duration;
+/// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+/// use distlock::config::parse_duration;
 ///
 /// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
@@ -117,7 +118,8 @@ fn no_number_here(rest: &str) -> String {
 ///
 /// ```
 /// use std::time::Duration;
-/// use distlock_config::{format_duration, parse_duration};
+/// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+/// use distlock::config::{format_duration, parse_duration};
 ///
 /// assert_eq!(format_duration(Duration::from_millis(90_250)), "1m30s250ms");
 /// assert_eq!(format_duration(Duration::ZERO), "0s");

@@ -6,7 +6,9 @@ use crate::Source;
 ///
 /// It displays as `LOCATION: FIELD: MESSAGE`, for example
 /// `config/distlock.toml:7: backends.main.url: unsupported scheme "http" in "http://h": use redis:// or rediss://`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Debug` prints the same text (what `main` shows when it returns the error).
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{location}: {field}: {message}")]
 pub struct ConfigError {
     /// `path:line`, `<string>:line`, or just the path when no line applies.
@@ -17,13 +19,20 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl std::fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 impl ConfigError {
     /// The 1-based line in [`location`](Self::location), when it has one.
     ///
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let err = Config::from_str("[backends.main]\nmode = \"single\"\nurl = \"http://h\"\n").unwrap_err();
     /// assert_eq!(err.line(), Some(3));

@@ -42,7 +42,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use distlock_config::{Config, LeaseSpec, Mode};
+//! # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+//! use distlock::config::{Config, LeaseSpec, Mode};
 //!
 //! let config = Config::from_str(r#"
 //!     [defaults]
@@ -262,7 +263,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::{Config, Mode};
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::{Config, Mode};
     ///
     /// let config = Config::from_str(r#"
     /// [backends.main]
@@ -294,7 +296,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let err = Config::from_path("/nonexistent/distlock.toml").unwrap_err();
     /// assert_eq!(err.location, "/nonexistent/distlock.toml");
@@ -304,11 +307,25 @@ impl Config {
         let path = path.as_ref();
         match std::fs::read_to_string(path) {
             Ok(text) => Config::from_str_with_source(&text, Source::File(path.to_path_buf())),
-            Err(e) => Err(ConfigError {
-                location: path.display().to_string(),
-                field: "(file)".to_owned(),
-                message: format!("cannot read the configuration file: {e}"),
-            }),
+            Err(e) => {
+                let mut message = format!("cannot read the configuration file: {e}");
+                if path.is_relative() {
+                    match std::env::current_dir() {
+                        Ok(dir) => message.push_str(&format!(
+                            " (a relative path: looked in the working directory {})",
+                            dir.display()
+                        )),
+                        Err(_) => message.push_str(
+                            " (a relative path, and the working directory cannot be read)",
+                        ),
+                    }
+                }
+                Err(ConfigError {
+                    location: path.display().to_string(),
+                    field: "(file)".to_owned(),
+                    message,
+                })
+            }
         }
     }
 
@@ -317,7 +334,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::{Config, Source};
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::{Config, Source};
     ///
     /// let source = Source::File("conf/locks.toml".into());
     /// let err = Config::from_str_with_source("[backends.a]\nmode = \"nope\"\n", source).unwrap_err();
@@ -333,7 +351,8 @@ impl Config {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::Config;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::Config;
     ///
     /// let config = Config::from_str("[backends.only]\nmode = \"memory\"\n").unwrap();
     /// assert_eq!(config.default_backend().map(|b| b.name.as_str()), Some("only"));

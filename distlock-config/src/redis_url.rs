@@ -21,7 +21,8 @@ impl RedisUrl {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::RedisUrl;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::RedisUrl;
     ///
     /// let url = RedisUrl::parse("rediss://app:s3cret@cache.internal/2").unwrap();
     /// assert_eq!(url.address, "cache.internal:6379");
@@ -87,7 +88,8 @@ impl RedisUrl {
     /// # Examples
     ///
     /// ```
-    /// use distlock_config::RedisUrl;
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::RedisUrl;
     ///
     /// let url = RedisUrl::parse("redis://:hunter2@127.0.0.1:7000").unwrap();
     /// assert_eq!(url.redacted(), "redis://:***@127.0.0.1:7000");

@@ -1,5 +1,6 @@
 //! The attribute's arguments: `key = "...", wait = "...", lease = "...", backend = "...",
-//! kind = "..."`, parsed with the span of every value so that errors point at it.
+//! kind = "...", on_lost = "..."`, parsed with the span of every value so that errors point
+//! at it. The key may also come first without its name: `#[distributed_lock("order:<id>")]`.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 /// The arguments the attribute knows, in the order the docs list them.
-const KNOWN: &[&str] = &["key", "wait", "lease", "backend", "kind"];
+const KNOWN: &[&str] = &["key", "wait", "lease", "backend", "kind", "on_lost"];
 
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 pub(crate) struct Args {
@@ -19,6 +20,15 @@ pub(crate) struct Args {
     pub backend: Option<LitStr>,
     /// `kind = "..."`: `reentrant` (the default), `fair`, `read` or `write`.
     pub kind: Option<String>,
+    /// `on_lost = "cancel"` (the default) or `"signal"`.
+    pub on_lost: Option<OnLostArg>,
+}
+
+/// `on_lost = "cancel" | "signal"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLostArg {
+    Cancel,
+    Signal,
 }
 
 /// `key = "order:<user_id>"`.
@@ -50,13 +60,35 @@ impl Parse for Args {
             lease: None,
             backend: None,
             kind: None,
+            on_lost: None,
         };
         // Which arguments were given, to report repeats.
         let mut seen: Vec<String> = Vec::new();
         // Errors that do not stop parsing: all of them are reported together.
         let mut errors: Vec<syn::Error> = Vec::new();
 
+        // The key first, without its name: `#[distributed_lock("order:<user_id>")]`.
+        if input.peek(LitStr) {
+            let lit: LitStr = input.parse()?;
+            seen.push("key".to_owned());
+            match parse_key(lit) {
+                Ok(k) => args.key = Some(k),
+                Err(e) => errors.push(e),
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+
         while !input.is_empty() {
+            if input.peek(LitStr) {
+                let lit: LitStr = input.parse()?;
+                return Err(syn::Error::new_spanned(
+                    &lit,
+                    "a string without a name is taken as the key only when it comes first; \
+                     name every other argument, e.g. `wait = \"5s\"`",
+                ));
+            }
             // `parse_any` so that a keyword (`type = ...`) gets "unknown argument", not a
             // syntax error.
             let name = Ident::parse_any(input)?;
@@ -101,6 +133,9 @@ impl Parse for Args {
                     .and_then(parse_backend)
                     .map(|b| args.backend = Some(b)),
                 "kind" => parse_kind(&value).map(|k| args.kind = Some(k)),
+                "on_lost" => string(&name_str, &value, "\"cancel\" or \"signal\"")
+                    .and_then(parse_on_lost)
+                    .map(|o| args.on_lost = Some(o)),
                 _ => Err(syn::Error::new_spanned(
                     &name,
                     format!(
@@ -203,6 +238,21 @@ fn parse_backend(lit: LitStr) -> syn::Result<LitStr> {
         ));
     }
     Ok(lit)
+}
+
+fn parse_on_lost(lit: LitStr) -> syn::Result<OnLostArg> {
+    match lit.value().as_str() {
+        "cancel" => Ok(OnLostArg::Cancel),
+        "signal" => Ok(OnLostArg::Signal),
+        other => Err(syn::Error::new_spanned(
+            &lit,
+            format!(
+                "unknown `on_lost` {other:?}: \"cancel\" (the default) drops the body at its next \
+                 `.await` when the lease is lost; \"signal\" lets it run on and shows the loss \
+                 through `distlock::lease_lost()`"
+            ),
+        )),
+    }
 }
 
 /// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`.

@@ -11,7 +11,7 @@
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
 //!     match lock.run(::distlock::__private::typed::<Result<Id, AppError>, _>(async move { BODY })).await {
 //!         Ok(out) => out,
-//!         Err(e) => <Result<Id, AppError> as ::distlock::__private::LockResult>::from_lock_error(e),
+//!         Err(e) => <Result<Id, AppError> as ::distlock::LockResult>::from_lock_error(e),
 //!     }
 //! }
 //! ```
@@ -29,7 +29,7 @@ use syn::{
     TypeParamBound,
 };
 
-use crate::attr::{combine, list, Args, KeyArg, LeaseArg, Piece};
+use crate::attr::{combine, list, Args, KeyArg, LeaseArg, OnLostArg, Piece};
 
 /// The whole attribute: on any error, the errors followed by the function unchanged (so
 /// that its callers do not add errors of their own).
@@ -374,6 +374,9 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
         }
         None => {}
     }
+    if let Some(OnLostArg::Signal) = args.on_lost {
+        builder.extend(quote!(.on_lost(::distlock::OnLost::Signal)));
+    }
 
     // The conversion of a `LockError` into the function's error type is located at the
     // return type: a missing `From<LockError>` is reported there.
@@ -386,7 +389,7 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
     };
     let err = Ident::new("__distlock_err", Span::mixed_site());
     let convert = quote_spanned! {ret.span()=>
-        <#ret as ::distlock::__private::LockResult>::from_lock_error(#err)
+        <#ret as ::distlock::LockResult>::from_lock_error(#err)
     };
 
     let run = match shape {

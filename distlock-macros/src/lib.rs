@@ -10,6 +10,12 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn`'s body only while this process holds a distributed lock.
 ///
+/// **When the lease is lost while the body runs, the body is cancelled** (dropped at its
+/// next `.await`) by default: what it did before stays done. Make the body cancel-safe —
+/// its writes in one transaction, or fenced with `distlock::fencing_token()` — or choose
+/// `on_lost = "signal"` and check `distlock::lease_lost()` before each irreversible step.
+/// See [Behaviour](#behaviour).
+///
 /// ```
 /// use distlock::distributed_lock;
 ///
@@ -30,12 +36,21 @@ use proc_macro::TokenStream;
 ///     Ok(user_id * 1000 + voucher_id)
 /// }
 ///
+/// #[distributed_lock(key = "transfer:<from>", on_lost = "signal")]
+/// async fn transfer(from: u64, to: u64) -> Result<(), AppError> {
+///     // debit `from` ...
+///     distlock::lease_lost().check()?; // stop before crediting if the lease is gone
+///     // credit `to` ...
+///     Ok(())
+/// }
+///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// distlock::init_from_str(r#"
 ///     [backends.main]
 ///     mode = "memory"
 /// "#).await?;
 /// assert_eq!(place_order(42, 7).await.unwrap(), 42_007);
+/// transfer(1, 2).await.unwrap();
 /// # Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
 /// ```
@@ -49,6 +64,9 @@ use proc_macro::TokenStream;
 /// | `lease`   | no  | `"auto"`: a watchdog renews the lease while the body runs; `"30s"`: a fixed lease, never renewed. Default: `[defaults].lease` |
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |
 /// | `kind`    | no  | `"reentrant"` (the default; `kind = reentrant` also works); `"fair"`: granted in the order callers asked; `"read"` / `"write"`: a read-write lock (many readers or one writer, writer-preferring) shared by every function naming the same key with either kind. Fair and read-write locks need a single, cluster, sentinel or memory backend (redlock/multi: `LockError::Unsupported`) |
+/// | `on_lost` | no  | what happens to the body when its auto-lease is lost: `"cancel"` (the default): dropped at its next `.await`, the function returns `LeaseLost`; `"signal"`: it runs to its end and its result is returned, the loss visible through `distlock::lease_lost()` |
+///
+/// The key may also be written first without its name: `#[distributed_lock("order:<user_id>", wait = "5s")]`.
 ///
 /// Every argument:
 ///
@@ -63,6 +81,7 @@ use proc_macro::TokenStream;
 ///     lease = "30s",
 ///     backend = "main",
 ///     kind = "reentrant",
+///     on_lost = "cancel",
 /// )]
 /// async fn build_report(req: &Request, day: u32) -> Result<(), distlock::LockError> {
 ///     Ok(())
@@ -76,8 +95,15 @@ use proc_macro::TokenStream;
 ///   `Err(LockError::Timeout { .. }.into())` without running the body.
 /// - The lock is released on every way out: `Ok`, `Err`, a panic, and the caller dropping
 ///   the future.
-/// - With `lease = "auto"`, a lost lease drops the body at its next `.await` and the function
-///   returns `Err(LockError::LeaseLost { .. }.into())`.
+/// - With `lease = "auto"`, a lost lease (the watchdog found the lock gone, or could not
+///   renew it before it expired: another owner may hold it now) drops the body at its next
+///   `.await` and the function returns `Err(LockError::LeaseLost { .. }.into())`. **The
+///   body must be cancel-safe**: a debit followed by an `.await` and a credit can stop
+///   after the debit. Do the writes in one transaction, or fence them with the token.
+///   With `on_lost = "signal"` the body is not dropped; it checks
+///   `distlock::lease_lost()` (`is_lost()`, `check()?`, or awaits it) and decides, and its
+///   result is returned. Either way a `LeaseLost` means the outcome is unknown: do not
+///   retry it blindly.
 /// - Reentrant: an annotated call nested in another one in the same task, on the same backend
 ///   and key, re-enters. A spawned task is a separate owner.
 /// - Inside the body, `distlock::fencing_token()` is the lock's fencing token.
@@ -88,8 +114,11 @@ use proc_macro::TokenStream;
 /// # Requirements, checked at compile time
 ///
 /// - An `async fn` (also a method: `self`, `&self`, `&mut self`; generic functions; under
-///   `#[async_trait]` too), returning `Result<T, E>` with `E: From<distlock::LockError>`.
-///   Any `Result<..>` alias works (`anyhow::Result<T>`, ...) when its error type converts.
+///   `#[async_trait]` too), returning `Result<T, E>` with `E: From<distlock::LockError>`
+///   (`distlock::LockResult`). Any `Result<..>` alias works (`anyhow::Result<T>`, ...) when
+///   its error type converts. `String` does not, and cannot be made to in your crate (the
+///   orphan rule): return an error type of your own that wraps it.
+/// - `on_lost` is `"cancel"` or `"signal"`.
 /// - Every placeholder names a parameter; `wait` and `lease` parse; `key` is given; no
 ///   argument is unknown or given twice.
 ///

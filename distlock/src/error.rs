@@ -4,6 +4,9 @@ use std::time::Duration;
 
 /// Why a lock operation failed. Every variant names the key or backend concerned.
 ///
+/// `Debug` prints the same text as `Display` (a `main` returning `Result<(), Box<dyn Error>>`
+/// prints errors with `Debug`); match on the variants for the fields.
+///
 /// ```
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
 /// # let registry = distlock::Registry::from_str("[backends.main]\nmode = \"memory\"").await?;
@@ -18,7 +21,7 @@ use std::time::Duration;
 /// # drop(guard); Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
 /// ```
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was not acquired within the wait.
@@ -31,6 +34,14 @@ pub enum LockError {
         backend: String,
         /// How long was waited.
         waited: Duration,
+        /// The holder's remaining lease when the wait ended, as the last acquire attempt
+        /// reported it (`None`: not reported, e.g. by a quorum backend). With an auto-lease
+        /// the holder's watchdog keeps renewing it, so this is an upper bound only for a
+        /// fixed lease.
+        holder_lease: Option<Duration>,
+        /// The average time locks of this backend were held before release, in this
+        /// process, recently (`None`: none released yet).
+        recent_hold: Option<Duration>,
     },
     /// The lease ended while the lock was held: the renewal found the lock gone, or could
     /// not renew before the lease expired.
@@ -60,8 +71,15 @@ pub enum LockError {
     #[error("no backend named `{backend}` is configured{}", known_list(.known))]
     #[non_exhaustive]
     NoSuchBackend {
-        /// The name asked for (`<default>` when no default backend is configured).
+        /// The name asked for.
         backend: String,
+        /// The names that are configured.
+        known: Vec<String>,
+    },
+    /// A lock names no backend, and the configuration has several backends and no
+    /// `[defaults] backend`.
+    #[error("no default backend: set `defaults.backend` to one of the configured backends ({}), or name one with `backend = \"...\"`", .known.join(", "))]
+    NoDefaultBackend {
         /// The names that are configured.
         known: Vec<String>,
     },
@@ -163,6 +181,7 @@ impl LockError {
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
+            | LockError::NoDefaultBackend { .. }
             | LockError::Unsupported { .. } => None,
         }
     }
@@ -178,12 +197,17 @@ impl LockError {
             | LockError::Backend { backend, .. }
             | LockError::Unsupported { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
-            LockError::NotInitialized | LockError::InvalidKey { .. } => None,
+            LockError::NotInitialized
+            | LockError::NoDefaultBackend { .. }
+            | LockError::InvalidKey { .. } => None,
         }
     }
 }
 
 /// Why `init` failed.
+///
+/// `Debug` prints the same text as `Display`, so `?` in a `main` that returns
+/// `Result<(), Box<dyn Error>>` shows a readable message.
 ///
 /// ```
 /// # async fn f() {
@@ -191,12 +215,23 @@ impl LockError {
 /// assert!(err.to_string().contains("<string>:2"));
 /// # }
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum InitError {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] distlock_config::ConfigError),
+    /// A server answered at a backend's address, but not in the Redis protocol (an HTTP
+    /// server, another service on that port).
+    #[error("backend `{backend}`: the server at {address} does not speak Redis (its answer is not a Redis reply: {detail}); check the port in the URL")]
+    NotRedis {
+        /// The backend's name.
+        backend: String,
+        /// The address (`host:port`).
+        address: String,
+        /// What the client library made of the answer.
+        detail: String,
+    },
     /// A backend could not be reached.
     #[error("backend `{backend}`: cannot connect to {address}: {source}")]
     #[non_exhaustive]
@@ -219,8 +254,15 @@ pub enum InitError {
         message: String,
     },
     /// `#[distributed_lock]` sites name backends the configuration does not have.
-    #[error("{} lock site(s) do not match the configuration:\n{}", .0.len(), .0.join("\n"))]
+    #[error("{} lock site(s) do not match the configuration:\n  {}", .0.len(), .0.join("\n  "))]
     Sites(Vec<String>),
+    /// distlock's background runtime could not be started (the OS refused a thread), or
+    /// the connecting task on it ended abnormally.
+    #[error("distlock's background runtime: {reason}")]
+    Runtime {
+        /// What failed.
+        reason: String,
+    },
     /// `init` was called twice.
     #[error("distlock is already initialized")]
     AlreadyInitialized,
@@ -301,6 +343,12 @@ impl BackendError {
         }
     }
 
+    /// Whether the server's answer was not a Redis reply at all (another kind of server).
+    pub(crate) fn is_not_redis(&self) -> bool {
+        matches!(&*self.0, crate::backend::DriverError::Redis { source, .. }
+            if source.kind() == redis::ErrorKind::Parse)
+    }
+
     /// Whether it was a time-out.
     pub fn is_timeout(&self) -> bool {
         self.kind() == BackendErrorKind::TimedOut
@@ -327,3 +375,63 @@ impl std::error::Error for BackendError {
         std::error::Error::source(&*self.0)
     }
 }
+/// The return type a `#[distributed_lock]` function needs: a `Result` whose error type a
+/// [`LockError`] converts into (`E: From<LockError>`), so that a lock that is not acquired
+/// in time, or whose lease is lost, is returned as the function's error.
+///
+/// It is implemented for every `Result<T, E>` with `E: From<LockError>`: `LockError`
+/// itself, your crate's error type with an `impl From<LockError>`, `anyhow::Error`,
+/// `Box<dyn Error + Send + Sync>`. A type of another crate without that impl (`String`,
+/// `std::io::Error`) cannot be given it in your crate (the orphan rule): return your own
+/// error type that wraps it instead.
+///
+/// ```
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(distlock::LockError),
+///     Message(String),
+/// }
+///
+/// impl From<distlock::LockError> for AppError {
+///     fn from(e: distlock::LockError) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// #[distlock::distributed_lock(key = "report:<day>")]
+/// async fn report(day: u32) -> Result<String, AppError> {
+///     if day == 0 {
+///         return Err(AppError::Message("no day 0".into()));
+///     }
+///     Ok(format!("report {day}"))
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` returns lock errors as the function's error: `{Self}` needs an error type `E: From<distlock::LockError>`",
+    label = "the error type of this `Result` has no `From<distlock::LockError>`",
+    note = "return `Result<T, distlock::LockError>`, or an error type of your crate with `impl From<distlock::LockError> for YourError`; a type of another crate (such as `String`) cannot get that impl: wrap it in an error type of yours"
+)]
+pub trait LockResult {
+    /// `Err(e.into())`.
+    fn from_lock_error(e: LockError) -> Self;
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, E: From<LockError>> LockResult for Result<T, E> {
+    #[inline(always)]
+    fn from_lock_error(e: LockError) -> Self {
+        Err(E::from(e))
+    }
+}
+
+/// `Debug` as `Display`: what `main` prints when it returns the error.
+macro_rules! debug_as_display {
+    ($($t:ty),*) => {$(
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(self, f)
+            }
+        }
+    )*};
+}
+debug_as_display!(LockError, InitError);

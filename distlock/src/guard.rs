@@ -67,7 +67,7 @@ impl LockGuard {
             return Ok(());
         }
         drop(self);
-        let result = backend.release(&state.keys, state.owner).await;
+        let result = crate::runtime::entered(backend.release(&state.keys, state.owner)).await;
         tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: released");
         match result? {
             Released::Freed | Released::StillHeld => Ok(()),
@@ -81,14 +81,7 @@ impl LockGuard {
     /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
     /// key on the same backend re-enter, and `distlock::fencing_token()` returns this lock's token.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        let s = &self.state;
-        crate::context::scope(
-            s.backend.clone(),
-            s.keys.user.clone(),
-            s.owner,
-            s.token,
-            fut,
-        )
+        crate::context::scope(self.state.clone(), fut)
     }
 }
 

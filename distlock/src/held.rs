@@ -54,6 +54,10 @@ pub(crate) struct LeaseState {
     pub(crate) token: u64,
     /// Renewed by the watchdog.
     pub(crate) auto: bool,
+    /// A new hold (not a re-entry of an enclosing one): its hold time is recorded.
+    pub(crate) outermost: bool,
+    /// When it was acquired.
+    pub(crate) acquired_at: Instant,
     state: AtomicU8,
     /// When the lease ends as far as this process knows (nanos since `EPOCH`).
     expires_at: AtomicU64,
@@ -62,6 +66,7 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
+    #[allow(clippy::too_many_arguments)] // one fact of the acquisition each
     pub(crate) fn new(
         backend: Arc<str>,
         leases: &Arc<Leases>,
@@ -69,6 +74,7 @@ impl LeaseState {
         owner: OwnerId,
         token: u64,
         auto: bool,
+        outermost: bool,
         expires_at: Instant,
     ) -> Arc<LeaseState> {
         let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
@@ -80,6 +86,8 @@ impl LeaseState {
             owner,
             token,
             auto,
+            outermost,
+            acquired_at: Instant::now(),
             state: AtomicU8::new(HELD),
             expires_at: AtomicU64::new(to_nanos(expires_at)),
             reason: Mutex::new(None),
@@ -127,6 +135,9 @@ impl LeaseState {
         if was == RELEASED {
             return false;
         }
+        if was == HELD && self.outermost {
+            crate::holds::record(&self.backend, self.acquired_at.elapsed());
+        }
         if self.auto {
             self.leases.map().remove(&self.id);
         }
@@ -134,7 +145,16 @@ impl LeaseState {
         true
     }
 
-    fn lost_error(&self) -> LockError {
+    /// Lost (reported, or past its end) and not released.
+    pub(crate) fn is_lost(&self) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            LOST => true,
+            HELD => Instant::now() >= self.expires_at(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn lost_error(&self) -> LockError {
         let reason = self
             .reason
             .lock()

@@ -59,8 +59,8 @@ impl IdGenerator {
     /// The next id.
     pub async fn next(&self) -> Result<u64, LockError> {
         let registry = match &self.registry {
-            Some(r) => r,
-            None => crate::registry::global()?,
+            Some(r) => r.clone(),
+            None => crate::registry::current()?,
         };
         let backend = registry.backend(self.backend.as_deref())?;
         let secs = SystemTime::now()
@@ -70,7 +70,7 @@ impl IdGenerator {
             .saturating_sub(EPOCH_UNIX_SECS);
         let day = secs / 86_400;
         let key = format!("{}ids:{}:{day}", backend.prefix, self.name);
-        let seq = backend.next_sequence(&key, SEQUENCE_TTL).await?;
+        let seq = crate::runtime::entered(backend.next_sequence(&key, SEQUENCE_TTL)).await?;
         Ok(((secs & 0xffff_ffff) << 32) | (seq & 0xffff_ffff))
     }
 }

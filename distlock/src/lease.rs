@@ -101,3 +101,43 @@ impl LockKind {
         }
     }
 }
+
+/// What happens to the body of `Lock::run` (and of a `#[distributed_lock]` function) when
+/// its auto-lease is lost while it runs: the renewal finds the lock gone (deleted, expired,
+/// a Redis restart), or cannot renew it before it expires. From then on another owner may
+/// hold the lock, so the body is no longer exclusive.
+///
+/// Neither choice makes a half-done body whole: a body that writes in several steps must
+/// be cancel-safe (one transaction), or fence its writes with the lock's token
+/// (`distlock::fencing_token()`), so that a stale holder's writes are refused.
+///
+/// ```
+/// use distlock::{OnLost, Registry};
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+/// let done = registry
+///     .lock("transfer:1")
+///     .on_lost(OnLost::Signal)
+///     .run(async {
+///         // debit ...
+///         distlock::lease_lost().check()?; // stop before the next step if lost
+///         // credit ...
+///         Ok::<_, distlock::LockError>("done")
+///     })
+///     .await??;
+/// assert_eq!(done, "done");
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnLost {
+    /// The default: the body is dropped at its next `.await`, and the call returns
+    /// `Err(LockError::LeaseLost { .. })`. Whatever the body did before that stays done.
+    #[default]
+    Cancel,
+    /// The body keeps running to its end and its result is returned; the loss is visible
+    /// to it through `distlock::lease_lost()` (and to a guard's holder through
+    /// `LockGuard::lost`/`is_held`). The body decides: check before each irreversible
+    /// step and return an error, or finish what cannot be left half done.
+    Signal,
+}

@@ -4,6 +4,18 @@
 //! wakes promptly on release (pub/sub), leases kept alive by a watchdog, a signal when a
 //! lease is lost, fencing tokens, and release on every way out.
 //!
+//! ```toml
+//! [dependencies]
+//! distlock = { version = "0.1", features = ["axum"] }   # "axum" only if you use axum
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Cargo features (none by default):
+//!
+//! | feature | what it adds |
+//! |---------|--------------|
+//! | `axum`  | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
+//!
 //! ```
 //! use distlock::{Lease, Lock};
 //! use std::time::Duration;
@@ -25,8 +37,85 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
 //! ```
 //!
-//! See `Lock` for the builder, `Registry` for configuration without the global, and the
-//! `#[distributed_lock]` attribute for annotated functions.
+//! The [`#[distributed_lock]`](distributed_lock) attribute locks an `async fn`; [`Lock`]
+//! is the builder without the attribute; [`Registry`] is a configuration without the
+//! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
+//! [`init`] reads the [configuration](#configuration-reference).
+//!
+//! ## When a lease is lost, the body is cancelled: make it cancel-safe
+//!
+//! With `lease = "auto"`, a lease is lost when the watchdog finds the lock gone (deleted,
+//! or Redis restarted without it) or cannot renew it before it expires. From then on
+//! another owner may hold the lock. By default (`on_lost = "cancel"`) the body is
+//! **dropped at its next `.await`** and the call returns `LockError::LeaseLost`: whatever
+//! the body did before stays done. A body that debits one account, awaits, then credits
+//! another can stop half-way. So a body must be cancel-safe: do its writes in one
+//! transaction, or fence them with [`fencing_token()`] so the store refuses a stale
+//! holder's writes. With `on_lost = "signal"` ([`OnLost::Signal`]) the body runs on and
+//! sees the loss through [`lease_lost()`], to stop or undo before its next irreversible
+//! step. A `LeaseLost` means the outcome is unknown: never retry it blindly (the axum
+//! mapping answers 500 without `Retry-After`, saying so).
+//!
+//! ## Testing
+//!
+//! Every `#[tokio::test]` runs on a runtime of its own. One global `init` shared by all of
+//! them (a `OnceCell`) works on every backend: distlock connects its backends on a
+//! background runtime of its own (one thread, `distlock-background`, started by the first
+//! connect), where the connections, the watchdog, the wake-up subscribers and the
+//! releases of dropped guards live; a lock can be used from any runtime, also after the
+//! one that ran `init` has ended.
+//!
+//! ```
+//! use distlock::{distributed_lock, LockError, Registry};
+//! use tokio::sync::OnceCell;
+//!
+//! static INIT: OnceCell<()> = OnceCell::const_new();
+//!
+//! async fn setup() {
+//!     INIT.get_or_init(|| async {
+//!         distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.expect("init");
+//!     })
+//!     .await;
+//! }
+//!
+//! #[distributed_lock(key = "account:<id>", wait = "1s")]
+//! async fn touch(id: u64) -> Result<u64, LockError> {
+//!     Ok(id)
+//! }
+//!
+//! #[tokio::test]
+//! async fn first() {
+//!     setup().await;
+//!     assert_eq!(touch(1).await.unwrap(), 1);
+//! }
+//!
+//! // A test with a configuration of its own: annotated functions and `Lock::new` inside
+//! // `scope` use this registry instead of the global one.
+//! #[tokio::test]
+//! async fn own_registry() {
+//!     let registry = Registry::from_str("[backends.mine]\nmode = \"memory\"").await.unwrap();
+//!     assert_eq!(registry.scope(touch(2)).await.unwrap(), 2);
+//! }
+//! # fn main() {
+//! #     for _ in 0..2 {
+//! #         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! #         rt.block_on(async { setup().await; assert_eq!(touch(1).await.unwrap(), 1); });
+//! #     }
+//! # }
+//! ```
+//!
+//! The scope is task-scoped: a task spawned inside it does not inherit it (wrap its future
+//! in `scope` too). The `memory` backend has the same semantics in-process, for tests that
+//! need no Redis.
+//!
+//! ## Configuration reference
+//!
+//! The TOML that [`init`] (from `$DISTLOCK_CONFIG`, else `./distlock.toml`),
+//! [`init_from_path`], [`init_from_str`] and [`Registry::from_str`] read; parsed as a
+//! [`Config`] (module [`config`]).
+//!
+
+#![doc = include_str!("../docs/configuration.md")]
 
 mod backend;
 mod backoff;
@@ -35,6 +124,7 @@ mod context;
 mod error;
 mod guard;
 mod held;
+mod holds;
 mod hub;
 pub mod ids;
 mod keys;
@@ -43,18 +133,20 @@ mod lock;
 mod owner;
 mod protocol;
 mod registry;
+mod runtime;
 mod sites;
 mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
 
-pub use context::fencing_token;
+pub use context::{fencing_token, lease_lost, LeaseLost};
+#[doc(inline)]
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
-pub use error::{BackendError, BackendErrorKind, InitError, LockError};
+pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
 pub use guard::LockGuard;
-pub use lease::{Lease, LockKind};
+pub use lease::{Lease, LockKind, OnLost};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use sites::{sites, Site};
@@ -82,24 +174,24 @@ pub mod __private {
     pub fn typed<T, F: core::future::Future<Output = T>>(f: F) -> F {
         f
     }
+}
 
-    /// The return type of an annotated function: a `Result` whose error type a `LockError`
-    /// converts into.
-    #[diagnostic::on_unimplemented(
-        message = "`#[distributed_lock]` returns lock errors as the function's error: `{Self}` needs an error type `E: From<distlock::LockError>`",
-        label = "the error type of this `Result` has no `From<distlock::LockError>`",
-        note = "implement `From<distlock::LockError>` for the error type, or return `Result<T, distlock::LockError>`"
-    )]
-    pub trait LockResult {
-        /// `Err(e.into())`.
-        fn from_lock_error(e: crate::LockError) -> Self;
-    }
+/// The README's Rust snippets, compiled and run as doc tests (its axum example needs the
+/// `axum` feature, which the workspace's test run enables).
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../../README.md")]
+mod readme {}
 
-    #[diagnostic::do_not_recommend]
-    impl<T, E: From<crate::LockError>> LockResult for Result<T, E> {
-        #[inline(always)]
-        fn from_lock_error(e: crate::LockError) -> Self {
-            Err(E::from(e))
-        }
+#[cfg(test)]
+mod docs {
+    /// The README carries the same configuration reference as the crate docs.
+    #[test]
+    fn readme_carries_the_configuration_reference() {
+        let readme = include_str!("../../README.md");
+        let reference = include_str!("../docs/configuration.md");
+        assert!(
+            readme.contains(reference.trim()),
+            "README.md must contain distlock/docs/configuration.md verbatim (its \"Configuration reference\" section)"
+        );
     }
 }

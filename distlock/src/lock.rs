@@ -14,7 +14,7 @@ use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::protocol::Attempt;
 use crate::registry::Registry;
-use crate::{Lease, LockError, LockKind};
+use crate::{Lease, LockError, LockKind, OnLost};
 
 /// A lock to acquire: a key, and how to wait and lease it.
 ///
@@ -48,6 +48,7 @@ pub struct Lock {
     wait: Option<Duration>,
     lease: Option<Lease>,
     kind: LockKind,
+    on_lost: OnLost,
     registry: Option<Registry>,
 }
 
@@ -60,6 +61,7 @@ impl Lock {
             wait: None,
             lease: None,
             kind: LockKind::Reentrant,
+            on_lost: OnLost::Cancel,
             registry: None,
         }
     }
@@ -110,6 +112,14 @@ impl Lock {
         self
     }
 
+    /// What [`run`](Lock::run) does with its body when the auto-lease is lost: drop it at
+    /// its next `.await` ([`OnLost::Cancel`], the default) or let it run on, the loss
+    /// visible through `distlock::lease_lost()` ([`OnLost::Signal`]). See [`OnLost`].
+    pub fn on_lost(mut self, on_lost: OnLost) -> Lock {
+        self.on_lost = on_lost;
+        self
+    }
+
     /// The key, as given.
     pub fn key(&self) -> &str {
         &self.key
@@ -126,7 +136,7 @@ impl Lock {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
             Some(r) => r,
-            None => crate::registry::global()?.clone(),
+            None => crate::registry::current()?,
         };
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports(self.kind)?;
@@ -149,9 +159,12 @@ impl Lock {
     /// acquisitions re-enter and `fencing_token()` works), then release.
     ///
     /// With `Lease::Auto`, a lost lease drops `body` at its next `.await` and returns
-    /// `LeaseLost`. The lock is released on every way out: return, panic, or this future
-    /// being dropped. A failed release after the body finished is logged, not returned:
-    /// the body's result stands.
+    /// `LeaseLost` (with [`OnLost::Signal`]: the body runs on and its result is returned;
+    /// it sees the loss through `distlock::lease_lost()`). **The body must therefore be
+    /// cancel-safe**: what it did before the loss stays done, so several writes belong in
+    /// one transaction, or are fenced by the lock's token. The lock is released on every
+    /// way out: return, panic, or this future being dropped. A failed release after the
+    /// body finished is logged, not returned: the body's result stands.
     ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
@@ -162,8 +175,9 @@ impl Lock {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+        let on_lost = self.on_lost;
         let guard = self.acquire().await?;
-        let output = if guard.state.auto {
+        let output = if guard.state.auto && on_lost == OnLost::Cancel {
             let body = guard.scope(body);
             tokio::pin!(body);
             tokio::select! {
@@ -175,6 +189,10 @@ impl Lock {
             guard.scope(body).await
         };
         let (key, backend) = (guard.key().to_owned(), guard.backend().to_owned());
+        if guard.state.is_lost() {
+            tracing::warn!(backend = %backend, key = %key,
+                "distlock: the body ran to its end after its lease was lost");
+        }
         if let Err(e) = guard.release().await {
             tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release after the locked section failed");
         }
@@ -188,12 +206,12 @@ impl Lock {
     pub async fn force_unlock(self) -> Result<bool, LockError> {
         let registry = match self.registry {
             Some(r) => r,
-            None => crate::registry::global()?.clone(),
+            None => crate::registry::current()?,
         };
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports(self.kind)?;
         let keys = LockKeys::for_kind(&backend.prefix, self.key, self.kind)?;
-        backend.force_release(&keys).await
+        crate::runtime::entered(backend.force_release(&keys)).await
     }
 }
 
@@ -237,7 +255,9 @@ async fn acquire(
                 armed: true,
             });
         }
-        let attempt = match backend.acquire(&keys, owner, lease_len, left).await {
+        let attempt = match crate::runtime::entered(backend.acquire(&keys, owner, lease_len, left))
+            .await
+        {
             Ok(a) => {
                 backend_retry.reset();
                 a
@@ -273,6 +293,7 @@ async fn acquire(
                     owner,
                     token,
                     auto,
+                    true,
                     expires_at,
                 );
                 return Ok(LockGuard { state, backend });
@@ -291,6 +312,7 @@ async fn acquire(
                     owner,
                     token,
                     auto,
+                    false,
                     expires_at,
                 );
                 return Ok(LockGuard { state, backend });
@@ -308,11 +330,7 @@ async fn acquire(
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(if busy {
-                        LockError::Timeout {
-                            key: keys.user,
-                            backend: backend.name.to_string(),
-                            waited: now - start,
-                        }
+                        timeout(&backend, keys.user, now - start, None)
                     } else {
                         LockError::QuorumNotReached {
                             key: keys.user,
@@ -330,11 +348,9 @@ async fn acquire(
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(LockError::Timeout {
-                key: keys.user,
-                backend: backend.name.to_string(),
-                waited: now - start,
-            });
+            // The holder's remaining lease as this attempt reported it.
+            let holder = ttl.map(|t| (t, sent));
+            return Err(timeout(&backend, keys.user, now - start, holder));
         }
         let until = ttl.map_or(deadline, |t| deadline.min(now + t));
         match &watch {
@@ -365,6 +381,23 @@ async fn acquire(
                 }
             }
         }
+    }
+}
+
+/// A `Timeout` with what was measured: the holder's remaining lease as last reported
+/// (counted down to now), and the recent hold times on this backend.
+fn timeout(
+    backend: &Backend,
+    key: String,
+    waited: Duration,
+    holder: Option<(Duration, Instant)>,
+) -> LockError {
+    LockError::Timeout {
+        key,
+        backend: backend.name.to_string(),
+        waited,
+        holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
+        recent_hold: crate::holds::typical(&backend.name),
     }
 }
 

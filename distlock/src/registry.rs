@@ -14,8 +14,14 @@ use crate::{InitError, Lock, LockError};
 /// The global registry is set up by [`init`]; a `Registry` value can also be used on its own
 /// (several configurations in one process, tests).
 ///
-/// Background work (the watchdog, the subscriber, releases of dropped guards) runs on the
-/// Tokio runtime the registry was created on: create it on the runtime that runs your locks.
+/// A registry can be used from any Tokio runtime of the process, also after the runtime it
+/// was created on has shut down: its connections and background work (the watchdog, the
+/// subscribers, releases of dropped guards) live on distlock's own background runtime, one
+/// thread started when the first registry connects. See the README's "Testing" section.
+///
+/// [`Registry::scope`] makes a registry the one that `#[distributed_lock]` functions and
+/// `Lock::new` use inside a future, instead of the global one (tests with their own
+/// configuration).
 ///
 /// ```
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -50,25 +56,16 @@ impl std::fmt::Debug for Registry {
 impl Registry {
     /// Connect to every backend of `config` (in parallel). Fails naming the first backend
     /// and address that could not be reached.
+    ///
+    /// The connecting runs on distlock's background runtime (started here on first use);
+    /// this future only waits for it, from whatever runtime it is polled on. Dropping it
+    /// abandons the connecting.
     pub async fn connect(config: Config) -> Result<Registry, InitError> {
-        let connecting = config
-            .backends
-            .values()
-            .map(|b| Backend::connect(b, &config.defaults));
-        let connected = futures_util::future::join_all(connecting).await;
-        let mut backends = HashMap::new();
-        for backend in connected {
-            let backend = backend?;
-            crate::watchdog::spawn(&backend);
-            tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
-            backends.insert(backend.name.to_string(), backend);
-        }
-        Ok(Registry {
-            inner: Arc::new(Inner {
-                defaults: config.defaults,
-                backends,
-            }),
-        })
+        crate::runtime::run(connect_here(config))
+            .await
+            .map_err(|e| InitError::Runtime {
+                reason: e.to_string(),
+            })?
     }
 
     /// Parse `toml` and connect.
@@ -80,6 +77,38 @@ impl Registry {
     /// Read the TOML file at `path` and connect.
     pub async fn from_path(path: impl AsRef<Path>) -> Result<Registry, InitError> {
         Registry::connect(Config::from_path(path)?).await
+    }
+
+    /// Run `fut` with this registry in place of the global one: inside it,
+    /// `#[distributed_lock]` functions, `Lock::new` and `IdGenerator`s without a registry
+    /// of their own use this one (scopes nest; the innermost wins). It is task-scoped:
+    /// a task spawned inside does not inherit it (wrap that task's future in `scope` too).
+    ///
+    /// This is how a test runs annotated code against its own configuration, with or
+    /// without a global `init`.
+    ///
+    /// ```
+    /// use distlock::{distributed_lock, LockError, Registry};
+    ///
+    /// #[distributed_lock(key = "job:<id>", wait = "0s")]
+    /// async fn job(id: u32) -> Result<u64, LockError> {
+    ///     Ok(distlock::fencing_token().unwrap_or(0))
+    /// }
+    ///
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = Registry::from_str("[backends.test]\nmode = \"memory\"").await?;
+    /// let token = registry.scope(job(7)).await?;
+    /// assert!(token >= 1);
+    /// // Outside the scope, the global registry (here: none).
+    /// assert!(matches!(job(7).await, Err(LockError::NotInitialized)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn scope<F: std::future::Future>(
+        &self,
+        fut: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        SCOPED.scope(self.clone(), fut)
     }
 
     /// A lock on `key` in this registry.
@@ -100,16 +129,22 @@ impl Registry {
     }
 
     pub(crate) fn backend(&self, name: Option<&str>) -> Result<Arc<Backend>, LockError> {
-        let name = name.or(self.inner.defaults.backend.as_deref());
-        name.and_then(|n| self.inner.backends.get(n))
+        let known = || {
+            self.backend_names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        let Some(name) = name.or(self.inner.defaults.backend.as_deref()) else {
+            return Err(LockError::NoDefaultBackend { known: known() });
+        };
+        self.inner
+            .backends
+            .get(name)
             .cloned()
             .ok_or_else(|| LockError::NoSuchBackend {
-                backend: name.unwrap_or("<default>").to_owned(),
-                known: self
-                    .backend_names()
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
+                backend: name.to_owned(),
+                known: known(),
             })
     }
 
@@ -153,10 +188,66 @@ impl Registry {
     }
 }
 
+/// Connect every backend of `config`, on the runtime this runs on.
+async fn connect_here(config: Config) -> Result<Registry, InitError> {
+    let connecting = config
+        .backends
+        .values()
+        .map(|b| Backend::connect(b, &config.defaults));
+    let connected = futures_util::future::join_all(connecting).await;
+    let mut backends = HashMap::new();
+    for backend in connected {
+        let backend = backend.map_err(not_redis)?;
+        crate::watchdog::spawn(&backend);
+        tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
+        backends.insert(backend.name.to_string(), backend);
+    }
+    Ok(Registry {
+        inner: Arc::new(Inner {
+            defaults: config.defaults,
+            backends,
+        }),
+    })
+}
+
+/// A connection error whose cause is an answer that is not a Redis reply becomes
+/// `InitError::NotRedis`: the URL points at another kind of server.
+fn not_redis(e: InitError) -> InitError {
+    match e {
+        InitError::Connect {
+            backend,
+            address,
+            source,
+        } if source.is_not_redis() => InitError::NotRedis {
+            backend,
+            address,
+            // The client's parse report runs over several lines; its first says enough.
+            detail: source
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        },
+        other => other,
+    }
+}
+
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
-pub(crate) fn global() -> Result<&'static Registry, LockError> {
-    GLOBAL.get().ok_or(LockError::NotInitialized)
+tokio::task_local! {
+    /// The registry of a [`Registry::scope`].
+    static SCOPED: Registry;
+}
+
+/// The registry a lock without one of its own uses: the innermost [`Registry::scope`] of
+/// this task, else the global one.
+pub(crate) fn current() -> Result<Registry, LockError> {
+    if let Ok(r) = SCOPED.try_with(Registry::clone) {
+        return Ok(r);
+    }
+    GLOBAL.get().cloned().ok_or(LockError::NotInitialized)
 }
 
 /// The global registry, once `init` has completed.
@@ -176,8 +267,24 @@ pub fn registry() -> Option<&'static Registry> {
 /// # Ok(()) }
 /// ```
 pub async fn init() -> Result<(), InitError> {
-    let path = std::env::var_os("DISTLOCK_CONFIG").unwrap_or_else(|| "distlock.toml".into());
-    init_from_path(path).await
+    let (path, origin) = match std::env::var_os("DISTLOCK_CONFIG") {
+        Some(p) if !p.is_empty() => (std::path::PathBuf::from(p), "DISTLOCK_CONFIG names it"),
+        Some(_) => (
+            "distlock.toml".into(),
+            "DISTLOCK_CONFIG is set but empty, so the default `distlock.toml` was used: set DISTLOCK_CONFIG to the file's path (or unset it)",
+        ),
+        None => (
+            "distlock.toml".into(),
+            "DISTLOCK_CONFIG is not set, so the default `distlock.toml` was used: set DISTLOCK_CONFIG to the file's path, or call init_from_path",
+        ),
+    };
+    let config = Config::from_path(&path).map_err(|mut e| {
+        if e.field == "(file)" {
+            e.message = format!("{}; {origin}", e.message);
+        }
+        e
+    })?;
+    install(Registry::connect(config).await?)
 }
 
 /// Set up the global registry from the TOML file at `path`.

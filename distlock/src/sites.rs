@@ -26,7 +26,33 @@ pub struct Site {
 
 inventory::collect!(Site);
 
-/// Every lock site linked into this binary.
+/// Every `#[distributed_lock]` function linked into this binary, in no particular order.
+///
+/// Each annotated function registers one [`Site`] at compile time (collected with the
+/// `inventory` crate when the program starts): its path, key template, backend, kind, file
+/// and line. [`init`](crate::init) (and [`Registry::check_sites`](crate::Registry::check_sites))
+/// go through them before any lock is taken, so that a site naming a backend the
+/// configuration does not have, needing a default backend that is not set, or asking for a
+/// kind its backend does not offer, fails start-up with one line per bad site instead of
+/// failing each call later. Functions in crates that are not linked (a dependency nobody
+/// calls into, code removed by the linker) are not listed.
+///
+/// Use it for start-up reports or a check in your own tests:
+///
+/// ```
+/// #[distlock::distributed_lock(key = "invoice:<id>", backend = "billing")]
+/// async fn settle(id: u64) -> Result<(), distlock::LockError> {
+///     Ok(())
+/// }
+///
+/// let site = distlock::sites()
+///     .find(|s| s.function.ends_with("::settle"))
+///     .expect("registered");
+/// assert_eq!(site.key, "invoice:<id>");
+/// assert_eq!(site.backend, Some("billing"));
+/// assert_eq!(site.kind, distlock::LockKind::Reentrant);
+/// assert!(site.line > 0);
+/// ```
 pub fn sites() -> impl Iterator<Item = &'static Site> {
     inventory::iter::<Site>.into_iter()
 }

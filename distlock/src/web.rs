@@ -2,16 +2,35 @@
 //!
 //! | error | status | headers |
 //! |-------|--------|---------|
-//! | `Timeout` | 409 Conflict: someone else holds the lock; the request may be retried | `Retry-After` |
-//! | `LeaseLost`, `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed, not the request | `Retry-After: 1` |
-//! | `NotInitialized`, `NoSuchBackend`, `InvalidKey`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
+//! | `Timeout` | 409 Conflict: someone else holds the lock; the request was not carried out and may be retried | `Retry-After` (see below) |
+//! | `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed before the request's work began; it was not carried out | `Retry-After: 1` |
+//! | `InvalidKey` | 400 Bad Request: the key made from the request is unusable (e.g. longer than 1024 bytes) | |
+//! | `LeaseLost` | 500 Internal Server Error: **the outcome is unknown** (see below) | none |
+//! | `NotInitialized`, `NoSuchBackend`, `NoDefaultBackend`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
+//!
+//! **`LeaseLost` does not invite a retry.** The lock was lost while the handler's body ran:
+//! part of its work may be done (with `on_lost = "cancel"` the body was dropped at an
+//! `.await`, with `"signal"` it chose to stop), so repeating the request blindly may do it
+//! twice (a second debit). The answer is a 500 without `Retry-After` (clients and proxies
+//! retry 503s by themselves), with the code `lock_lease_lost` and the message "the request
+//! may or may not have taken effect: check its outcome before repeating it". Make such
+//! bodies cancel-safe (one transaction, or writes fenced by `distlock::fencing_token()`),
+//! and requests idempotent (a request id) where clients must retry.
+//!
+//! **`Retry-After` of a `Timeout`** is measured, not the wait: the smaller of the holder's
+//! remaining lease as the acquire script last reported it (`holder_lease`) and the recent
+//! average hold time of the backend's locks in this process (`recent_hold`), rounded up to
+//! whole seconds, between 1 and 60; 1 when neither is known. A holder with an auto-lease
+//! keeps renewing it, so the recent hold time is usually the better estimate; a stuck
+//! holder with a fixed lease is bounded by its lease.
 //!
 //! The body is a small JSON object: `{"error": CODE, "key": KEY, "backend": NAME, "message": TEXT}`
 //! (`key` and `backend` when the error names them; `retry_after_secs` with a `Retry-After`).
-//! Only 409 and 503 bodies carry the error's message; a 500 body says "internal lock error"
-//! and the full error is logged with `tracing::error!` instead, so configuration details
-//! (backend addresses, names) do not leak to clients. The error itself is also put in the
-//! response's extensions, for middleware.
+//! Bodies of 409, 503, 400 and `LeaseLost` carry a message for the client (the 400 one
+//! says why the key was refused, without repeating it); other 500 bodies say "internal lock
+//! error", and the full error is logged with `tracing::error!` instead, so configuration
+//! details (backend addresses, names) do not leak to clients. The error itself is also put
+//! in the response's extensions, for middleware.
 //!
 //! Handlers return `Result<_, distlock::LockError>`, or an application error type that is
 //! `From<LockError>` and delegates to this impl:
@@ -89,8 +108,9 @@ use crate::LockError;
 const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl LockError {
-    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `LeaseLost`, `Backend`,
-    /// `QuorumNotReached` and `ReplicationFailed`, 500 for the rest (see the [module docs](crate::web)).
+    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `Backend`,
+    /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
+    /// (the outcome is unknown) and the rest (see the [module docs](crate::web)).
     ///
     /// ```
     /// use axum::http::StatusCode;
@@ -100,13 +120,14 @@ impl LockError {
     pub fn http_status(&self) -> StatusCode {
         match self {
             LockError::Timeout { .. } => StatusCode::CONFLICT,
-            LockError::LeaseLost { .. }
-            | LockError::Backend { .. }
+            LockError::Backend { .. }
             | LockError::QuorumNotReached { .. }
             | LockError::ReplicationFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            LockError::NotInitialized
+            LockError::InvalidKey { .. } => StatusCode::BAD_REQUEST,
+            LockError::LeaseLost { .. }
+            | LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
-            | LockError::InvalidKey { .. }
+            | LockError::NoDefaultBackend { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -114,13 +135,34 @@ impl LockError {
 
     /// The `Retry-After` this error's response carries, in whole seconds (at least 1).
     ///
-    /// `Timeout`: as long as the request waited, rounded up, between 1 and 60 seconds: the
-    /// lock was busy for at least that long, so a retry sooner would likely fail again.
-    /// 503 errors: 1 second. Others: `None` (retrying does not help).
+    /// `Timeout`: the smaller of the holder's remaining lease (`holder_lease`) and the
+    /// recent average hold time (`recent_hold`), rounded up, between 1 and 60 seconds; 1
+    /// when neither was measured. 503 errors: 1 second. Others, `LeaseLost` included:
+    /// `None` (a retry does not help, or must not be blind).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await?;
+    /// let holder = registry.lock("report").acquire().await?;
+    /// let err = registry.lock("report").wait(Duration::from_millis(50)).acquire().await.unwrap_err();
+    /// // The holder's lease (30 s, the default watchdog_timeout) is the only measure yet.
+    /// assert_eq!(err.retry_after_secs(), Some(30));
+    /// # drop(holder); Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            LockError::Timeout { waited, .. } => {
-                Some(ceil_secs(*waited).clamp(1, MAX_RETRY_AFTER_SECS))
+            LockError::Timeout {
+                holder_lease,
+                recent_hold,
+                ..
+            } => {
+                let estimate = match (holder_lease, recent_hold) {
+                    (Some(a), Some(b)) => Some(*a.min(b)),
+                    (a, b) => a.or(*b),
+                };
+                Some(estimate.map_or(1, ceil_secs).clamp(1, MAX_RETRY_AFTER_SECS))
             }
             _ if self.http_status() == StatusCode::SERVICE_UNAVAILABLE => Some(1),
             _ => None,
@@ -135,6 +177,7 @@ impl LockError {
             LockError::NotHeld { .. } => "lock_not_held",
             LockError::NotInitialized => "lock_not_initialized",
             LockError::NoSuchBackend { .. } => "lock_no_such_backend",
+            LockError::NoDefaultBackend { .. } => "lock_no_default_backend",
             LockError::QuorumNotReached { .. } => "lock_quorum_not_reached",
             LockError::ReplicationFailed { .. } => "lock_replication_failed",
             LockError::Backend { .. } => "lock_backend_unavailable",
@@ -150,7 +193,10 @@ impl LockError {
                 format!("lock `{key}` is held by another request; try again later")
             }
             LockError::LeaseLost { key, .. } => {
-                format!("lock `{key}` was lost while the request ran; try again")
+                format!("lock `{key}` was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it")
+            }
+            LockError::InvalidKey { reason, .. } => {
+                format!("the lock key made from this request cannot be used: {reason}")
             }
             LockError::QuorumNotReached { key, .. } => {
                 format!("lock `{key}` could not be acquired: too few lock servers answered")
@@ -164,9 +210,10 @@ impl LockError {
     }
 }
 
-/// `Timeout` → 409 Conflict with `Retry-After`; `LeaseLost`, `Backend`, `QuorumNotReached`
-/// → 503 Service Unavailable with `Retry-After: 1`; the rest → 500. The body is JSON; see
-/// the [module docs](crate::web).
+/// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
+/// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
+/// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
+/// The body is JSON; see the [module docs](crate::web).
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
         let status = self.http_status();
@@ -176,8 +223,11 @@ impl IntoResponse for LockError {
         let retry_after = self.retry_after_secs();
         let mut body = String::from("{");
         push_field(&mut body, "error", self.code());
-        // Configuration names stay private on a 500.
-        if status != StatusCode::INTERNAL_SERVER_ERROR {
+        // Configuration names stay private on a 500 (a lost lease's key is the request's);
+        // a refused key is not echoed (it can be long, and it is the client's own input).
+        let lost = matches!(self, LockError::LeaseLost { .. });
+        let invalid = matches!(self, LockError::InvalidKey { .. });
+        if (status != StatusCode::INTERNAL_SERVER_ERROR || lost) && !invalid {
             if let Some(key) = self.key() {
                 push_field(&mut body, "key", key);
             }
@@ -236,11 +286,13 @@ fn push_json_string(out: &mut String, s: &str) {
 mod tests {
     use super::*;
 
-    fn timeout(waited: Duration) -> LockError {
+    fn timeout(holder_lease: Option<Duration>, recent_hold: Option<Duration>) -> LockError {
         LockError::Timeout {
             key: "order:42".into(),
             backend: "main".into(),
-            waited,
+            waited: Duration::from_secs(5),
+            holder_lease,
+            recent_hold,
         }
     }
 
@@ -270,7 +322,7 @@ mod tests {
 
     #[tokio::test]
     async fn timeout_is_409_with_retry_after_and_key() {
-        let response = timeout(Duration::from_millis(100)).into_response();
+        let response = timeout(None, Some(Duration::from_millis(100))).into_response();
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(retry_after(&response), Some("1"));
         assert_eq!(
@@ -286,25 +338,63 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_follows_the_wait_within_bounds() {
-        let secs = |d| timeout(d).retry_after_secs();
-        assert_eq!(secs(Duration::ZERO), Some(1));
-        assert_eq!(secs(Duration::from_millis(1)), Some(1));
-        assert_eq!(secs(Duration::from_secs(5)), Some(5));
-        assert_eq!(secs(Duration::from_millis(5001)), Some(6));
-        assert_eq!(secs(Duration::from_secs(3600)), Some(60));
-        let response = timeout(Duration::from_millis(2500)).into_response();
+    fn retry_after_follows_what_was_measured_not_the_wait() {
+        let ms = Duration::from_millis;
+        let secs = |lease, hold| timeout(lease, hold).retry_after_secs();
+        // Waited 5 s, but holders free the lock in about a second.
+        assert_eq!(secs(Some(ms(29_000)), Some(ms(900))), Some(1));
+        assert_eq!(secs(Some(ms(29_000)), Some(ms(2_100))), Some(3));
+        // A holder whose lease ends sooner than the usual hold time.
+        assert_eq!(secs(Some(ms(1_500)), Some(ms(10_000))), Some(2));
+        assert_eq!(secs(Some(ms(4_000)), None), Some(4));
+        assert_eq!(secs(None, None), Some(1));
+        assert_eq!(secs(Some(Duration::ZERO), None), Some(1));
+        assert_eq!(secs(Some(Duration::from_secs(3600)), None), Some(60));
+        let response = timeout(Some(ms(2_500)), None).into_response();
         assert_eq!(retry_after(&response), Some("3"));
+    }
+
+    #[tokio::test]
+    async fn lease_lost_is_500_without_retry_after_and_says_the_outcome_is_unknown() {
+        let response = LockError::LeaseLost {
+            key: "transfer:1".into(),
+            backend: "main".into(),
+            reason: "the lock was gone when the watchdog renewed it".into(),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry_after(&response), None);
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_lease_lost\",\"key\":\"transfer:1\",\"backend\":\"main\",\"message\":\"lock `transfer:1` was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it\"}"
+        );
+        assert!(!body.contains("try again"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_key_too_long_is_the_callers_400() {
+        let key = "x".repeat(2000);
+        let e = crate::Registry::from_str("[backends.m]\nmode = \"memory\"")
+            .await
+            .expect("memory")
+            .lock(key.as_str())
+            .acquire()
+            .await
+            .expect_err("a key over 1024 bytes");
+        let response = e.into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(retry_after(&response), None);
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_invalid_key\",\"message\":\"the lock key made from this request cannot be used: the key is 2000 bytes long; at most 1024 are allowed\"}"
+        );
     }
 
     #[tokio::test]
     async fn service_failures_are_503() {
         let errors = [
-            LockError::LeaseLost {
-                key: "order:42".into(),
-                backend: "main".into(),
-                reason: "the lock was gone at renewal".into(),
-            },
             LockError::Backend {
                 backend: "main".into(),
                 address: "10.1.2.3:6379".into(),
@@ -347,9 +437,8 @@ mod tests {
                 backend: "orders".into(),
                 known: vec!["main".into()],
             },
-            LockError::InvalidKey {
-                key: String::new(),
-                reason: "the key is empty".into(),
+            LockError::NoDefaultBackend {
+                known: vec!["a".into(), "b".into()],
             },
             LockError::Unsupported {
                 backend: "main".into(),
