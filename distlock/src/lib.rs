@@ -31,6 +31,7 @@
 mod backend;
 mod context;
 mod error;
+pub mod fence;
 mod guard;
 mod hub;
 pub mod ids;
@@ -51,6 +52,7 @@ pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
 pub use error::{InitError, LockError};
+pub use fence::fence;
 pub use guard::LockGuard;
 pub use lease::{Lease, LockKind};
 pub use lock::Lock;

@@ -24,7 +24,10 @@
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 
+mod postgres;
 pub mod topology;
+
+pub use postgres::postgres_url;
 
 use std::fmt;
 use std::fs::{self, File};

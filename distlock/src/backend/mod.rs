@@ -492,3 +492,60 @@ impl Backend {
         }
     }
 }
+
+// ---- Hook for `crate::fence` (added by the fault-testing branch; port it along with the
+// backend restructuring). The only entry point the fencing helpers use besides
+// `Driver::Memory(m).fenced_set/fenced_get`. ----
+impl Backend {
+    /// Run a fencing script (`crate::fence`) on this backend: on its one server (single,
+    /// cluster, sentinel), or on every node of a redlock/multi backend, each bounded by
+    /// `node_timeout`. Returns each server's reply and how many must agree (1, or the
+    /// quorum); `None` on the memory backend, which has no scripts.
+    pub(crate) async fn run_fence_script(
+        &self,
+        key: &str,
+        script: &crate::scripts::LuaScript,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Option<(Vec<Result<::redis::Value, LockError>>, usize)> {
+        match &self.driver {
+            Driver::Memory(_) => None,
+            Driver::Redis(r) => Some((
+                vec![r
+                    .run_script(script, keys, args)
+                    .await
+                    .map_err(|e| self.backend_error(Some(key), e))],
+                1,
+            )),
+            Driver::Quorum(q) => {
+                let (nodes, quorum, node_timeout) = q.fence_nodes();
+                let replies = futures_util::future::join_all(nodes.into_iter().map(
+                    |(address, driver)| async move {
+                        let fail = |source| quorum::NodeError {
+                            address: address.to_owned(),
+                            source,
+                        };
+                        let Some(d) = driver else {
+                            return Err(fail(::redis::RedisError::from((
+                                ::redis::ErrorKind::Io,
+                                "not connected",
+                            ))));
+                        };
+                        match tokio::time::timeout(node_timeout, d.run_script(script, keys, args))
+                            .await
+                        {
+                            Ok(r) => r.map_err(fail),
+                            Err(_) => Err(fail(redis::timed_out("script timed out", node_timeout))),
+                        }
+                    },
+                ))
+                .await;
+                let replies = replies
+                    .into_iter()
+                    .map(|r| r.map_err(|e| self.node_error(Some(key), e)))
+                    .collect();
+                Some((replies, quorum))
+            }
+        }
+    }
+}

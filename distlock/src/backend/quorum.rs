@@ -989,6 +989,21 @@ async fn confirm(
     tracing::debug!(channel = %channel.name, live, needed, "distlock: too few nodes confirmed a subscription");
 }
 
+// Hook for `crate::fence` (added by the fault-testing branch; port it along with the
+// backend restructuring): a fenced write goes to every node and needs a quorum of them.
+impl QuorumDriver {
+    /// Every node's address and driver (`None`: not connected yet), the quorum, and the
+    /// time each node may take to answer.
+    pub fn fence_nodes(&self) -> (Vec<(&str, Option<&RedisDriver>)>, usize, Duration) {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| (n.address.as_str(), n.driver.get()))
+            .collect();
+        (nodes, self.quorum, self.options.node_timeout)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -773,3 +773,18 @@ impl RedisDriver {
         self.query(&cmd, "INCRBY timed out").await
     }
 }
+
+// Hook for `crate::fence` (added by the fault-testing branch; port it along with the
+// backend restructuring): fenced writes run their own script on this connection.
+impl RedisDriver {
+    /// Run a script outside the lock protocol: EVALSHA, EVAL after `NOSCRIPT`, bounded by
+    /// the response timeout.
+    pub async fn run_script(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> RedisResult<Value> {
+        self.eval(script, keys, args).await
+    }
+}
