@@ -25,6 +25,7 @@
 //! without going through the client library under test.
 
 mod postgres;
+pub mod history;
 pub mod proxy;
 pub mod topology;
 
