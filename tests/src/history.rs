@@ -145,7 +145,9 @@ pub fn parse(pid: u32, text: &str) -> (Vec<Section>, HashMap<String, u64>) {
                 }
             }
             (Some("E"), _) => {
-                *errors.entry(f.get(1).unwrap_or(&"?").to_string()).or_insert(0) += 1;
+                *errors
+                    .entry(f.get(1).unwrap_or(&"?").to_string())
+                    .or_insert(0) += 1;
             }
             (Some(kind), Some(token)) => {
                 let Some(s) = sections.last_mut().filter(|s| s.token == token) else {
@@ -319,11 +321,7 @@ pub fn check(
     by_end.sort_by_key(|w| w.1);
     for &(t0, _, token) in &accepted {
         // Largest token among writes accepted and completed before this one started.
-        let before = by_end
-            .iter()
-            .take_while(|w| w.1 < t0)
-            .map(|w| w.2)
-            .max();
+        let before = by_end.iter().take_while(|w| w.1 < t0).map(|w| w.2).max();
         if let Some(m) = before {
             if token < m {
                 r.stale_writes_accepted += 1;
@@ -406,7 +404,13 @@ mod tests {
         let r = check(s(), HashMap::new(), &done, 4_000 * MS, 0);
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
         // Not paused: it ran 1.5 s past the other's acquire before hearing of it.
-        let r = check(s(), HashMap::new(), &Interventions::default(), 4_000 * MS, 0);
+        let r = check(
+            s(),
+            HashMap::new(),
+            &Interventions::default(),
+            4_000 * MS,
+            0,
+        );
         assert_eq!(r.unsignalled_overlaps, 1);
     }
 

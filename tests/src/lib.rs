@@ -24,8 +24,8 @@
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 
-mod postgres;
 pub mod history;
+mod postgres;
 pub mod proxy;
 pub mod topology;
 

@@ -48,7 +48,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let duration = Duration::from_millis(args[5].parse()?);
     let hold = Duration::from_millis(args[6].parse()?);
     let max_sections: u64 = args[7].parse()?;
-    let rec = Arc::new(Mutex::new(Recorder::create(std::path::Path::new(&args[4]))?));
+    let rec = Arc::new(Mutex::new(Recorder::create(std::path::Path::new(
+        &args[4],
+    ))?));
     let registry = Registry::from_path(config).await?;
     let client = redis::Client::open(resource.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;

@@ -259,7 +259,7 @@ impl Run {
             proxies,
             workers: Vec::new(),
             config,
-            key: format!("{}", s.name),
+            key: s.name.to_string(),
             done: Interventions::default(),
             duration,
             spawned: 0,
@@ -289,7 +289,12 @@ impl Run {
                 std::fs::File::create(history.with_extension("err")).expect("stderr file"),
             ))
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e} (build it: cargo build -p distlock-tests --bins)", bin.display()));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run {}: {e} (build it: cargo build -p distlock-tests --bins)",
+                    bin.display()
+                )
+            });
         self.workers.push(Worker {
             child,
             history,
@@ -303,9 +308,9 @@ impl Run {
         self.workers.iter().position(|w| {
             !w.dead
                 && std::fs::read_to_string(&w.history)
-                .ok()
-                .and_then(|t| t.lines().last().map(|l| l.to_string()))
-                .is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'))
+                    .ok()
+                    .and_then(|t| t.lines().last().map(|l| l.to_string()))
+                    .is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'))
         })
     }
 
@@ -521,7 +526,7 @@ fn main() {
         duration
     );
     println!(
-        "{:<19} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  {}",
+        "{:<19} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  faults / notes",
         "scenario",
         "backend",
         "sections",
@@ -532,7 +537,6 @@ fn main() {
         "lost-upd.",
         "tok-reg",
         "time",
-        "faults / notes"
     );
     let mut failed = false;
     for s in chosen {
