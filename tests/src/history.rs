@@ -221,6 +221,9 @@ pub struct Report {
     pub lost_updates_unfenced: u64,
     /// Sections whose token is not above the previous section's (in acquire order).
     pub token_regressions: u64,
+    /// Smallest time from an earlier holder's `lost()` to a later holder's acquire, over
+    /// the overlaps where the signal came first (ns): how early the warning came.
+    pub min_signal_lead_ns: Option<u64>,
     /// Failed acquires by error kind.
     pub acquire_errors: Vec<(String, u64)>,
     /// Details of the unsignalled overlaps and stale writes (for the log).
@@ -275,6 +278,10 @@ pub fn check(
                 .is_some_and(|l| done.running(a.pid, b.acquired, l) <= RESUME_SLACK_NS);
             if !told && unsignalled.is_none() {
                 unsignalled = Some(b);
+            }
+            if let Some(l) = a.lost.filter(|l| *l <= b.acquired) {
+                let lead = b.acquired - l;
+                r.min_signal_lead_ns = Some(r.min_signal_lead_ns.map_or(lead, |m| m.min(lead)));
             }
         }
         match (overlapped, unsignalled) {

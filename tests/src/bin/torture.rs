@@ -104,6 +104,14 @@ const SCENARIOS: &[Scenario] = &[
         what: "proxy resets connections, also right after a reply",
     },
     Scenario {
+        name: "partition",
+        backend: Backend::Single,
+        proxied: true,
+        persistent: false,
+        limit: false,
+        what: "the holder alone cut off from Redis (its own proxy blackholed) for 2.5 leases",
+    },
+    Scenario {
         name: "redlock-minority",
         backend: Backend::Redlock,
         proxied: false,
@@ -170,8 +178,12 @@ struct Run {
     nodes: Vec<RedisProcess>,
     proxies: Vec<Proxy>,
     workers: Vec<Worker>,
-    config: PathBuf,
+    /// The configuration of each worker (one for all, or one per worker when each has
+    /// its own proxy).
+    configs: Vec<PathBuf>,
     key: String,
+    /// How long each section sleeps between its GET and SET.
+    hold: Duration,
     done: Interventions,
     duration: Duration,
     spawned: usize,
@@ -183,6 +195,30 @@ impl Drop for Run {
         self.workers.clear();
         self.proxies.clear();
         self.nodes.clear();
+    }
+}
+
+/// The last complete line of a history file.
+fn last_line(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.split_inclusive('\n')
+        .rfind(|l| l.ends_with('\n'))
+        .map(|l| l.trim_end().to_string())
+}
+
+/// Wait (at most 1 s) until the kernel shows `pid` stopped (state `T` in /proc).
+fn wait_stopped(pid: u32) {
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // "pid (comm) STATE ...": the state follows the last ')'.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next());
+        if matches!(state, Some('T' | 't') | None) {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
@@ -216,7 +252,13 @@ impl Run {
         let nodes: Vec<RedisProcess> = (0..n)
             .map(|i| start_server(FIRST_NODE_PORT + i as u16, s.persistent))
             .collect();
-        let proxies: Vec<Proxy> = if s.proxied {
+        // "partition": every worker reaches the server through a proxy of its own.
+        let per_worker = s.name == "partition";
+        let proxies: Vec<Proxy> = if per_worker {
+            (0..WORKERS)
+                .map(|_| Proxy::start_torture(&nodes[0].addr()))
+                .collect()
+        } else if s.proxied {
             nodes
                 .iter()
                 .map(|n| Proxy::start_torture(&n.addr()))
@@ -224,42 +266,35 @@ impl Run {
         } else {
             Vec::new()
         };
-        let urls: Vec<String> = if s.proxied {
-            proxies.iter().map(Proxy::url).collect()
+        let url_sets: Vec<Vec<String>> = if per_worker {
+            proxies.iter().map(|p| vec![p.url()]).collect()
+        } else if s.proxied {
+            vec![proxies.iter().map(Proxy::url).collect()]
         } else {
-            nodes.iter().map(RedisProcess::url).collect()
+            vec![nodes.iter().map(RedisProcess::url).collect()]
         };
-        let main = match s.backend {
-            Backend::Single => format!(
-                "mode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
-                urls[0]
-            ),
-            Backend::Redlock => format!(
-                "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"100ms\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
-                urls.iter()
-                    .map(|u| format!("\"{u}\""))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        let config = dir.join("distlock.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[defaults]\nbackend = \"main\"\nwatchdog_timeout = \"{}ms\"\nwait = \"5s\"\nkey_prefix = \"torture:\"\n\n[backends.main]\n{main}\n\n[backends.resource]\nmode = \"single\"\nurl = \"{}\"\n",
-                WATCHDOG.as_millis(),
-                resource.url()
-            ),
-        )
-        .expect("config");
+        let configs: Vec<PathBuf> = url_sets
+            .iter()
+            .enumerate()
+            .map(|(i, urls)| {
+                write_config(s, &dir.join(format!("distlock-{i}.toml")), urls, &resource)
+            })
+            .collect();
         let mut run = Run {
             dir,
             resource,
             nodes,
             proxies,
             workers: Vec::new(),
-            config,
+            configs,
             key: s.name.to_string(),
+            // Partitioned holders must still be inside when their lease runs out; so must
+            // a holder whose server restarts empty, for the limit to show.
+            hold: if per_worker || s.name == "restart-nopersist" {
+                WATCHDOG * 2
+            } else {
+                Duration::from_millis(HOLD_MS)
+            },
             done: Interventions::default(),
             duration,
             spawned: 0,
@@ -269,19 +304,49 @@ impl Run {
         }
         run
     }
+}
 
+/// Write a worker configuration: `main` on `urls`, `resource` on the resource server.
+fn write_config(s: &Scenario, path: &Path, urls: &[String], resource: &RedisProcess) -> PathBuf {
+    let main = match s.backend {
+        Backend::Single => format!(
+            "mode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
+            urls[0]
+        ),
+        Backend::Redlock => format!(
+            "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"100ms\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
+            urls.iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    std::fs::write(
+        path,
+        format!(
+            "[defaults]\nbackend = \"main\"\nwatchdog_timeout = \"{}ms\"\nwait = \"5s\"\nkey_prefix = \"torture:\"\n\n[backends.main]\n{main}\n\n[backends.resource]\nmode = \"single\"\nurl = \"{}\"\n",
+            WATCHDOG.as_millis(),
+            resource.url()
+        ),
+    )
+    .expect("config");
+    path.to_path_buf()
+}
+
+impl Run {
     fn spawn_worker(&mut self, duration: Duration) {
         let exe = std::env::current_exe().expect("current_exe");
         let bin = exe.with_file_name("torture-worker");
         let history = self.dir.join(format!("worker-{}.log", self.spawned));
+        let config = &self.configs[self.spawned.min(self.configs.len() - 1)];
         self.spawned += 1;
         let child = Command::new(&bin)
-            .arg(&self.config)
+            .arg(config)
             .arg(&self.key)
             .arg(self.resource.url())
             .arg(&history)
             .arg(duration.as_millis().to_string())
-            .arg(HOLD_MS.to_string())
+            .arg(self.hold.as_millis().to_string())
             .arg("100000")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -307,10 +372,7 @@ impl Run {
     fn holder(&self) -> Option<usize> {
         self.workers.iter().position(|w| {
             !w.dead
-                && std::fs::read_to_string(&w.history)
-                    .ok()
-                    .and_then(|t| t.lines().last().map(|l| l.to_string()))
-                    .is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'))
+                && last_line(&w.history).is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'))
         })
     }
 
@@ -326,14 +388,29 @@ impl Run {
         None
     }
 
+    /// Stop worker `i` for `d` while it is inside a section whose acquire it has recorded.
+    /// If, once stopped, its history shows it between sections (it may have acquired again
+    /// without recording it yet), it is continued at once and tried again, so a recorded
+    /// acquire instant is never delayed by a pause. Every stop is recorded.
     fn pause(&mut self, i: usize, d: Duration) {
         let pid = self.workers[i].child.id();
-        signal(pid, libc::SIGSTOP);
-        let from = now_ns();
-        std::thread::sleep(d);
-        let until = now_ns();
-        signal(pid, libc::SIGCONT);
-        self.done.paused.entry(pid).or_default().push((from, until));
+        for _ in 0..50 {
+            signal(pid, libc::SIGSTOP);
+            let from = now_ns();
+            wait_stopped(pid);
+            let inside = last_line(&self.workers[i].history)
+                .is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'));
+            if inside {
+                std::thread::sleep(d);
+            }
+            let until = now_ns();
+            signal(pid, libc::SIGCONT);
+            self.done.paused.entry(pid).or_default().push((from, until));
+            if inside {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
     }
 
     fn kill_worker(&mut self, i: usize) {
@@ -452,6 +529,14 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.proxies[0].reset_all();
                 std::thread::sleep(Duration::from_millis(300));
             }
+            "partition" => {
+                if let Some(i) = run.wait_holder() {
+                    run.proxies[i].set_blackhole(true);
+                    std::thread::sleep(WATCHDOG * 5 / 2);
+                    run.proxies[i].set_blackhole(false);
+                }
+                std::thread::sleep(Duration::from_millis(800));
+            }
             "redlock-minority" => {
                 let a = rand(5);
                 let b = (a + 1 + rand(4)) % 5;
@@ -550,6 +635,12 @@ fn main() {
         let bad = r.failed() && !s.limit;
         failed |= bad;
         let mut notes = format!("{rounds}× {}", s.what);
+        if let Some(lead) = r.min_signal_lead_ns {
+            notes.push_str(&format!(
+                "; lost() came >= {:.0} ms before the next acquire",
+                lead as f64 / 1e6
+            ));
+        }
         if !r.acquire_errors.is_empty() {
             let errs: Vec<String> = r
                 .acquire_errors
