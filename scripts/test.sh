@@ -7,6 +7,9 @@
 #   scripts/test.sh                      # whole workspace
 #   scripts/test.sh -p distlock-tests    # extra args go to `cargo test`
 #
+# Without arguments (as CI runs it) a passing suite is followed by the fault-testing run
+# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1), which must pass too.
+#
 # Installs redis-server / redis-sentinel with apt-get when they are missing.
 # Concurrent runs on one machine are serialized with a lock file, since all
 # runs share the same fixed ports.
@@ -120,6 +123,14 @@ done
 section "$(printf '%s ' cargo test "${scope[@]}" "$@")"
 status=0
 cargo test "${scope[@]}" "$@" 9>&- || status=$?
+
+# The fault-testing run (scripts/torture.sh --quick, about 2 minutes) after a passing full
+# suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
+# are its own (17300..17339).
+if ((status == 0)) && { (($# == 0)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
+    section "scripts/torture.sh --quick"
+    bash "$ROOT/scripts/torture.sh" --quick 9>&- || status=$?
+fi
 
 if ((status == 0)); then
     section "tests passed"
