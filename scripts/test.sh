@@ -7,6 +7,9 @@
 #   scripts/test.sh                      # whole workspace
 #   scripts/test.sh -p distlock-tests    # extra args go to `cargo test`
 #
+# Without arguments (as CI runs it) a passing suite is followed by the fault-testing run
+# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1), which must pass too.
+#
 # Installs redis-server / redis-sentinel with apt-get when they are missing.
 # Concurrent runs on one machine are serialized with a lock file, since all
 # runs share the same fixed ports.
@@ -40,6 +43,15 @@ install_redis() {
         redis-server redis-sentinel redis-tools
 }
 
+install_postgres() {
+    command -v apt-get >/dev/null 2>&1 ||
+        die "PostgreSQL missing and apt-get not available: install the Debian package postgresql"
+    local sudo=()
+    [[ "$(id -u)" != 0 ]] && sudo=(sudo -n)
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+}
+
 section "tools"
 missing=()
 for tool in redis-server redis-sentinel redis-cli; do
@@ -48,6 +60,12 @@ done
 if ((${#missing[@]})); then
     echo "missing: ${missing[*]}; installing with apt-get"
     install_redis
+fi
+# PostgreSQL (Debian's package keeps initdb/pg_ctl in /usr/lib/postgresql/<v>/bin) for the
+# SQL fencing tests.
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v initdb >/dev/null 2>&1; then
+    echo "missing: PostgreSQL; installing with apt-get"
+    install_postgres
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 redis-server --version
@@ -84,6 +102,7 @@ cleanup() {
     trap - EXIT INT TERM
     section "stopping test servers"
     bash "$SERVERS" stop 9>&- || echo "warning: scripts/servers.sh stop failed" >&2
+    bash "$ROOT/scripts/postgres.sh" stop 9>&- || echo "warning: scripts/postgres.sh stop failed" >&2
     exit "$rc"
 }
 
@@ -98,6 +117,8 @@ section "starting test servers"
 # 9>&-: the daemonized servers must not inherit (and so hold) the lock.
 bash "$SERVERS" start 9>&-
 eval "$(bash "$SERVERS" env)"
+bash "$ROOT/scripts/postgres.sh" start 9>&-
+eval "$(bash "$ROOT/scripts/postgres.sh" env)"
 env | grep '^DISTLOCK_' | sort
 
 # `--workspace` by default; a package selection (-p/--package) replaces it,
@@ -113,6 +134,14 @@ done
 section "$(printf '%s ' cargo test "${scope[@]}" "$@")"
 status=0
 cargo test --no-fail-fast "${scope[@]}" "$@" 9>&- || status=$?
+
+# The fault-testing run (scripts/torture.sh --quick, about 2 minutes) after a passing full
+# suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
+# are its own (17300..17339).
+if ((status == 0)) && { (($# == 0)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
+    section "scripts/torture.sh --quick"
+    bash "$ROOT/scripts/torture.sh" --quick 9>&- || status=$?
+fi
 
 if ((status == 0)); then
     section "tests passed"

@@ -25,7 +25,12 @@
 //! without going through the client library under test.
 
 pub mod redisson;
+pub mod history;
+mod postgres;
+pub mod proxy;
 pub mod topology;
+
+pub use postgres::postgres_url;
 
 use std::fmt;
 use std::fs::{self, File};

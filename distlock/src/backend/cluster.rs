@@ -112,7 +112,8 @@ impl Cluster {
         &self.address
     }
 
-    async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+    /// Run one call.
+    pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
         let mut conn = self.conn.clone();
         bounded(
             &self.address,

@@ -79,6 +79,8 @@ struct State {
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
     ops: u64,
+    /// Fenced values (`crate::fence`): value, token, expiry.
+    fenced: HashMap<String, (Vec<u8>, u64, Option<Instant>)>,
 }
 
 impl State {
@@ -402,5 +404,39 @@ impl MemoryDriver {
             self.hub.deliver(&keys.channel);
         }
         existed
+    }
+
+    // `crate::fence`: the fenced-write protocol of `protocol/fence.lua`, in memory.
+
+    /// Store `value` under `key` unless `token` is below the last token stored there.
+    /// Returns whether it was stored.
+    pub(crate) fn fenced_set(&self, key: &str, value: &[u8], token: u64, ttl: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let mut st = self.state();
+        if st
+            .fenced
+            .get(key)
+            .is_some_and(|(_, _, e)| e.is_some_and(|e| e <= now))
+        {
+            st.fenced.remove(key);
+        }
+        if st.fenced.get(key).is_some_and(|(_, last, _)| token < *last) {
+            return false;
+        }
+        st.fenced.insert(
+            key.to_owned(),
+            (value.to_vec(), token, ttl.map(|t| now + t)),
+        );
+        true
+    }
+
+    /// The value and token stored under `key`, if any (and not expired).
+    pub(crate) fn fenced_get(&self, key: &str) -> Option<(Vec<u8>, u64)> {
+        let now = Instant::now();
+        let st = self.state();
+        st.fenced
+            .get(key)
+            .filter(|(_, _, e)| e.is_none_or(|e| e > now))
+            .map(|(v, t, _)| (v.clone(), *t))
     }
 }

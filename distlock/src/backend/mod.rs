@@ -288,6 +288,39 @@ impl Backend {
         r.map_err(self.fail(Some(key)))
     }
 
+    /// The in-process store, on a memory backend (`crate::fence` keeps its values there).
+    pub(crate) fn memory(&self) -> Option<&memory::MemoryDriver> {
+        match &self.driver {
+            Driver::Memory(m) => Some(m),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
+                None
+            }
+        }
+    }
+
+    /// Run a script outside the lock protocol (`crate::fence`) for `key`: on the one server
+    /// (single, cluster, sentinel), or on every node of a redlock/multi backend. Returns
+    /// each server's reply and how many must agree (1, or the quorum); `None` on the memory
+    /// backend, which has no scripts.
+    pub(crate) async fn run_script(
+        &self,
+        key: &str,
+        call: &crate::protocol::Call,
+    ) -> Option<(Vec<Result<redis::Value, LockError>>, usize)> {
+        let (replies, needed) = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => (vec![s.run(call, "script timed out").await], 1),
+            Driver::Cluster(c) => (vec![c.run(call, "script timed out").await], 1),
+            Driver::Sentinel(m) => (vec![m.run(call).await], 1),
+            Driver::Quorum(q) => q.run_on_all(call).await,
+        };
+        let replies = replies
+            .into_iter()
+            .map(|r| r.map_err(|e| e.into_lock_error(&self.name, Some(key))))
+            .collect();
+        Some((replies, needed))
+    }
+
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
     pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
         match &self.driver {

@@ -273,6 +273,11 @@ impl SentinelMaster {
         results
     }
 
+    /// Run one call on the current master.
+    pub(crate) async fn run(&self, call: &Call) -> Result<redis::Value, DriverError> {
+        self.checked(self.current().server.run(call, "script timed out").await)
+    }
+
     pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
         self.checked(self.current().server.next_sequence(key, ttl).await)
     }

@@ -70,7 +70,8 @@ impl Server {
         self.conn.clone()
     }
 
-    async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+    /// Run one call.
+    pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
         let mut conn = self.conn.clone();
         bounded(
             &self.address,

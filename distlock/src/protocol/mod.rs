@@ -36,13 +36,17 @@ pub(crate) enum Script {
     RwCancel,
     FairAcquire,
     FairCancel,
+    /// `crate::fence`: a fenced write.
+    Fence,
+    /// `crate::fence`: read a fenced value.
+    FenceGet,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 10] = [
+    pub(crate) const ALL: [Script; 12] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -53,11 +57,13 @@ impl Script {
         Script::RwCancel,
         Script::FairAcquire,
         Script::FairCancel,
+        Script::Fence,
+        Script::FenceGet,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 10]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 12]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => include_str!("acquire.lua").to_owned(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -69,6 +75,8 @@ impl Script {
                 Script::RwCancel => [RW_PROLOGUE, include_str!("rw_cancel.lua")].concat(),
                 Script::FairAcquire => include_str!("fair_acquire.lua").to_owned(),
                 Script::FairCancel => include_str!("fair_cancel.lua").to_owned(),
+                Script::Fence => include_str!("fence.lua").to_owned(),
+                Script::FenceGet => include_str!("fence_get.lua").to_owned(),
             })
         });
         &SOURCES[self as usize]
@@ -76,7 +84,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 10]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 12]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -174,6 +182,12 @@ impl Call {
             keys: names,
             args: Vec::new(),
         }
+    }
+
+    /// A call of `script` with these keys and arguments (scripts outside the lock
+    /// protocol: `crate::fence`).
+    pub(crate) fn raw(script: Script, keys: Vec<String>, args: Vec<Vec<u8>>) -> Call {
+        Call { script, keys, args }
     }
 
     fn arg(mut self, a: impl AsRef<[u8]>) -> Call {

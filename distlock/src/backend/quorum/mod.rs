@@ -760,6 +760,38 @@ impl QuorumDriver {
         }
     }
 
+    /// Run `call` on every node (each bounded by `node_timeout`): every node's reply, and
+    /// how many must agree (the quorum).
+    pub(crate) async fn run_on_all(
+        &self,
+        call: &crate::protocol::Call,
+    ) -> (Vec<Result<redis::Value, DriverError>>, usize) {
+        let node_timeout = self.options.node_timeout;
+        let (replies, _) = self
+            .on_nodes(
+                0..self.nodes.len(),
+                |node| async move {
+                    let server = node.server()?;
+                    node.ask(node_timeout, server.run(call, "script timed out"))
+                        .await
+                },
+                |_| Settle::Wait,
+            )
+            .await;
+        let replies = replies
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|| {
+                    Err(DriverError::NotConnected {
+                        address: self.nodes[i].address.clone(),
+                    })
+                })
+            })
+            .collect();
+        (replies, self.quorum)
+    }
+
     /// A unique sequence number: `INCR` on the first node that answers (in the configured
     /// order, nodes that failed lately last) × N + that node's index. Unique across
     /// processes with the same node list.

@@ -1,0 +1,376 @@
+//! Fencing at the resource: writes that a stale lock holder cannot make.
+//!
+//! A lease cannot stop a holder that was paused (GC, swap, `SIGSTOP`, a stopped VM) or cut
+//! off from Redis from acting after its lease ran out: by the time it resumes, another
+//! holder may be inside. Only the resource it writes to can refuse it, by checking the
+//! lock's **fencing token** (`LockGuard::fencing_token()`, which grows strictly with every
+//! new holder of a key) against the largest token it has already accepted.
+//!
+//! # On Redis (every mode, and the memory backend)
+//!
+//! ```
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! distlock::init_from_str(r#"
+//!     [backends.main]
+//!     mode = "memory"   # or single, cluster, sentinel, redlock, multi
+//! "#).await?;
+//! let guard = distlock::Lock::new("account:42").acquire().await?;
+//! let accepted = distlock::fence("balance:42").set("100", guard.fencing_token()).await?;
+//! assert!(accepted);
+//! // A holder with an older token is refused, whatever it believes about its lease:
+//! assert!(!distlock::fence("balance:42").set("7", guard.fencing_token() - 1).await?);
+//! let stored = distlock::fence("balance:42").get().await?.unwrap();
+//! assert_eq!((stored.value.as_slice(), stored.token), (&b"100"[..], guard.fencing_token()));
+//! guard.release().await?;
+//! # Ok(()) }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+//! ```
+//!
+//! One script stores the value together with its token, in the Redis hash
+//! `PREFIX{KEY}:fenced` (fields `v` and `t`; `PREFIX` is `[defaults].key_prefix`), only if
+//! the token is **not below** the last token stored there. Equal tokens are accepted: the
+//! same holder may write several times in one critical section, and a write retried after
+//! a lost reply is accepted again instead of being reported stale. A token below the last
+//! one means a newer holder has written: the write is refused and `set` returns `false`.
+//!
+//! - **Expiry.** A fenced value is the application's data, so it does not expire unless
+//!   asked ([`Fence::ttl`]). The token lives with the value: once the value expires (or is
+//!   deleted), any token is accepted again.
+//! - **redlock / multi.** The write goes to every node; it is accepted when a quorum of
+//!   nodes accepted it (a majority for redlock, all for multi). Any two quorums share a
+//!   node, and that node refuses the smaller token, so a stale write cannot be accepted once
+//!   a newer one was — as long as the nodes keep their data (see the quorum backends' notes
+//!   on restarts without persistence). [`Fence::get`] reads every node and returns the value
+//!   with the largest token among a quorum of answers. When too few nodes answer, `set`
+//!   and `get` fail with `LockError::QuorumNotReached`.
+//! - The token of the lock and the fenced key are independent: fence whatever keys the
+//!   critical section writes, each with the token of the lock that guards it.
+//!
+//! # In SQL
+//!
+//! Keep the last accepted token in a column of the row (`fence BIGINT NOT NULL DEFAULT
+//! 0`) and make every write conditional on it; [`sql_update`] builds the statement:
+//!
+//! ```
+//! let sql = distlock::fence::sql_update("accounts", "balance = $1", "id = $2", "$3");
+//! assert_eq!(
+//!     sql,
+//!     "UPDATE accounts SET balance = $1, fence = $3 WHERE (id = $2) AND fence <= $3"
+//! );
+//! // sqlx: let done = sqlx::query(&sql).bind(balance).bind(id).bind(token as i64)
+//! //     .execute(&pool).await?;
+//! // if distlock::fence::is_stale(done.rows_affected()) { /* a newer holder wrote */ }
+//! ```
+//!
+//! Rows affected 0 means the token was stale (or no row matched the filter: check
+//! existence apart when that matters). PostgreSQL and SQLite count a matched row even when
+//! its values do not change; MySQL counts changed rows only unless the connection sets
+//! `CLIENT_FOUND_ROWS`. Tokens fit a signed 64-bit column. Bind the token as a parameter,
+//! never format it into the SQL; the table, assignments and filter are your own SQL text.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::backend::Backend;
+use crate::keys::LockKeys;
+use crate::registry::Registry;
+use crate::protocol::{Call, Script};
+use crate::LockError;
+
+/// The fenced-write script (see the module documentation).
+pub const FENCED_SET: &str = include_str!("protocol/fence.lua");
+/// The script that reads a fenced value.
+pub const FENCED_GET: &str = include_str!("protocol/fence_get.lua");
+
+/// The name of the token column [`sql_update`] writes.
+pub const SQL_FENCE_COLUMN: &str = "fence";
+
+/// A fenced value on the default backend of the global registry (set up by `init`).
+///
+/// ```
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+/// let guard = distlock::Lock::new("stock:9").acquire().await?;
+/// if !distlock::fence("stock:9").set("41", guard.fencing_token()).await? {
+///     // a newer holder has written: this one must stop
+/// }
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+pub fn fence(key: impl Into<String>) -> Fence {
+    Fence {
+        key: key.into(),
+        backend: None,
+        ttl: None,
+        registry: None,
+    }
+}
+
+impl Registry {
+    /// A fenced value in this registry (see [`fence()`]).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = distlock::Registry::from_str("[backends.local]\nmode = \"memory\"").await?;
+    /// let guard = registry.lock("job:1").acquire().await?;
+    /// assert!(registry.fence("job:1:result").set("done", guard.fencing_token()).await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn fence(&self, key: impl Into<String>) -> Fence {
+        Fence {
+            registry: Some(self.clone()),
+            ..fence(key)
+        }
+    }
+}
+
+/// A value written only by holders whose fencing token is not below the last one stored.
+/// Made by [`fence()`] or [`Registry::fence`].
+#[derive(Debug, Clone)]
+pub struct Fence {
+    key: String,
+    backend: Option<String>,
+    ttl: Option<Duration>,
+    registry: Option<Registry>,
+}
+
+/// A fenced value as stored, with the token of the write that stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The fencing token it was written with.
+    pub token: u64,
+}
+
+impl Fence {
+    /// Use the backend named `name` instead of the default one.
+    ///
+    /// ```
+    /// let f = distlock::fence("balance:42").backend("orders");
+    /// ```
+    pub fn backend(mut self, name: impl Into<String>) -> Fence {
+        self.backend = Some(name.into());
+        self
+    }
+
+    /// Let every accepted write expire after `ttl` (default: never; see the module
+    /// documentation). Must be at least 1 ms.
+    ///
+    /// ```
+    /// let f = distlock::fence("session:7").ttl(std::time::Duration::from_secs(3600));
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Fence {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    fn resolve(&self) -> Result<(std::sync::Arc<Backend>, String), LockError> {
+        let registry = match &self.registry {
+            Some(r) => r.clone(),
+            None => crate::registry::current()?,
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        let name = format!(
+            "{}:fenced",
+            LockKeys::new(&backend.prefix, self.key.clone())?.hash
+        );
+        Ok((backend, name))
+    }
+
+    fn ttl_ms(&self) -> Result<u64, LockError> {
+        match self.ttl {
+            None => Ok(0),
+            Some(t) if t >= Duration::from_millis(1) => {
+                Ok(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+            }
+            Some(t) => Err(LockError::InvalidKey {
+                key: self.key.clone(),
+                reason: format!("fence ttl {t:?} is below 1 ms"),
+            }),
+        }
+    }
+
+    /// Store `value` if `token` is not below the last token stored for this key. Returns
+    /// `Ok(true)` when stored, `Ok(false)` when the token was stale (a newer holder wrote).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+    /// assert!(distlock::fence("k").set("a", 5).await?);
+    /// assert!(distlock::fence("k").set("b", 5).await?);    // same token: accepted
+    /// assert!(!distlock::fence("k").set("c", 4).await?);   // older token: refused
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn set(&self, value: impl AsRef<[u8]>, token: u64) -> Result<bool, LockError> {
+        let ttl_ms = self.ttl_ms()?;
+        let (backend, name) = self.resolve()?;
+        if let Some(m) = backend.memory() {
+            return Ok(m.fenced_set(&name, value.as_ref(), token, self.ttl));
+        }
+        let token_arg = token.to_string();
+        let ttl_arg = ttl_ms.to_string();
+        let call = Call::raw(
+            Script::Fence,
+            vec![name],
+            vec![value.as_ref().to_vec(), token_arg.into_bytes(), ttl_arg.into_bytes()],
+        );
+        let Some((replies, needed)) = backend.run_script(&self.key, &call).await
+        else {
+            return Err(unsupported(&backend));
+        };
+        let nodes = replies.len();
+        let (mut accepted, mut stale, mut first_error) = (0, 0, None);
+        for r in replies {
+            match r.and_then(|v| parse_set(&backend, &self.key, &v)) {
+                Ok(true) => accepted += 1,
+                Ok(false) => stale += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if accepted >= needed {
+            return Ok(true);
+        }
+        if stale > 0 {
+            return Ok(false);
+        }
+        Err(match first_error {
+            Some(e) if nodes == 1 => e,
+            _ => LockError::QuorumNotReached {
+                key: self.key.clone(),
+                backend: backend.name.to_string(),
+                granted: accepted,
+                needed,
+                nodes,
+            },
+        })
+    }
+
+    /// The value stored and its token (`None`: nothing stored, or expired). On redlock and
+    /// multi: the value with the largest token among a quorum of nodes' answers.
+    pub async fn get(&self) -> Result<Option<Fenced>, LockError> {
+        let (backend, name) = self.resolve()?;
+        if let Some(m) = backend.memory() {
+            return Ok(m
+                .fenced_get(&name)
+                .map(|(value, token)| Fenced { value, token }));
+        }
+        let call = Call::raw(Script::FenceGet, vec![name], Vec::new());
+        let Some((replies, needed)) = backend.run_script(&self.key, &call).await
+        else {
+            return Err(unsupported(&backend));
+        };
+        let nodes = replies.len();
+        let (mut answered, mut best, mut first_error): (usize, Option<Fenced>, _) = (0, None, None);
+        for r in replies {
+            match r.and_then(|v| parse_get(&backend, &self.key, &v)) {
+                Ok(found) => {
+                    answered += 1;
+                    if let Some(f) = found {
+                        if best.as_ref().is_none_or(|b| f.token > b.token) {
+                            best = Some(f);
+                        }
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if answered >= needed {
+            return Ok(best);
+        }
+        Err(match first_error {
+            Some(e) if nodes == 1 => e,
+            _ => LockError::QuorumNotReached {
+                key: self.key.clone(),
+                backend: backend.name.to_string(),
+                granted: answered,
+                needed,
+                nodes,
+            },
+        })
+    }
+}
+
+/// Build the fenced `UPDATE` for SQL: `UPDATE {table} SET {set}, fence = {token} WHERE
+/// ({filter}) AND fence <= {token}`, where `token` is the placeholder the token is bound
+/// to (`$3` on PostgreSQL, `?3` or `$3` on SQLite). Run it with the token of the lock
+/// held; [`is_stale`] on the rows affected tells whether a newer holder had written.
+///
+/// ```
+/// let sql = distlock::fence::sql_update("stock", "qty = qty - ?1", "sku = ?2", "?3");
+/// assert_eq!(sql, "UPDATE stock SET qty = qty - ?1, fence = ?3 WHERE (sku = ?2) AND fence <= ?3");
+/// ```
+pub fn sql_update(table: &str, set: &str, filter: &str, token: &str) -> String {
+    format!(
+        "UPDATE {table} SET {set}, {SQL_FENCE_COLUMN} = {token} WHERE ({filter}) AND {SQL_FENCE_COLUMN} <= {token}"
+    )
+}
+
+/// Whether a fenced `UPDATE` (see [`sql_update`]) was refused: no row was affected, so the
+/// token was below the row's (or the filter matched no row).
+///
+/// ```
+/// assert!(distlock::fence::is_stale(0));
+/// assert!(!distlock::fence::is_stale(1));
+/// ```
+pub fn is_stale(rows_affected: u64) -> bool {
+    rows_affected == 0
+}
+
+fn unsupported(backend: &Backend) -> LockError {
+    LockError::Unsupported {
+        backend: backend.name.to_string(),
+        what: "fenced values on this backend".into(),
+    }
+}
+
+fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {
+    crate::backend::DriverError::Unexpected {
+        address: backend.address.clone(),
+        reply: crate::protocol::UnexpectedReply {
+            script: Script::Fence,
+            reply: format!("{v:?}"),
+        },
+    }
+    .into_lock_error(&backend.name, Some(key))
+}
+
+fn parse_set(backend: &Backend, key: &str, v: &Value) -> Result<bool, LockError> {
+    match v {
+        Value::Array(items) if items.len() == 2 => match items[0] {
+            Value::Int(1) => Ok(true),
+            Value::Int(0) => Ok(false),
+            _ => Err(unexpected(backend, key, v)),
+        },
+        _ => Err(unexpected(backend, key, v)),
+    }
+}
+
+fn parse_get(backend: &Backend, key: &str, v: &Value) -> Result<Option<Fenced>, LockError> {
+    let bytes = |x: &Value| match x {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    };
+    match v {
+        Value::Array(items) if items.len() == 2 => match (&items[0], &items[1]) {
+            (Value::Nil, _) | (_, Value::Nil) => Ok(None),
+            (value, token) => {
+                let value = bytes(value).ok_or_else(|| unexpected(backend, key, v))?;
+                let token = bytes(token)
+                    .and_then(|t| String::from_utf8(t).ok())
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .ok_or_else(|| unexpected(backend, key, v))?;
+                Ok(Some(Fenced { value, token }))
+            }
+        },
+        _ => Err(unexpected(backend, key, v)),
+    }
+}

@@ -1,0 +1,481 @@
+//! A history checker for locks under faults.
+//!
+//! Workers in several OS processes (`torture-worker`) record every critical section they
+//! run, one line per event, on the machine's shared `CLOCK_MONOTONIC` ([`now_ns`]): the
+//! instant the acquire returned (with the fencing token), the instant `lost()` fired, the
+//! unfenced counter update, the fenced write and whether the resource accepted it, and the
+//! instant the release was sent. The driver of the run adds what it did to the workers
+//! (`SIGSTOP`/`SIGCONT` intervals, `SIGKILL` instants). [`check`] then reports:
+//!
+//! - **unsignalled overlaps**: a later holder got in while an earlier one was still inside
+//!   (no release sent, process alive), and the earlier one's process *ran* for more than
+//!   [`RESUME_SLACK`] between that instant and its `lost()` signal (or never got one). A
+//!   holder that was frozen (`SIGSTOP`) when the other got in, and whose first act on
+//!   waking was to learn of the loss, was told as soon as it could be: that is a signalled
+//!   overlap. Must be 0: anything else is a library bug.
+//! - **signalled overlaps**: the earlier holder was told first, and went on (the workers'
+//!   bodies do not stop on `lost()`, as a careless application would not): allowed, counted.
+//! - **stale writes accepted** by the fenced resource: a write accepted with a token below
+//!   that of a write accepted and completed before it started. Must be 0.
+//! - **lost updates** on the unfenced counter (`GET`, pause, `SET v+1`): completed updates
+//!   minus the final value. Expected > 0 under pauses: why fencing exists.
+//! - **token regressions**: sections, in acquire order, whose token is not above the one
+//!   before.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+/// How long a resumed process may run before its `lost()` signal is recorded and still
+/// count as told first: the scheduling of its runtime after `SIGCONT`. Generous on a
+/// loaded 2-core machine; reported per run as the largest such delay seen.
+pub const RESUME_SLACK_NS: u64 = 150_000_000;
+/// [`RESUME_SLACK_NS`] as a duration.
+pub const RESUME_SLACK: std::time::Duration = std::time::Duration::from_nanos(RESUME_SLACK_NS);
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of the machine
+/// (unlike `std::time::Instant`, whose values cannot be compared across processes).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Appends a worker's events to its history file, one line per event, each written with
+/// one `write` call (so a `SIGKILL` loses at most the event being written).
+pub struct Recorder {
+    file: File,
+}
+
+impl Recorder {
+    /// Create (truncate) the history file at `path`.
+    pub fn create(path: &Path) -> std::io::Result<Recorder> {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(Recorder { file })
+    }
+
+    fn line(&mut self, s: String) {
+        // A failed write would make the history wrong: stop the worker loudly.
+        self.file
+            .write_all(s.as_bytes())
+            .unwrap_or_else(|e| panic!("history write: {e}"));
+    }
+
+    /// The acquire returned with `token` at `t`.
+    pub fn acquired(&mut self, token: u64, t: u64) {
+        self.line(format!("A {token} {t}\n"));
+    }
+
+    /// `lost()` fired at `t`.
+    pub fn lost(&mut self, token: u64, t: u64) {
+        self.line(format!("L {token} {t}\n"));
+    }
+
+    /// The unfenced counter's `SET v+1` completed.
+    pub fn unfenced(&mut self, token: u64) {
+        self.line(format!("U {token}\n"));
+    }
+
+    /// The fenced write ran from `t0` to `t1`; the resource accepted it or not.
+    pub fn fenced(&mut self, token: u64, t0: u64, t1: u64, accepted: bool) {
+        self.line(format!("W {token} {t0} {t1} {}\n", u8::from(accepted)));
+    }
+
+    /// The release is about to be sent, at `t`.
+    pub fn releasing(&mut self, token: u64, t: u64) {
+        self.line(format!("R {token} {t}\n"));
+    }
+
+    /// An acquire failed (`what`: the error's kind).
+    pub fn failed(&mut self, what: &str) {
+        self.line(format!("E {}\n", what.replace(char::is_whitespace, "_")));
+    }
+}
+
+/// One critical section, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// The worker process.
+    pub pid: u32,
+    /// Its fencing token.
+    pub token: u64,
+    /// When the acquire returned.
+    pub acquired: u64,
+    /// When `lost()` fired, if it did.
+    pub lost: Option<u64>,
+    /// When the release was sent (`None`: the process died or the run ended first).
+    pub released: Option<u64>,
+    /// Whether the unfenced update completed.
+    pub unfenced: bool,
+    /// The fenced write: start, end, accepted.
+    pub fenced: Option<(u64, u64, bool)>,
+}
+
+/// A worker's history file, parsed. Also returns the failed acquires by kind.
+pub fn parse(pid: u32, text: &str) -> (Vec<Section>, HashMap<String, u64>) {
+    let mut sections: Vec<Section> = Vec::new();
+    let mut errors = HashMap::new();
+    // A line without its newline was torn by a kill: ignored.
+    for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
+        let f: Vec<&str> = line.trim_end().split(' ').collect();
+        let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        match (f.first().copied(), num(1)) {
+            (Some("A"), Some(token)) => {
+                if let Some(t) = num(2) {
+                    sections.push(Section {
+                        pid,
+                        token,
+                        acquired: t,
+                        lost: None,
+                        released: None,
+                        unfenced: false,
+                        fenced: None,
+                    });
+                }
+            }
+            (Some("E"), _) => {
+                *errors
+                    .entry(f.get(1).unwrap_or(&"?").to_string())
+                    .or_insert(0) += 1;
+            }
+            (Some(kind), Some(token)) => {
+                let Some(s) = sections.last_mut().filter(|s| s.token == token) else {
+                    continue;
+                };
+                match kind {
+                    "L" => s.lost = num(2),
+                    "U" => s.unfenced = true,
+                    "W" => {
+                        if let (Some(t0), Some(t1), Some(a)) = (num(2), num(3), num(4)) {
+                            s.fenced = Some((t0, t1, a == 1));
+                        }
+                    }
+                    "R" => s.released = num(2),
+                    _ => {}
+                }
+            }
+            // A torn last line (the process was killed while writing it).
+            _ => {}
+        }
+    }
+    (sections, errors)
+}
+
+/// What the driver did to the workers.
+#[derive(Debug, Clone, Default)]
+pub struct Interventions {
+    /// `pid -> [(stopped from, until)]`: recorded after `SIGSTOP` returned and before
+    /// `SIGCONT` was sent, so inside the time the process really was stopped.
+    pub paused: HashMap<u32, Vec<(u64, u64)>>,
+    /// `pid -> when SIGKILL was sent`.
+    pub killed: HashMap<u32, u64>,
+}
+
+impl Interventions {
+    /// How long `pid` was able to run within `[a, b)`.
+    fn running(&self, pid: u32, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        let mut stopped = 0;
+        for &(s, e) in self.paused.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            let (s, e) = (s.max(a), e.min(b));
+            if e > s {
+                stopped += e - s;
+            }
+        }
+        if let Some(&k) = self.killed.get(&pid) {
+            if k < b {
+                stopped += b - k.max(a);
+            }
+        }
+        (b - a).saturating_sub(stopped)
+    }
+}
+
+/// The checker's findings for one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Critical sections entered.
+    pub sections: u64,
+    /// Sections overlapped by a later holder without a signal to them first: must be 0.
+    pub unsignalled_overlaps: u64,
+    /// Sections overlapped by a later holder, told first each time.
+    pub signalled_overlaps: u64,
+    /// Fenced writes accepted although a larger token's write had completed before: must be 0.
+    pub stale_writes_accepted: u64,
+    /// Fenced writes refused as stale.
+    pub stale_writes_refused: u64,
+    /// Unfenced updates lost (completed updates minus the counter's final value).
+    pub lost_updates_unfenced: u64,
+    /// Sections whose token is not above the previous section's (in acquire order).
+    pub token_regressions: u64,
+    /// Smallest time from an earlier holder's `lost()` to a later holder's acquire, over
+    /// the overlaps where the signal came first (ns): how early the warning came.
+    pub min_signal_lead_ns: Option<u64>,
+    /// Failed acquires by error kind.
+    pub acquire_errors: Vec<(String, u64)>,
+    /// Details of the unsignalled overlaps and stale writes (for the log).
+    pub details: Vec<String>,
+}
+
+impl Report {
+    /// Whether the run broke a safety property (an unsignalled overlap or an accepted
+    /// stale write).
+    pub fn failed(&self) -> bool {
+        self.unsignalled_overlaps > 0 || self.stale_writes_accepted > 0
+    }
+}
+
+/// Check the sections of all workers. `end`: when the run ended (for sections never
+/// released by a live process); `counter`: the unfenced counter's final value.
+pub fn check(
+    mut sections: Vec<Section>,
+    errors: HashMap<String, u64>,
+    done: &Interventions,
+    end: u64,
+    counter: u64,
+) -> Report {
+    sections.sort_by_key(|s| (s.acquired, s.token));
+    let mut r = Report {
+        sections: sections.len() as u64,
+        ..Report::default()
+    };
+    let close = |s: &Section| -> u64 {
+        let mut t = s.released.unwrap_or(end);
+        if let Some(&k) = done.killed.get(&s.pid) {
+            t = t.min(k.max(s.acquired));
+        }
+        t
+    };
+    // Per earlier section: overlapped by any later holder? told first every time?
+    for (i, a) in sections.iter().enumerate() {
+        let a_end = close(a);
+        let mut overlapped = false;
+        let mut unsignalled: Option<&Section> = None;
+        for b in &sections[i + 1..] {
+            if b.acquired >= a_end {
+                break;
+            }
+            if b.pid == a.pid {
+                continue;
+            }
+            overlapped = true;
+            // `b` got in while `a` was inside. Told first, or as soon as it ran again?
+            let told = a
+                .lost
+                .is_some_and(|l| done.running(a.pid, b.acquired, l) <= RESUME_SLACK_NS);
+            if !told && unsignalled.is_none() {
+                unsignalled = Some(b);
+            }
+            if let Some(l) = a.lost.filter(|l| *l <= b.acquired) {
+                let lead = b.acquired - l;
+                r.min_signal_lead_ns = Some(r.min_signal_lead_ns.map_or(lead, |m| m.min(lead)));
+            }
+        }
+        match (overlapped, unsignalled) {
+            (false, _) => {}
+            (true, None) => r.signalled_overlaps += 1,
+            (true, Some(b)) => {
+                r.unsignalled_overlaps += 1;
+                if r.details.len() < 20 {
+                    let ms = |t: u64| t as f64 / 1e6;
+                    let mut d = String::new();
+                    let _ = write!(
+                        d,
+                        "unsignalled overlap: pid {} token {} [{:.1} ms .. {:.1} ms, lost {:?}] and pid {} token {} from {:.1} ms; the first ran {:.1} ms after that",
+                        a.pid,
+                        a.token,
+                        ms(a.acquired),
+                        ms(a_end),
+                        a.lost.map(ms),
+                        b.pid,
+                        b.token,
+                        ms(b.acquired),
+                        ms(done.running(a.pid, b.acquired, a.lost.unwrap_or(a_end)))
+                    );
+                    r.details.push(d);
+                }
+            }
+        }
+    }
+    for w in sections.windows(2) {
+        if w[1].token <= w[0].token {
+            r.token_regressions += 1;
+        }
+    }
+    // Fenced writes: accepted ones, by completion.
+    let mut accepted: Vec<(u64, u64, u64)> = Vec::new(); // (t0, t1, token)
+    for s in &sections {
+        match s.fenced {
+            Some((t0, t1, true)) => accepted.push((t0, t1, s.token)),
+            Some((_, _, false)) => r.stale_writes_refused += 1,
+            None => {}
+        }
+    }
+    let mut by_end = accepted.clone();
+    by_end.sort_by_key(|w| w.1);
+    for &(t0, _, token) in &accepted {
+        // Largest token among writes accepted and completed before this one started.
+        let before = by_end.iter().take_while(|w| w.1 < t0).map(|w| w.2).max();
+        if let Some(m) = before {
+            if token < m {
+                r.stale_writes_accepted += 1;
+                if r.details.len() < 40 {
+                    r.details.push(format!(
+                        "stale write accepted: token {token} after token {m} had been accepted"
+                    ));
+                }
+            }
+        }
+    }
+    let updates = sections.iter().filter(|s| s.unfenced).count() as u64;
+    r.lost_updates_unfenced = updates.saturating_sub(counter);
+    let mut errors: Vec<(String, u64)> = errors.into_iter().collect();
+    errors.sort();
+    r.acquire_errors = errors;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sec(pid: u32, token: u64, acq: u64, lost: Option<u64>, rel: Option<u64>) -> Section {
+        Section {
+            pid,
+            token,
+            acquired: acq,
+            lost,
+            released: rel,
+            unfenced: false,
+            fenced: None,
+        }
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn sequential_sections_are_clean() {
+        let s = vec![
+            sec(1, 1, 0, None, Some(10 * MS)),
+            sec(2, 2, 11 * MS, None, Some(20 * MS)),
+        ];
+        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 0));
+        assert_eq!(r.token_regressions, 0);
+    }
+
+    #[test]
+    fn overlap_without_signal_is_caught() {
+        let s = vec![
+            sec(1, 1, 0, None, Some(50 * MS)),
+            sec(2, 2, 20 * MS, None, Some(60 * MS)),
+        ];
+        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        assert_eq!(r.unsignalled_overlaps, 1);
+        assert!(r.failed());
+    }
+
+    #[test]
+    fn signal_before_the_overlap_is_allowed() {
+        let s = vec![
+            sec(1, 1, 0, Some(15 * MS), Some(50 * MS)),
+            sec(2, 2, 20 * MS, None, Some(60 * MS)),
+        ];
+        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
+    }
+
+    #[test]
+    fn a_paused_holder_told_on_waking_is_signalled_a_running_one_is_not() {
+        let s = || {
+            vec![
+                sec(1, 1, 0, Some(3_010 * MS), Some(3_050 * MS)),
+                sec(2, 2, 1_500 * MS, None, Some(1_600 * MS)),
+            ]
+        };
+        let mut done = Interventions::default();
+        done.paused.insert(1, vec![(100 * MS, 3_000 * MS)]);
+        let r = check(s(), HashMap::new(), &done, 4_000 * MS, 0);
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
+        // Not paused: it ran 1.5 s past the other's acquire before hearing of it.
+        let r = check(
+            s(),
+            HashMap::new(),
+            &Interventions::default(),
+            4_000 * MS,
+            0,
+        );
+        assert_eq!(r.unsignalled_overlaps, 1);
+    }
+
+    #[test]
+    fn a_killed_holder_is_out_when_killed() {
+        let s = vec![
+            sec(1, 1, 0, None, None),
+            sec(2, 2, 1_500 * MS, None, Some(1_600 * MS)),
+        ];
+        let mut done = Interventions::default();
+        done.killed.insert(1, 100 * MS);
+        let r = check(s, HashMap::new(), &done, 4_000 * MS, 0);
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 0));
+    }
+
+    #[test]
+    fn stale_writes_and_lost_updates() {
+        let mut a = sec(1, 5, 0, None, Some(10 * MS));
+        a.fenced = Some((MS, 2 * MS, true));
+        a.unfenced = true;
+        let mut b = sec(2, 4, 20 * MS, None, Some(30 * MS));
+        b.fenced = Some((21 * MS, 22 * MS, true));
+        b.unfenced = true;
+        let r = check(
+            vec![a, b],
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            1,
+        );
+        assert_eq!(r.stale_writes_accepted, 1);
+        assert_eq!(r.lost_updates_unfenced, 1);
+        assert_eq!(r.token_regressions, 1);
+    }
+
+    #[test]
+    fn parse_round_trip() {
+        let dir = std::env::temp_dir().join(format!("distlock-history-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("w.log");
+        let mut rec = Recorder::create(&path).unwrap();
+        rec.acquired(7, 100);
+        rec.lost(7, 150);
+        rec.unfenced(7);
+        rec.fenced(7, 160, 170, false);
+        rec.releasing(7, 200);
+        rec.failed("timeout x");
+        rec.acquired(9, 300);
+        let text = std::fs::read_to_string(&path).unwrap() + "R 9 4"; // torn: ignored
+        let (s, e) = parse(42, &text);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].lost, Some(150));
+        assert_eq!(s[0].fenced, Some((160, 170, false)));
+        assert_eq!(s[0].released, Some(200));
+        assert!(s[0].unfenced);
+        assert_eq!(e.get("timeout_x"), Some(&1));
+        assert_eq!(s[1].released, None);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(now_ns() > 0);
+    }
+}

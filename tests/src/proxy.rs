@@ -1,0 +1,513 @@
+//! A TCP fault proxy for one Redis node, controlled from tests: added latency, blackhole
+//! (connections accepted, nothing answered), connection resets (also right after the server
+//! answered, the reply never reaching the client), refused connections and slow closes.
+//!
+//! The proxy runs on a thread of its own with its own Tokio runtime, so it keeps working
+//! while the test's runtime is busy, and it can be driven from sync and async code alike.
+//! It listens on 127.0.0.1, on a port of the fault-testing range (17320..17389; the
+//! torture run takes 17320..17339, tests 17340..17379), and forwards to `upstream`.
+//!
+//! ```no_run
+//! use distlock_tests::proxy::Proxy;
+//! use std::time::Duration;
+//! let proxy = Proxy::start("127.0.0.1:17379");
+//! let url = proxy.url();                            // give this to the client under test
+//! proxy.set_latency(Duration::from_millis(200));    // each way
+//! proxy.set_blackhole(true);                        // requests vanish; no reply, no close
+//! proxy.set_blackhole(false);                       // connections that lost data are reset
+//! proxy.reset_after_replies(1);                     // next reply: swallowed, then RST
+//! proxy.reset_all();                                // RST every open connection now
+//! proxy.clear();                                    // no faults
+//! ```
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// First port of the proxies tests start.
+pub const TEST_PORT_BASE: u16 = 17340;
+/// Ports of the proxies tests start: 17340..17379 (17388 is the test PostgreSQL).
+pub const TEST_PORT_COUNT: u16 = 40;
+/// First port of the proxies the torture run starts (17320..17339).
+pub const TORTURE_PORT_BASE: u16 = 17320;
+/// Ports of the torture run's proxies.
+pub const TORTURE_PORT_COUNT: u16 = 20;
+
+/// The faults in force, shared with every connection.
+#[derive(Default)]
+struct Faults {
+    latency_us: AtomicU64,
+    blackhole: AtomicBool,
+    refuse: AtomicBool,
+    reset_replies: AtomicU64,
+    slow_close_us: AtomicU64,
+    /// Bumped to reset every open connection; a connection that sees it change closes with RST.
+    reset_epoch: AtomicU64,
+}
+
+/// One node's fault proxy. Dropping it stops it and closes every connection.
+pub struct Proxy {
+    port: u16,
+    upstream: String,
+    faults: Arc<Faults>,
+    open: Arc<AtomicUsize>,
+    accepted: Arc<AtomicU64>,
+    kick: watch::Sender<u64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("port", &self.port)
+            .field("upstream", &self.upstream)
+            .field("open", &self.open.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+static NEXT: AtomicU16 = AtomicU16::new(0);
+static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+fn bind_in(base: u16, count: u16) -> StdListener {
+    let offset = (std::process::id() % u32::from(count)) as u16;
+    for _ in 0..count {
+        let n = offset.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % count;
+        let port = base + n;
+        let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.contains(&port) {
+            continue;
+        }
+        if let Ok(l) = StdListener::bind(("127.0.0.1", port)) {
+            taken.push(port);
+            return l;
+        }
+    }
+    panic!("fault proxy: no free port in {base}..{}", base + count - 1);
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (`host:port`) on a free port of 17340..17379 (for tests).
+    ///
+    /// # Panics
+    /// If no port of the range is free.
+    pub fn start(upstream: &str) -> Proxy {
+        Proxy::start_on(bind_in(TEST_PORT_BASE, TEST_PORT_COUNT), upstream)
+    }
+
+    /// A proxy to `upstream` on a free port of 17320..17339 (for the torture run).
+    pub fn start_torture(upstream: &str) -> Proxy {
+        Proxy::start_on(bind_in(TORTURE_PORT_BASE, TORTURE_PORT_COUNT), upstream)
+    }
+
+    fn start_on(listener: StdListener, upstream: &str) -> Proxy {
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        listener
+            .set_nonblocking(true)
+            .expect("fault proxy: set_nonblocking");
+        let faults = Arc::new(Faults::default());
+        let open = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (kick, kicked) = watch::channel(0u64);
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let upstream_addr: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(upstream)
+            .ok()
+            .and_then(|mut a| a.next())
+            .unwrap_or_else(|| panic!("fault proxy: bad upstream address {upstream}"));
+        let thread = {
+            let (faults, open, accepted) = (faults.clone(), open.clone(), accepted.clone());
+            std::thread::Builder::new()
+                .name(format!("fault-proxy-{port}"))
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("fault proxy runtime");
+                    rt.block_on(async move {
+                        let listener =
+                            TcpListener::from_std(listener).expect("fault proxy: listener");
+                        tokio::select! {
+                            _ = stopped => {}
+                            _ = accept_loop(listener, upstream_addr, faults, open, accepted, kicked) => {}
+                        }
+                    });
+                    // Dropping the runtime drops every connection task (and its sockets).
+                    rt.shutdown_timeout(Duration::from_secs(1));
+                })
+                .expect("fault proxy thread")
+        };
+        Proxy {
+            port,
+            upstream: upstream.to_string(),
+            faults,
+            open,
+            accepted,
+            kick,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// The port the proxy listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Delay every chunk by `d`, each way (order is kept; throughput is not limited).
+    pub fn set_latency(&self, d: Duration) {
+        self.faults
+            .latency_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Blackhole: connections are accepted (and kept open) but every byte either way is
+    /// dropped, so requests get no reply and no error. Turning it off resets every
+    /// connection that lost data (its request/reply stream is out of step).
+    pub fn set_blackhole(&self, on: bool) {
+        let was = self.faults.blackhole.swap(on, Ordering::SeqCst);
+        if was && !on {
+            self.kick();
+        }
+    }
+
+    /// Refuse: new connections are reset right after accept (a node that is down), and
+    /// every open one is reset now.
+    pub fn set_refuse(&self, on: bool) {
+        self.faults.refuse.store(on, Ordering::SeqCst);
+        if on {
+            self.reset_all();
+        }
+    }
+
+    /// The next `n` replies from the server (chunks read from it) are swallowed and their
+    /// connection reset: the command ran on the server, the client never hears of it.
+    pub fn reset_after_replies(&self, n: u64) {
+        self.faults.reset_replies.store(n, Ordering::SeqCst);
+    }
+
+    /// Replies still to be swallowed by [`Proxy::reset_after_replies`].
+    pub fn pending_reply_resets(&self) -> u64 {
+        self.faults.reset_replies.load(Ordering::SeqCst)
+    }
+
+    /// When one side closes, close the other only after `d`.
+    pub fn set_slow_close(&self, d: Duration) {
+        self.faults
+            .slow_close_us
+            .store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Reset (RST) every open connection now.
+    pub fn reset_all(&self) {
+        self.kick();
+    }
+
+    fn kick(&self) {
+        let epoch = self.faults.reset_epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.kick.send(epoch);
+    }
+
+    /// No faults (connections that lost data to a blackhole are reset).
+    pub fn clear(&self) {
+        self.set_latency(Duration::ZERO);
+        self.set_slow_close(Duration::ZERO);
+        self.reset_after_replies(0);
+        self.faults.refuse.store(false, Ordering::SeqCst);
+        self.set_blackhole(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        TAKEN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != self.port);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    faults: Arc<Faults>,
+    open: Arc<AtomicUsize>,
+    accepted: Arc<AtomicU64>,
+    kicked: watch::Receiver<u64>,
+) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        accepted.fetch_add(1, Ordering::Relaxed);
+        if faults.refuse.load(Ordering::SeqCst) {
+            rst(client);
+            continue;
+        }
+        let (faults, open, kicked) = (faults.clone(), open.clone(), kicked.clone());
+        tokio::spawn(async move {
+            open.fetch_add(1, Ordering::Relaxed);
+            connection(client, upstream, faults, kicked).await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// Close with RST (SO_LINGER 0).
+fn rst(s: TcpStream) {
+    let _ = s.set_zero_linger();
+    drop(s);
+}
+
+/// How one connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// A side closed (EOF or error): close the other, maybe slowly.
+    Closed,
+    /// Reset both sides now.
+    Reset,
+}
+
+/// A read half that closes its socket with RST (SO_LINGER 0) when dropped after `reset`
+/// was set. (The socket closes when both halves are gone; the option set on one half is
+/// the socket's.)
+struct ResetOnDrop {
+    half: tokio::net::tcp::OwnedReadHalf,
+    reset: Arc<AtomicBool>,
+}
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        if self.reset.load(Ordering::SeqCst) {
+            let _ = self.half.as_ref().set_zero_linger();
+        }
+    }
+}
+
+/// A write half that does not send FIN when dropped (tokio's does): the socket closes
+/// when its read half goes, with RST when that one says so.
+struct NoFin(Option<tokio::net::tcp::OwnedWriteHalf>);
+
+impl Drop for NoFin {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.take() {
+            w.forget();
+        }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn connection(
+    client: TcpStream,
+    upstream: SocketAddr,
+    faults: Arc<Faults>,
+    mut kicked: watch::Receiver<u64>,
+) {
+    let _ = client.set_nodelay(true);
+    kicked.mark_unchanged();
+    // A connection made during a blackhole never reaches the server.
+    if faults.blackhole.load(Ordering::SeqCst) {
+        let mut client = client;
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            tokio::select! {
+                r = client.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { return },
+                _ = kicked.changed() => { rst(client); return }
+            }
+        }
+    }
+    let server =
+        match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(upstream)).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                rst(client);
+                return;
+            }
+        };
+    let _ = server.set_nodelay(true);
+    let reset = Arc::new(AtomicBool::new(false));
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    let (end_tx, mut end_rx) = mpsc::unbounded_channel::<End>();
+    let cr = ResetOnDrop {
+        half: cr,
+        reset: reset.clone(),
+    };
+    let sr = ResetOnDrop {
+        half: sr,
+        reset: reset.clone(),
+    };
+    let up = AbortOnDrop(tokio::spawn(pump(
+        cr,
+        sw,
+        faults.clone(),
+        false,
+        end_tx.clone(),
+    )));
+    let down = AbortOnDrop(tokio::spawn(pump(sr, cw, faults.clone(), true, end_tx)));
+    let end = tokio::select! {
+        e = end_rx.recv() => e.unwrap_or(End::Closed),
+        // reset_all, refuse, or the blackhole lifted (its connections lost data).
+        _ = kicked.changed() => End::Reset,
+    };
+    match end {
+        End::Closed => {
+            let slow = faults.slow_close_us.load(Ordering::SeqCst);
+            if slow > 0 {
+                tokio::time::sleep(Duration::from_micros(slow)).await;
+            }
+        }
+        End::Reset => reset.store(true, Ordering::SeqCst),
+    }
+    drop((up, down));
+}
+
+/// Copy `from` to `to` with the faults applied. `reply`: this direction carries the
+/// server's replies. Holds its halves until aborted, so the connection closes as the
+/// connection task decides (FIN, slowly, or RST).
+async fn pump(
+    mut from: ResetOnDrop,
+    to: tokio::net::tcp::OwnedWriteHalf,
+    faults: Arc<Faults>,
+    reply: bool,
+    end: mpsc::UnboundedSender<End>,
+) {
+    // Chunks go through a queue to a writer that sends each at its due time, so latency
+    // delays without limiting throughput.
+    let (q_tx, mut q_rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let writer_end = end.clone();
+    let writer_queued = queued.clone();
+    let mut writer = AbortOnDrop(tokio::spawn(async move {
+        let mut to = NoFin(Some(to));
+        let Some(w) = to.0.as_mut() else { return };
+        while let Some((due, chunk)) = q_rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if w.write_all(&chunk).await.is_err() {
+                let _ = writer_end.send(End::Closed);
+                break;
+            }
+            writer_queued.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Keep the write half (no FIN) until the connection task ends this one.
+        std::future::pending::<()>().await;
+        drop(to);
+    }));
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = tokio::select! {
+            r = from.half.read(&mut buf) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = &mut writer.0 => break,
+        };
+        if faults.blackhole.load(Ordering::SeqCst) {
+            // Dropped; lifting the blackhole resets the connection.
+            continue;
+        }
+        if reply
+            && faults
+                .reset_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            // The server answered; the client never sees it.
+            let _ = end.send(End::Reset);
+            std::future::pending::<()>().await;
+        }
+        let latency = Duration::from_micros(faults.latency_us.load(Ordering::SeqCst));
+        queued.fetch_add(1, Ordering::SeqCst);
+        if q_tx
+            .send((Instant::now() + latency, buf[..n].to_vec()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    // EOF: let queued chunks go out (bounded by the latency), then report the close.
+    drop(q_tx);
+    let flush = Duration::from_micros(faults.latency_us.load(Ordering::SeqCst))
+        + Duration::from_millis(100);
+    let _ = tokio::time::timeout(flush, async {
+        while queued.load(Ordering::SeqCst) > 0 && !writer.0.is_finished() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    let _ = end.send(End::Closed);
+    std::future::pending::<()>().await;
+}
+
+/// Many proxies by name, for a topology (`upstream address -> proxy`).
+#[derive(Debug, Default)]
+pub struct Proxies {
+    by_upstream: HashMap<String, Proxy>,
+}
+
+impl Proxies {
+    /// One proxy per upstream address (test port range).
+    pub fn start(upstreams: &[String]) -> Proxies {
+        Proxies {
+            by_upstream: upstreams
+                .iter()
+                .map(|u| (u.clone(), Proxy::start(u)))
+                .collect(),
+        }
+    }
+
+    /// The proxy in front of `upstream`.
+    pub fn of(&self, upstream: &str) -> &Proxy {
+        self.by_upstream
+            .get(upstream)
+            .unwrap_or_else(|| panic!("no proxy for {upstream}"))
+    }
+
+    /// Every proxy.
+    pub fn all(&self) -> impl Iterator<Item = &Proxy> {
+        self.by_upstream.values()
+    }
+}
