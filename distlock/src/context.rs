@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::held::LeaseState;
-use crate::owner::OwnerId;
 use crate::LockError;
 
 #[derive(Debug)]
 pub(crate) struct Frame {
     pub backend: Arc<str>,
     pub key: String,
-    pub owner: OwnerId,
     pub token: u64,
     pub lease: Arc<LeaseState>,
     pub parent: Option<Arc<Frame>>,
@@ -30,12 +28,12 @@ fn current() -> Option<Arc<Frame>> {
     CURRENT.try_with(Arc::clone).ok()
 }
 
-/// The owner and token of an enclosing hold of `key` on `backend` in this task.
-pub(crate) fn find(backend: &str, key: &str) -> Option<(OwnerId, u64)> {
+/// The innermost enclosing hold of `key` on `backend` in this task.
+pub(crate) fn find(backend: &str, key: &str) -> Option<Arc<LeaseState>> {
     let mut frame = current();
     while let Some(f) = frame {
         if &*f.backend == backend && f.key == key {
-            return Some((f.owner, f.token));
+            return Some(f.lease.clone());
         }
         frame = f.parent.clone();
     }
@@ -47,7 +45,6 @@ pub(crate) fn scope<F: Future>(lease: Arc<LeaseState>, fut: F) -> impl Future<Ou
     let frame = Arc::new(Frame {
         backend: lease.backend.clone(),
         key: lease.keys.user.clone(),
-        owner: lease.owner,
         token: lease.token,
         lease,
         parent: current(),

@@ -169,6 +169,16 @@ fn key_suffix(key: &Option<String>) -> String {
 }
 
 impl LockError {
+    /// Whether trying again may succeed: the backend was unreachable, slow, or in a
+    /// failover (`READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, no master
+    /// named by the sentinels). Acquisitions retry these within their wait.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Backend { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+
     /// The key concerned, when there is one.
     pub fn key(&self) -> Option<&str> {
         match self {
@@ -347,6 +357,29 @@ impl BackendError {
     pub(crate) fn is_not_redis(&self) -> bool {
         matches!(&*self.0, crate::backend::DriverError::Redis { source, .. }
             if source.kind() == redis::ErrorKind::Parse)
+    }
+
+    /// Whether trying again may succeed (see [`LockError::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        match self.kind() {
+            BackendErrorKind::Connection
+            | BackendErrorKind::TimedOut
+            | BackendErrorKind::NoMaster
+            | BackendErrorKind::TooFewNodes => true,
+            BackendErrorKind::Server => {
+                let text = self.0.to_string();
+                [
+                    "READONLY",
+                    "LOADING",
+                    "MASTERDOWN",
+                    "TRYAGAIN",
+                    "CLUSTERDOWN",
+                ]
+                .iter()
+                .any(|code| text.contains(code))
+            }
+            BackendErrorKind::Protocol | BackendErrorKind::NotReplicated => false,
+        }
     }
 
     /// Whether it was a time-out.

@@ -3,8 +3,12 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::sync::OwnedSemaphorePermit;
+
 use crate::backend::Backend;
 use crate::held::LeaseState;
+use crate::keys::LockKeys;
+use crate::owner::Hold;
 use crate::protocol::Released;
 use crate::LockError;
 
@@ -27,6 +31,9 @@ use crate::LockError;
 pub struct LockGuard {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) backend: Arc<Backend>,
+    /// A nested hold: the enclosing hold's permit (see `LeaseState::nested`), given back
+    /// when this guard goes.
+    pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl LockGuard {
@@ -67,7 +74,15 @@ impl LockGuard {
             return Ok(());
         }
         drop(self);
-        let result = crate::runtime::entered(backend.release(&state.keys, state.owner)).await;
+        // Dropped before the reply (a cancelled task, a timeout around this call): the
+        // release is sent again in the background; the level makes a second run harmless.
+        let pending = ReleaseOnDrop::new(&backend, &state.keys, state.hold);
+        let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
+        // A transient failure (the reply lost, the server restarting): sent again in the
+        // background; otherwise the outcome is known.
+        if !matches!(&result, Err(e) if e.is_transient()) {
+            pending.disarm();
+        }
         tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: released");
         match result? {
             Released::Freed | Released::StillHeld => Ok(()),
@@ -90,7 +105,37 @@ impl Drop for LockGuard {
         if self.state.begin_release() {
             let s = &self.state;
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
-            self.backend.release_in_background(s.keys.clone(), s.owner);
+            self.backend.release_in_background(s.keys.clone(), s.hold);
+        }
+    }
+}
+
+/// Releases one acquisition's level in the background when dropped armed: an acquire or a
+/// release whose future was dropped after its script may have run. The scripts count each
+/// level once, so releasing a level that was never taken, or twice, changes nothing.
+pub(crate) struct ReleaseOnDrop {
+    armed: Option<(Arc<Backend>, LockKeys, Hold)>,
+}
+
+impl ReleaseOnDrop {
+    pub(crate) fn new(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
+        ReleaseOnDrop {
+            armed: Some((backend.clone(), keys.clone(), hold)),
+        }
+    }
+
+    /// The outcome is known: nothing to undo.
+    pub(crate) fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some((backend, keys, hold)) = self.armed.take() {
+            tracing::debug!(backend = %backend.name, key = %keys.user,
+                "distlock: an acquire or release was cancelled after it was sent; releasing its level in the background");
+            backend.release_in_background(keys, hold);
         }
     }
 }

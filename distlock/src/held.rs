@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::clock::{from_nanos, to_nanos};
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::LockError;
 
 /// The auto leases held on one backend, by id: what its watchdog renews.
@@ -51,6 +51,8 @@ pub(crate) struct LeaseState {
     leases: Arc<Leases>,
     pub(crate) keys: LockKeys,
     pub(crate) owner: OwnerId,
+    /// The acquisition (owner and level) as the scripts know it.
+    pub(crate) hold: Hold,
     pub(crate) token: u64,
     /// Renewed by the watchdog.
     pub(crate) auto: bool,
@@ -63,6 +65,10 @@ pub(crate) struct LeaseState {
     expires_at: AtomicU64,
     reason: Mutex<Option<String>>,
     changed: Notify,
+    /// Nested acquisitions of this lock under this hold take its one permit for as long
+    /// as they hold: sibling futures of one task (`join!`, `select!`) exclude each other,
+    /// while a nested call inside a nested call takes the inner hold's permit.
+    pub(crate) nested: Arc<tokio::sync::Semaphore>,
 }
 
 impl LeaseState {
@@ -71,7 +77,7 @@ impl LeaseState {
         backend: Arc<str>,
         leases: &Arc<Leases>,
         keys: LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         token: u64,
         auto: bool,
         outermost: bool,
@@ -83,7 +89,8 @@ impl LeaseState {
             backend,
             leases: leases.clone(),
             keys,
-            owner,
+            owner: hold.owner,
+            hold,
             token,
             auto,
             outermost,
@@ -92,6 +99,7 @@ impl LeaseState {
             expires_at: AtomicU64::new(to_nanos(expires_at)),
             reason: Mutex::new(None),
             changed: Notify::new(),
+            nested: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         if auto {
             leases.map().insert(id, state.clone());

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::backoff::Backoff;
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, ReleaseOnDrop};
 use crate::held::LeaseState;
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::Attempt;
 use crate::registry::Registry;
 use crate::{Lease, LockError, LockKind, OnLost};
@@ -223,16 +223,40 @@ async fn acquire(
     lease: Lease,
 ) -> Result<LockGuard, LockError> {
     let keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
-    let (owner, outer_token) = match crate::context::find(&backend.name, &keys.user) {
-        Some((owner, token)) => (owner, Some(token)),
-        None => (OwnerId::random(), None),
-    };
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
     let start = Instant::now();
     let deadline = start + wait;
+    // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
+    // the same kind, it counts a level of that hold, and sibling futures of the task take
+    // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
+    // taking the read lock) the owner is shared and the scripts of that kind decide.
+    let outer = crate::context::find(&backend.name, &keys.user);
+    let mut permit = None;
+    let base = match &outer {
+        Some(o) if o.keys.kind == kind && kind.counts_levels() => {
+            match tokio::time::timeout_at(deadline, o.nested.clone().acquire_owned()).await {
+                Ok(Ok(p)) => permit = Some(p),
+                _ => {
+                    return Err(timeout(&backend, keys.user, start.elapsed(), None));
+                }
+            }
+            if o.is_lost() {
+                return Err(o.lost_error());
+            }
+            Hold::nested(o.owner)
+        }
+        Some(o) => Hold {
+            nested: false,
+            ..Hold::nested(o.owner)
+        },
+        None => Hold::fresh(),
+    };
+    let hold = base;
+    let outer_token = outer.as_ref().map(|o| o.token);
+    let mut pending: Option<ReleaseOnDrop> = None;
     let mut watch = None;
     let mut backend_retry = Backoff::retry();
     // A fair or write waiter is queued in the backend once refused: on every way out but
@@ -251,21 +275,33 @@ async fn acquire(
             queued = Some(Queued {
                 backend: backend.clone(),
                 keys: keys.clone(),
-                owner,
+                owner: hold.owner,
                 armed: true,
             });
         }
-        let attempt = match crate::runtime::entered(backend.acquire(&keys, owner, lease_len, left))
+        // From the moment a script is sent until an answer says it took nothing, the level
+        // may be held: if this future is dropped, or ends in an error, it is released in
+        // the background. A retry after an error sends the same level, so a first run
+        // whose reply was lost is found, not counted again.
+        if pending.is_none() {
+            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
+        }
+        let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
             .await
         {
             Ok(a) => {
+                if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
+                    if let Some(p) = pending.take() {
+                        p.disarm();
+                    }
+                }
                 backend_retry.reset();
                 a
             }
-            // Already waiting for another holder: ride out a failing backend (a failover
-            // under way: the subscriber woke everyone when its connection dropped) until the
-            // wait ends, then report the backend's error. A first attempt fails at once.
-            Err(e @ LockError::Backend { .. }) if watch.is_some() => {
+            // A transient failure (connection refused or reset, a time-out, a failover under
+            // way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried with
+            // backoff until the wait ends; then the last error is returned.
+            Err(e) if e.is_transient() => {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(e);
@@ -281,6 +317,9 @@ async fn acquire(
         };
         let ttl = match attempt {
             Attempt::Acquired { token } => {
+                if let Some(p) = pending.take() {
+                    p.disarm();
+                }
                 if let Some(mut q) = queued.take() {
                     q.armed = false;
                 }
@@ -290,15 +329,22 @@ async fn acquire(
                     backend.name.clone(),
                     &backend.leases,
                     keys,
-                    owner,
+                    hold,
                     token,
                     auto,
                     true,
                     expires_at,
                 );
-                return Ok(LockGuard { state, backend });
+                return Ok(LockGuard {
+                    state,
+                    backend,
+                    _permit: permit,
+                });
             }
             Attempt::Reentered => {
+                if let Some(p) = pending.take() {
+                    p.disarm();
+                }
                 if let Some(mut q) = queued.take() {
                     q.armed = false;
                 }
@@ -309,15 +355,35 @@ async fn acquire(
                     backend.name.clone(),
                     &backend.leases,
                     keys,
-                    owner,
+                    hold,
                     token,
                     auto,
                     false,
                     expires_at,
                 );
-                return Ok(LockGuard { state, backend });
+                return Ok(LockGuard {
+                    state,
+                    backend,
+                    _permit: permit,
+                });
             }
             Attempt::Held { ttl } => ttl,
+            Attempt::OuterLost => {
+                // The enclosing hold's lock is gone: the outer guard hears of it now, and
+                // this acquisition fails instead of re-creating the lock under it.
+                let reason = "a nested acquisition found the lock gone (expired, deleted or lost in a failover)";
+                return Err(match &outer {
+                    Some(o) => {
+                        o.mark_lost(reason.into());
+                        o.lost_error()
+                    }
+                    None => LockError::LeaseLost {
+                        key: keys.user,
+                        backend: backend.name.to_string(),
+                        reason: reason.into(),
+                    },
+                });
+            }
             Attempt::NoQuorum {
                 granted,
                 needed,

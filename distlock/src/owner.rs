@@ -25,6 +25,41 @@ impl OwnerId {
     }
 }
 
+/// One acquisition as the protocol sees it: the owner (shared by the nested acquisitions
+/// of one hold), a level id of its own (so a script run twice, or rolled back, counts it
+/// once), and whether the owner holds the lock already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub(crate) owner: OwnerId,
+    pub(crate) level: u64,
+    pub(crate) nested: bool,
+}
+
+impl Hold {
+    /// A new hold by a new owner.
+    pub(crate) fn fresh() -> Hold {
+        Hold {
+            owner: OwnerId::random(),
+            level: rand::random(),
+            nested: false,
+        }
+    }
+
+    /// A nested acquisition by `owner`, which holds the lock already.
+    pub(crate) fn nested(owner: OwnerId) -> Hold {
+        Hold {
+            owner,
+            level: rand::random(),
+            nested: true,
+        }
+    }
+
+    /// The level id as the scripts take it.
+    pub(crate) fn level_hex(&self) -> String {
+        format!("{:016x}", self.level)
+    }
+}
+
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:032x}", self.0)

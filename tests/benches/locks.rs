@@ -67,6 +67,8 @@ impl Floor {
             .arg(&fence)
             .arg(owner)
             .arg(30_000)
+            .arg("0")
+            .arg("0")
             .query_async(&mut conn)
             .await
             .expect("acquire");
@@ -81,6 +83,7 @@ impl Floor {
             .arg(owner)
             .arg(&channel)
             .arg("publish")
+            .arg("0")
             .query_async(&mut conn)
             .await
             .expect("release");

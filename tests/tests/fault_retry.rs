@@ -6,8 +6,8 @@
 //! `wait` (same owner id) re-enters the lock the first attempt was granted: the guard gets
 //! fencing token 0 and the reentrancy count is left at 2, so the release does not free
 //! the lock (it stays held until its lease runs out). (With `wait = 0` the acquire fails,
-//! and the lock granted to nobody stays held until its lease runs out.) Ignored until the acquire is
-//! made safe to run twice; the lead owns the fix (scripts / backend).
+//! and the lock granted to nobody stays held until its lease runs out.) Fixed: every acquisition carries a level id
+//! that a second run of its script finds.
 
 use std::time::Duration;
 
@@ -16,7 +16,6 @@ use distlock_tests::proxy::Proxy;
 use distlock_tests::RedisProcess;
 
 #[tokio::test]
-#[ignore = "known bug: a retried ACQUIRE re-enters (token 0, count 2); see the module doc"]
 async fn acquire_retried_after_a_lost_reply_gets_a_real_token_and_frees_on_release() {
     let server = RedisProcess::start();
     let proxy = Proxy::start(&server.addr());

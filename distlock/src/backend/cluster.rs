@@ -36,7 +36,7 @@ use super::conn::{addresses, Settings};
 use super::error::{bounded, DriverError};
 use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::exec::{eval, load_all};
 use crate::protocol::{Attempt, Call, Publish, Released};
 
@@ -134,11 +134,11 @@ impl Cluster {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, DriverError> {
-        let call = Call::acquire(keys, owner, lease, wait);
+        let call = Call::acquire(keys, hold, lease, wait);
         let v = self.run(&call, "acquire timed out").await?;
         call.attempt(&v).map_err(|r| self.unexpected(r))
     }
@@ -146,9 +146,9 @@ impl Cluster {
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
     ) -> Result<Released, DriverError> {
-        let call = Call::release(keys, owner, Publish::Sharded);
+        let call = Call::release(keys, hold, Publish::Sharded);
         let v = self.run(&call, "release timed out").await?;
         call.released(&v).map_err(|r| self.unexpected(r))
     }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::hub::Hub;
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 use crate::LockKind;
 
@@ -122,10 +122,11 @@ impl MemoryDriver {
     pub(super) fn acquire(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
     ) -> Attempt {
+        let owner = hold.owner;
         let now = Instant::now();
         let mut st = self.state();
         st.ops += 1;
@@ -169,6 +170,11 @@ impl MemoryDriver {
                 // Held (the path below re-enters or refuses), or free and ours to take.
             }
             LockKind::Reentrant => {}
+        }
+        if hold.nested
+            && !Self::live(&mut st, &keys.hash, now).is_some_and(|h| h.owners.contains_key(&owner))
+        {
+            return Attempt::OuterLost;
         }
         match Self::live(&mut st, &keys.hash, now) {
             None => {
@@ -318,7 +324,8 @@ impl MemoryDriver {
         was
     }
 
-    pub(super) fn release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
+    pub(super) fn release(&self, keys: &LockKeys, hold: Hold) -> Released {
+        let owner = hold.owner;
         if matches!(keys.kind, LockKind::Read | LockKind::Write) {
             return self.rw_release(keys, owner);
         }

@@ -27,7 +27,7 @@ pub(crate) use self::error::DriverError;
 use crate::held::Leases;
 use crate::hub::Hub;
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 use crate::{InitError, LockError, LockKind};
 
@@ -182,17 +182,17 @@ impl Backend {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, LockError> {
         self.supports(keys.kind)?;
         let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.acquire(keys, owner, lease, wait)),
-            Driver::Single(s) => s.acquire(keys, owner, lease, wait).await,
-            Driver::Cluster(c) => c.acquire(keys, owner, lease, wait).await,
-            Driver::Sentinel(m) => m.acquire(keys, owner, lease, wait).await,
-            Driver::Quorum(q) => Ok(q.acquire(keys, owner, lease).await),
+            Driver::Memory(m) => Ok(m.acquire(keys, hold, lease, wait)),
+            Driver::Single(s) => s.acquire(keys, hold, lease, wait).await,
+            Driver::Cluster(c) => c.acquire(keys, hold, lease, wait).await,
+            Driver::Sentinel(m) => m.acquire(keys, hold, lease, wait).await,
+            Driver::Quorum(q) => Ok(q.acquire(keys, hold, lease).await),
         };
         r.map_err(self.fail(Some(&keys.user)))
     }
@@ -229,17 +229,13 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        owner: OwnerId,
-    ) -> Result<Released, LockError> {
+    pub(crate) async fn release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
         let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.release(keys, owner)),
-            Driver::Single(s) => s.release(keys, owner).await,
-            Driver::Cluster(c) => c.release(keys, owner).await,
-            Driver::Sentinel(m) => m.release(keys, owner).await,
-            Driver::Quorum(q) => q.release(keys, owner).await,
+            Driver::Memory(m) => Ok(m.release(keys, hold)),
+            Driver::Single(s) => s.release(keys, hold).await,
+            Driver::Cluster(c) => c.release(keys, hold).await,
+            Driver::Sentinel(m) => m.release(keys, hold).await,
+            Driver::Quorum(q) => q.release(keys, hold).await,
         };
         r.map_err(self.fail(Some(&keys.user)))
     }
@@ -322,17 +318,17 @@ impl Backend {
     }
 
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
-    pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
+    pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, hold: Hold) {
         match &self.driver {
             Driver::Memory(m) => {
-                m.release(&keys, owner);
+                m.release(&keys, hold);
             }
             Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
                 let backend = self.clone();
                 // On a runtime that is shutting down the task is dropped, and the lease
                 // runs out on its own.
                 drop(self.runtime.spawn(async move {
-                    if let Err(e) = backend.release(&keys, owner).await {
+                    if let Err(e) = backend.release(&keys, hold).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }

@@ -37,7 +37,7 @@ use super::subscriber::{self, Connector};
 use crate::backoff::Backoff;
 use crate::hub::Hub;
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Call, Released};
 
 /// How often the master is resolved again without any other reason.
@@ -202,15 +202,15 @@ impl SentinelMaster {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, DriverError> {
         let current = self.current();
         let (Some(sync), Some(conn)) = (self.sync, &current.sync_conn) else {
-            return self.checked(current.server.acquire(keys, owner, lease, wait).await);
+            return self.checked(current.server.acquire(keys, hold, lease, wait).await);
         };
-        let call = Call::acquire(keys, owner, lease, wait);
+        let call = Call::acquire(keys, hold, lease, wait);
         let (attempt, acked) = self.checked(
             current
                 .server
@@ -221,7 +221,7 @@ impl SentinelMaster {
             return Ok(attempt);
         }
         // Held on the master alone: a failover now would lose it. Undo it.
-        let released = match self.release(keys, owner).await {
+        let released = match self.release(keys, hold).await {
             Ok(_) => true,
             Err(e) => {
                 tracing::warn!(key = %keys.user, error = %e,
@@ -241,9 +241,9 @@ impl SentinelMaster {
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
     ) -> Result<Released, DriverError> {
-        self.checked(self.current().server.release(keys, owner).await)
+        self.checked(self.current().server.release(keys, hold).await)
     }
 
     pub(crate) async fn cancel(

@@ -12,7 +12,7 @@ use redis::Value;
 use super::conn::Settings;
 use super::error::{bounded, DriverError};
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::exec::{eval, eval_pipelined, load_all};
 use crate::protocol::{Attempt, Call, Publish, Released};
 
@@ -94,11 +94,11 @@ impl Server {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, DriverError> {
-        let call = Call::acquire(keys, owner, lease, wait);
+        let call = Call::acquire(keys, hold, lease, wait);
         let v = self.run(&call, "acquire timed out").await?;
         call.attempt(&v).map_err(|r| self.unexpected(r))
     }
@@ -142,9 +142,9 @@ impl Server {
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
     ) -> Result<Released, DriverError> {
-        let call = Call::release(keys, owner, Publish::Plain);
+        let call = Call::release(keys, hold, Publish::Plain);
         let v = self.run(&call, "release timed out").await?;
         call.released(&v).map_err(|r| self.unexpected(r))
     }

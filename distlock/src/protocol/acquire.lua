@@ -1,23 +1,37 @@
--- Acquire or re-enter a reentrant lock.
+-- Acquire or re-enter a reentrant lock. Safe to run twice (a client or proxy that retries
+-- after a lost reply): every acquisition marks its level in the hash (`l:<level id>`), so
+-- a second run finds its first run and answers the same without counting again.
 --
--- KEYS[1] lock hash (owner id -> reentrancy count; its expiry is the lease)
+-- KEYS[1] lock hash (owner id -> reentrancy count, and l:<level id> -> 1 for each level
+--         held; its expiry is the lease)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms
--- Returns: {1, token} newly acquired; {2, 0} re-entered by the same owner (the expiry is only
---   ever extended); {0, pttl} held by another owner.
-local lock, fence, owner, lease = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-if redis.call('exists', lock) == 0 then
-  local token = redis.call('incr', fence)
-  redis.call('hset', lock, owner, 1)
-  redis.call('pexpire', lock, lease)
-  return {1, token}
+-- ARGV[3] level id (one per acquisition)
+-- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- Returns: {1, token} newly acquired (run again: the same, with the counter's current
+--   value); {2, 0} re-entered by the same owner (the expiry is only ever extended);
+--   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
+--   gone (expired, deleted, lost in a failover): nothing is created.
+local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
+local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
+if redis.call('hexists', lock, level) == 1 then
+  if nested then return {2, 0} end
+  return {1, tonumber(redis.call('get', fence))}
 end
-if redis.call('hexists', lock, owner) == 1 then
+if nested then
+  if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
   redis.call('hincrby', lock, owner, 1)
+  redis.call('hset', lock, level, 1)
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
   return {2, 0}
 end
-return {0, redis.call('pttl', lock)}
+if redis.call('exists', lock) == 1 then
+  return {0, redis.call('pttl', lock)}
+end
+local token = redis.call('incr', fence)
+redis.call('hset', lock, owner, 1, level, 1)
+redis.call('pexpire', lock, lease)
+return {1, token}

@@ -9,10 +9,24 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms
 -- ARGV[3] wait left in ms (0: do not queue)
--- Returns: as acquire.lua; a refused waiter gets the time until the lock's lease ends, or until
+-- ARGV[4] level id (one per acquisition; see acquire.lua)
+-- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- Returns: as acquire.lua (and as safe to run twice); a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local level, nested = 'l:' .. ARGV[4], ARGV[5] == '1'
+if redis.call('hexists', lock, level) == 1 then
+  if nested then return {2, 0} end
+  return {1, tonumber(redis.call('get', KEYS[4]))}
+end
+if nested then
+  if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
+  redis.call('hincrby', lock, owner, 1)
+  redis.call('hset', lock, level, 1)
+  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  return {2, 0}
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('zremrangebyscore', waiters, '-inf', now)
@@ -40,13 +54,6 @@ local function enqueue()
   tidy()
 end
 if redis.call('exists', lock) == 1 then
-  if redis.call('hexists', lock, owner) == 1 then
-    redis.call('hincrby', lock, owner, 1)
-    if redis.call('pttl', lock) < lease then
-      redis.call('pexpire', lock, lease)
-    end
-    return {2, 0}
-  end
   enqueue()
   return {0, redis.call('pttl', lock)}
 end
@@ -61,6 +68,6 @@ if head then
   tidy()
 end
 local token = redis.call('incr', KEYS[4])
-redis.call('hset', lock, owner, 1)
+redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
 return {1, token}

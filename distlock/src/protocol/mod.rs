@@ -20,7 +20,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// Every script of the protocol.
@@ -118,6 +118,9 @@ pub(crate) enum Attempt {
     Reentered,
     /// Held by another owner, for this much longer (`None`: no expiry set).
     Held { ttl: Option<Duration> },
+    /// A nested acquisition found the owner's own hold gone (expired, deleted, lost in a
+    /// failover): nothing was created, and the enclosing hold is lost.
+    OuterLost,
     /// redlock/multi: too few nodes granted it (what was granted is released again); try
     /// again after `retry_in`. `busy`: every node answered, and others held it on some.
     NoQuorum {
@@ -204,22 +207,24 @@ impl Call {
 
     /// The acquire call for a lock of `keys.kind`. `wait`: how long the caller may still
     /// wait (fair and write locks queue for that long).
-    pub(crate) fn acquire(
-        keys: &LockKeys,
-        owner: OwnerId,
-        lease: Duration,
-        wait: Duration,
-    ) -> Call {
+    pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
         let lease = millis(lease);
         let wait = wait.as_millis().min(i64::MAX as u128).to_string();
+        let nested = if hold.nested { "1" } else { "0" };
         let mut call = match keys.kind {
-            LockKind::Reentrant => Call::new(Script::Acquire, keys).arg(owner.hex()).arg(lease),
-            LockKind::Fair => Call::new(Script::FairAcquire, keys)
-                .arg(owner.hex())
+            LockKind::Reentrant => Call::new(Script::Acquire, keys)
+                .arg(hold.owner.hex())
                 .arg(lease)
-                .arg(wait),
+                .arg(hold.level_hex())
+                .arg(nested),
+            LockKind::Fair => Call::new(Script::FairAcquire, keys)
+                .arg(hold.owner.hex())
+                .arg(lease)
+                .arg(wait)
+                .arg(hold.level_hex())
+                .arg(nested),
             LockKind::Read | LockKind::Write => Call::new(Script::RwAcquire, keys)
-                .arg(owner.hex())
+                .arg(hold.owner.hex())
                 .arg(lease)
                 .arg(rw_mode(keys.kind))
                 .arg(wait),
@@ -236,6 +241,7 @@ impl Call {
                     token: u64::try_from(*token).map_err(|_| self.unexpected(v))?,
                 }),
                 [Value::Int(2), _] => Ok(Attempt::Reentered),
+                [Value::Int(3), _] => Ok(Attempt::OuterLost),
                 [Value::Int(0), Value::Int(pttl)] => Ok(Attempt::Held {
                     ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
                 }),
@@ -246,17 +252,20 @@ impl Call {
     }
 
     /// The release call of one level.
-    pub(crate) fn release(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Call {
+    pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
                 .only_hash()
-                .arg(owner.hex()),
+                .arg(hold.owner.hex())
+                .arg(&keys.channel)
+                .arg(publish.verb())
+                .arg(hold.level_hex()),
             LockKind::Read | LockKind::Write => Call::new(Script::RwRelease, keys)
-                .arg(owner.hex())
-                .arg(rw_mode(keys.kind)),
+                .arg(hold.owner.hex())
+                .arg(rw_mode(keys.kind))
+                .arg(&keys.channel)
+                .arg(publish.verb()),
         }
-        .arg(&keys.channel)
-        .arg(publish.verb())
     }
 
     /// What a release call's reply means.
@@ -351,23 +360,18 @@ mod tests {
     #[test]
     fn the_publish_verb_is_passed_in() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
-        let owner = OwnerId::random();
-        let plain = Call::release(&keys, owner, Publish::Plain);
-        let sharded = Call::release(&keys, owner, Publish::Sharded);
-        assert_eq!(plain.args.last().unwrap(), b"publish");
-        assert_eq!(sharded.args.last().unwrap(), b"spublish");
+        let hold = Hold::fresh();
+        let plain = Call::release(&keys, hold, Publish::Plain);
+        let sharded = Call::release(&keys, hold, Publish::Sharded);
+        assert_eq!(plain.args[2], b"publish");
+        assert_eq!(sharded.args[2], b"spublish");
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
     }
 
     #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
-        let call = Call::acquire(
-            &keys,
-            OwnerId::random(),
-            Duration::from_secs(1),
-            Duration::ZERO,
-        );
+        let call = Call::acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);
         assert_eq!(call.keys.len(), 2);
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(

@@ -1,13 +1,19 @@
--- Release one level of a reentrant (or fair) lock.
+-- Release one level of a reentrant (or fair) lock. Safe to run twice: the level's mark
+-- (`l:<level id>`, set by the acquisition) is removed first, so a second run finds it gone
+-- and changes nothing; a release never removes a level it did not take.
 --
 -- KEYS[1] lock hash
 -- ARGV[1] owner id
 -- ARGV[2] channel
 -- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
--- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly;
---   0 freed (then the release is published on the channel).
+-- ARGV[4] level id of the acquisition released
+-- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly
+--   (also when this level was released already); 0 freed (then the release is published
+--   on the channel).
 local lock, owner = KEYS[1], ARGV[1]
-if redis.call('hexists', lock, owner) == 0 then
+if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
+  local count = tonumber(redis.call('hget', lock, owner) or 0)
+  if count > 0 then return count end
   return -1
 end
 local left = redis.call('hincrby', lock, owner, -1)

@@ -116,7 +116,7 @@ use super::error::DriverError;
 use super::server::Server;
 use crate::hub::{Hub, SubscribeRequest};
 use crate::keys::LockKeys;
-use crate::owner::OwnerId;
+use crate::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 
 mod fanout;
@@ -361,23 +361,18 @@ impl QuorumDriver {
     /// A split (every node answered, some granted it and others hold it) is tried again at
     /// once, a single time: it is most often a release still in flight on some nodes when a
     /// waiter was woken (by that release on another node, or by an earlier one).
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: OwnerId,
-        lease: Duration,
-    ) -> Attempt {
-        match self.attempt(keys, owner, lease).await {
+    pub(crate) async fn acquire(&self, keys: &LockKeys, hold: Hold, lease: Duration) -> Attempt {
+        match self.attempt(keys, hold, lease).await {
             Attempt::NoQuorum {
                 busy: true,
                 granted,
                 ..
-            } if granted > 0 => self.attempt(keys, owner, lease).await,
+            } if granted > 0 => self.attempt(keys, hold, lease).await,
             other => other,
         }
     }
 
-    async fn attempt(&self, keys: &LockKeys, owner: OwnerId, lease: Duration) -> Attempt {
+    async fn attempt(&self, keys: &LockKeys, hold: Hold, lease: Duration) -> Attempt {
         let start = Instant::now();
         let node_timeout = self.options.node_timeout;
         let granted_by = |r: &Option<Result<Attempt, DriverError>>| {
@@ -404,7 +399,7 @@ impl QuorumDriver {
                         let server = node.server()?;
                         node.ask(
                             node_timeout,
-                            server.acquire(&keys, owner, lease, Duration::ZERO),
+                            server.acquire(&keys, hold, lease, Duration::ZERO),
                         )
                         .await
                     }
@@ -452,7 +447,7 @@ impl QuorumDriver {
             .copied()
             .filter(|&i| granted_by(&replies[i]) || !matches!(replies[i], Some(Ok(_))))
             .collect();
-        self.undo(keys, owner, &undo).await;
+        self.undo(keys, hold, &undo).await;
 
         let n = self.nodes.len();
         let mut held: Vec<Option<Duration>> = replies
@@ -530,7 +525,7 @@ impl QuorumDriver {
 
     /// Release on the nodes `which` after a failed attempt. Waits at most `node_timeout`;
     /// releases still under way then finish in the background.
-    async fn undo(&self, keys: &LockKeys, owner: OwnerId, which: &[usize]) {
+    async fn undo(&self, keys: &LockKeys, hold: Hold, which: &[usize]) {
         if which.is_empty() {
             return;
         }
@@ -542,7 +537,7 @@ impl QuorumDriver {
                 move |node| {
                     let keys = keys.clone();
                     async move {
-                        let r = node.server()?.release(&keys, owner).await;
+                        let r = node.server()?.release(&keys, hold).await;
                         if let Err(e) = &r {
                             tracing::debug!(node = %node.address, key = %keys.user, error = %e,
                                 "distlock: undoing a partial grant failed; it expires with its lease");
@@ -566,7 +561,7 @@ impl QuorumDriver {
     pub(crate) async fn release(
         &self,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
     ) -> Result<Released, DriverError> {
         let deadline = Instant::now() + self.options.node_timeout;
         let keys = Arc::new(keys.clone());
@@ -574,7 +569,7 @@ impl QuorumDriver {
             let keys = keys.clone();
             async move {
                 let r = match node.server() {
-                    Ok(server) => server.release(&keys, owner).await,
+                    Ok(server) => server.release(&keys, hold).await,
                     Err(e) => Err(e),
                 };
                 node.answered(&r);

@@ -1,0 +1,279 @@
+//! Safety against a real redis-server: scripts that run twice, rollbacks that undo only
+//! their own level, nested acquisitions of a lock that vanished, sibling futures, dropped
+//! futures, transient failures within the wait, and one bad renewal in a batch.
+//!
+//! Each test here failed before the fix it names (issue "safety hardening").
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::unique;
+use distlock::{Lease, LockError, Registry};
+use distlock_tests::proxy::Proxy;
+use distlock_tests::{addr_of, resp_command, single_url, RedisProcess, RespValue};
+
+async fn registry(url: &str, extra: &str) -> Registry {
+    Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n{extra}\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
+    ))
+    .await
+    .expect("connect to the test redis-server")
+}
+
+/// `EVAL script 2 hash fence args...` on the shared server, raw.
+fn eval(script: &str, keys: &[&str], args: &[&str]) -> RespValue {
+    let mut cmd = vec!["EVAL", script];
+    let n = keys.len().to_string();
+    cmd.push(&n);
+    cmd.extend_from_slice(keys);
+    cmd.extend_from_slice(args);
+    resp_command(&addr_of(&single_url()), &cmd).expect("EVAL")
+}
+
+fn hget(hash: &str, field: &str) -> Option<i64> {
+    match resp_command(&addr_of(&single_url()), &["HGET", hash, field]).expect("HGET") {
+        RespValue::Bulk(b) => String::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+/// Item 2: an acquire run twice (a client or proxy retrying after a lost reply) answers
+/// the same, and counts once: the guard gets a real token, and one release frees it.
+#[test]
+fn acquire_script_run_twice_counts_once() {
+    use distlock::__private::scripts::{ACQUIRE, RELEASE};
+    let hash = format!("lock:{{{}}}", unique("twice"));
+    let fence = format!("{hash}:fence");
+    let keys = [hash.as_str(), fence.as_str()];
+    let first = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
+    let again = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
+    assert_eq!(first, again, "the same answer, with the same token");
+    assert_eq!(hget(&hash, OWNER), Some(1), "counted once");
+    let freed = eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", "a1"]);
+    assert_eq!(freed, RespValue::Integer(0), "one release frees it");
+}
+
+/// Items 2 and 3: a nested release run twice, or a release of a level that was never
+/// taken (a rolled-back attempt that did not run on that node), leaves the outer hold.
+#[test]
+fn release_only_undoes_its_own_level_once() {
+    use distlock::__private::scripts::{ACQUIRE, RELEASE};
+    let hash = format!("lock:{{{}}}", unique("levels"));
+    let fence = format!("{hash}:fence");
+    let keys = [hash.as_str(), fence.as_str()];
+    eval(ACQUIRE, &keys, &[OWNER, "10000", "outer", "0"]);
+    eval(ACQUIRE, &keys, &[OWNER, "10000", "inner", "1"]);
+    assert_eq!(hget(&hash, OWNER), Some(2));
+    let release = |level: &str| eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", level]);
+    assert_eq!(release("inner"), RespValue::Integer(1));
+    assert_eq!(
+        release("inner"),
+        RespValue::Integer(1),
+        "run again: no change"
+    );
+    assert_eq!(
+        release("never-taken"),
+        RespValue::Integer(1),
+        "a level never taken"
+    );
+    assert_eq!(hget(&hash, OWNER), Some(1), "the outer level stands");
+}
+
+/// Item 2 through the client: the reply to an acquire is lost (the proxy resets the
+/// connection right after the server answered) and the acquire is tried again within its
+/// wait: the guard gets a real, larger token, and its release frees the lock.
+#[tokio::test]
+async fn acquire_retried_after_a_lost_reply() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let reg = registry(&proxy.url(), "").await;
+    let first = reg.lock("k").acquire().await.expect("acquire");
+    let t1 = first.fencing_token();
+    first.release().await.expect("release");
+    proxy.reset_after_replies(1);
+    let g = reg
+        .lock("k")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire after a lost reply");
+    assert!(g.fencing_token() > t1, "{} after {t1}", g.fencing_token());
+    g.release().await.expect("release");
+    let direct = registry(&server.url(), "").await;
+    assert!(
+        direct.lock("k").try_acquire().await.expect("try").is_some(),
+        "freed by the one release"
+    );
+}
+
+/// Item 4: a nested acquisition of a lock that vanished under its outer hold (deleted
+/// behind its back) fails with `LeaseLost`, tells the outer guard, and re-creates nothing.
+#[tokio::test]
+async fn nested_acquire_of_a_vanished_lock_reports_the_outer_lost() {
+    let reg = registry(&single_url(), "").await;
+    let key = unique("vanished");
+    let outer = reg
+        .lock(key.as_str())
+        .lease(Lease::Fixed(Duration::from_secs(10)))
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(reg.lock(key.as_str()).force_unlock().await.expect("force"));
+    let nested = outer.scope(reg.lock(key.as_str()).acquire()).await;
+    assert!(
+        matches!(nested, Err(LockError::LeaseLost { .. })),
+        "{nested:?}"
+    );
+    assert!(!outer.is_held(), "the outer guard heard of it");
+    let lost = tokio::time::timeout(Duration::from_secs(1), outer.lost()).await;
+    assert!(lost.is_ok(), "lost() resolved");
+    let exists = resp_command(
+        &addr_of(&single_url()),
+        &["EXISTS", &format!("lock:{{{key}}}")],
+    );
+    assert_eq!(
+        exists.expect("EXISTS"),
+        RespValue::Integer(0),
+        "not re-created"
+    );
+}
+
+/// Item 5: sibling futures of one task under one outer hold take the same lock in turns.
+#[tokio::test]
+async fn sibling_futures_exclude_each_other() {
+    for reg in [
+        registry(&single_url(), "").await,
+        Registry::from_str("[backends.main]\nmode = \"memory\"")
+            .await
+            .expect("memory"),
+    ] {
+        let key = unique("siblings");
+        let outer = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let inside = Arc::new(AtomicBool::new(false));
+        let counter = Arc::new(AtomicU32::new(0));
+        let section = || {
+            let (reg, key, inside, counter) =
+                (reg.clone(), key.clone(), inside.clone(), counter.clone());
+            async move {
+                let g = reg
+                    .lock(key.as_str())
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .expect("nested");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two siblings inside");
+                let read = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                counter.store(read + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.expect("release");
+            }
+        };
+        outer
+            .scope(async { tokio::join!(section(), section(), section()) })
+            .await;
+        assert_eq!(counter.load(Ordering::SeqCst), 3, "no update lost");
+        outer.release().await.expect("release");
+    }
+}
+
+/// Item 8: an acquire whose future is dropped after the script was sent leaves nothing
+/// held; so does a dropped `release()`.
+#[tokio::test]
+async fn dropped_acquire_and_release_leave_nothing_held() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let reg = registry(&proxy.url(), "").await;
+    let direct = registry(&server.url(), "").await;
+    let fixed = Lease::Fixed(Duration::from_secs(20));
+    proxy.set_latency(Duration::from_millis(200));
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(100),
+        reg.lock("a").lease(fixed).acquire(),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "cancelled while the script was under way"
+    );
+    let free = direct
+        .lock("a")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await;
+    assert!(
+        free.is_ok(),
+        "the cancelled acquisition was released: {free:?}"
+    );
+    drop(free);
+    proxy.set_latency(Duration::ZERO);
+    let g = reg.lock("b").lease(fixed).acquire().await.expect("acquire");
+    proxy.set_latency(Duration::from_millis(200));
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), g.release()).await;
+    assert!(cancelled.is_err(), "release cancelled");
+    let free = direct
+        .lock("b")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await;
+    assert!(free.is_ok(), "the dropped release still released: {free:?}");
+}
+
+/// Item 12: an acquire that meets a server it cannot reach keeps trying within its wait.
+#[tokio::test]
+async fn transient_failures_are_retried_within_the_wait() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let reg = registry(&proxy.url(), "").await;
+    proxy.set_refuse(true);
+    proxy.reset_all();
+    let restore = {
+        let proxy_url = proxy.url();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            proxy_url
+        })
+    };
+    let acquiring = tokio::spawn({
+        let reg = reg.clone();
+        async move {
+            reg.lock("t")
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .await
+                .map(|g| g.fencing_token())
+        }
+    });
+    restore.await.expect("timer");
+    proxy.set_refuse(false);
+    let token = acquiring.await.expect("task");
+    assert!(
+        token.is_ok(),
+        "acquired once the server was back: {token:?}"
+    );
+}
+
+/// Item 9: one renewal that fails (WRONGTYPE) does not take the healthy leases of its
+/// batch down with it.
+#[tokio::test]
+async fn one_bad_renewal_does_not_fail_the_batch() {
+    let reg = registry(&single_url(), "").await;
+    let (bad, good) = (unique("bad"), unique("good"));
+    let g_bad = reg.lock(bad.as_str()).acquire().await.expect("acquire");
+    let g_good = reg.lock(good.as_str()).acquire().await.expect("acquire");
+    let addr = addr_of(&single_url());
+    let hash = format!("lock:{{{bad}}}");
+    resp_command(&addr, &["DEL", &hash]).expect("DEL");
+    resp_command(&addr, &["SET", &hash, "not a hash"]).expect("SET");
+    // Three renewal rounds (every 333 ms) and the 1 s lease's end.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert!(g_good.is_held(), "the healthy lease was renewed on its own");
+    assert!(!g_bad.is_held(), "the broken one is lost");
+    resp_command(&addr, &["DEL", &hash]).expect("DEL");
+    g_good.release().await.expect("release");
+}
