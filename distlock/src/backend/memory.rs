@@ -351,11 +351,11 @@ impl MemoryDriver {
                     rw.purge(now);
                     return match (keys.kind, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
                         (LockKind::Write, Some((w, _, until)), _) if w == owner => {
-                            *until = now + lease;
+                            *until = (*until).max(now + lease);
                             true
                         }
                         (LockKind::Read, _, Some((_, until))) => {
-                            *until = now + lease;
+                            *until = (*until).max(now + lease);
                             true
                         }
                         _ => false,
@@ -375,7 +375,8 @@ impl MemoryDriver {
     ) -> bool {
         match Self::live(st, &keys.hash, now) {
             Some(h) if h.owners.contains_key(&owner) => {
-                h.expires_at = now + lease;
+                // Only ever extends (a nested auto lease inside a longer fixed one).
+                h.expires_at = h.expires_at.max(now + lease);
                 true
             }
             _ => false,

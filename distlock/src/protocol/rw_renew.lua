@@ -1,4 +1,5 @@
--- Renew one reader's or the writer's own lease, only while it still holds it.
+-- Renew one reader's or the writer's own lease, only while it still holds it; a lease is
+-- only ever extended, never shortened (a nested auto lease inside a longer fixed one).
 --
 -- KEYS[1] rw hash
 -- KEYS[2] readers zset
@@ -13,11 +14,14 @@
 local owner, lease = ARGV[1], tonumber(ARGV[2])
 if ARGV[3] == 'write' then
   if writer ~= owner then return 0 end
-  wexp = now + lease
-  redis.call('hset', rw, 'wexp', wexp)
+  if wexp < now + lease then
+    wexp = now + lease
+    redis.call('hset', rw, 'wexp', wexp)
+  end
 else
-  if not redis.call('zscore', readers, owner) then return 0 end
-  redis.call('zadd', readers, now + lease, owner)
+  local e = redis.call('zscore', readers, owner)
+  if not e then return 0 end
+  if tonumber(e) < now + lease then redis.call('zadd', readers, now + lease, owner) end
 end
 touch()
 return 1
