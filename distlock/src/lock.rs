@@ -213,8 +213,23 @@ async fn acquire(
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
+    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
+    // held for longer than a day without renewal is a wedge waiting to happen.
+    if lease_len > crate::MAX_LEASE {
+        return Err(LockError::InvalidDuration {
+            key: keys.user,
+            backend: backend.name.to_string(),
+            what: if auto {
+                "lease (watchdog_timeout)"
+            } else {
+                "lease"
+            },
+            value: lease_len,
+            limit: crate::MAX_LEASE,
+        });
+    }
     let start = Instant::now();
-    let deadline = start + wait;
+    let deadline = start + wait.min(crate::MAX_WAIT);
     let mut watch = None;
     let mut backend_retry = Backoff::retry();
     // A fair or write waiter is queued in the backend once refused: on every way out but

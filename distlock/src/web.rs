@@ -4,7 +4,7 @@
 //! |-------|--------|---------|
 //! | `Timeout` | 409 Conflict: someone else holds the lock; the request may be retried | `Retry-After` |
 //! | `LeaseLost`, `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed, not the request | `Retry-After: 1` |
-//! | `NotInitialized`, `NoSuchBackend`, `InvalidKey`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
+//! | `NotInitialized`, `NoSuchBackend`, `InvalidKey`, `InvalidDuration`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
 //!
 //! The body is a small JSON object: `{"error": CODE, "key": KEY, "backend": NAME, "message": TEXT}`
 //! (`key` and `backend` when the error names them; `retry_after_secs` with a `Retry-After`).
@@ -107,6 +107,7 @@ impl LockError {
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
             | LockError::InvalidKey { .. }
+            | LockError::InvalidDuration { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -140,6 +141,7 @@ impl LockError {
             LockError::Backend { .. } => "lock_backend_unavailable",
             LockError::Unsupported { .. } => "lock_unsupported",
             LockError::InvalidKey { .. } => "lock_invalid_key",
+            LockError::InvalidDuration { .. } => "lock_invalid_duration",
         }
     }
 
@@ -354,6 +356,13 @@ mod tests {
             LockError::Unsupported {
                 backend: "main".into(),
                 what: "lock kind `fair` on mode = \"redlock\"".into(),
+            },
+            LockError::InvalidDuration {
+                key: "order:42".into(),
+                backend: "main".into(),
+                what: "lease",
+                value: Duration::MAX,
+                limit: crate::MAX_LEASE,
             },
             LockError::NotHeld {
                 key: "order:42".into(),

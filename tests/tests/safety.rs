@@ -134,3 +134,198 @@ async fn renewal_never_shortens_memory() {
 async fn renewal_never_shortens_memory_write() {
     nested_auto_never_shortens(&memory().await, LockKind::Write, false).await;
 }
+
+// ------------------------------------------------------------------ item 7: durations
+
+/// The largest valid lease is documented as 24 hours; this is far beyond.
+const ABSURD: Duration = Duration::MAX;
+
+/// `Lease::Fixed(Duration::MAX)` is refused up front with an error naming the value and the
+/// limit, and leaves nothing behind on the server (before: INCR and HSET ran, PEXPIRE
+/// failed, the hash stayed without expiry, forever).
+async fn absurd_lease_refused(reg: &Registry, on_server: bool) {
+    for kind in [
+        LockKind::Reentrant,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ] {
+        let key = unique("absurd-lease");
+        let err = reg
+            .lock(key.as_str())
+            .kind(kind)
+            .lease(Lease::Fixed(ABSURD))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect_err("an absurd lease must be refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("lease") && msg.contains("24h") && msg.contains(&key),
+            "{kind:?}: the error names the lease, its limit and the key: {msg}"
+        );
+        if on_server {
+            let exists = resp_command(
+                &addr_of(&single_url()),
+                &[
+                    "EXISTS",
+                    &format!("lock:{{{key}}}"),
+                    &format!("lock:{{{key}}}:fair"),
+                    &format!("lock:{{{key}}}:rw"),
+                    &format!("lock:{{{key}}}:fence"),
+                ],
+            )
+            .expect("EXISTS");
+            assert_eq!(
+                exists.as_int(),
+                Some(0),
+                "{kind:?}: nothing written for {key}"
+            );
+        }
+        // The key stays usable.
+        let g = reg
+            .lock(key.as_str())
+            .kind(kind)
+            .lease(Lease::Fixed(Duration::from_secs(5)))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect("a normal lease on the same key");
+        g.release().await.expect("release");
+    }
+}
+
+/// `wait(Duration::MAX)` saturates instead of panicking on `Instant + wait`.
+async fn unbounded_wait_saturates(reg: &Registry) {
+    for kind in [
+        LockKind::Reentrant,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ] {
+        let key = unique("max-wait");
+        let g = reg
+            .lock(key.as_str())
+            .kind(kind)
+            .wait(Duration::MAX)
+            .lease(Lease::Fixed(Duration::from_millis(300)))
+            .acquire()
+            .await
+            .expect("a free lock with wait(MAX)");
+        // A second owner waits (saturated wait) until the first lease runs out.
+        let (reg2, key2) = (reg.clone(), key.clone());
+        let waiter = tokio::spawn(async move {
+            let w = if matches!(kind, LockKind::Read) {
+                LockKind::Write
+            } else {
+                kind
+            };
+            reg2.lock(key2.as_str())
+                .kind(w)
+                .wait(Duration::MAX)
+                .lease(Lease::Fixed(Duration::from_secs(5)))
+                .acquire()
+                .await
+                .map(|g| g.fencing_token())
+        });
+        let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter gets the lock once the 300ms lease ends")
+            .expect("the waiter task did not panic");
+        got.expect("acquired");
+        drop(g);
+    }
+}
+
+#[tokio::test]
+async fn absurd_lease_refused_single() {
+    absurd_lease_refused(&single().await, true).await;
+}
+
+#[tokio::test]
+async fn absurd_lease_refused_memory() {
+    absurd_lease_refused(&memory().await, false).await;
+}
+
+#[tokio::test]
+async fn unbounded_wait_saturates_single() {
+    unbounded_wait_saturates(&single().await).await;
+}
+
+#[tokio::test]
+async fn unbounded_wait_saturates_memory() {
+    unbounded_wait_saturates(&memory().await).await;
+}
+
+/// Each script checks its numeric arguments before its first write: run directly with an
+/// absurd lease or wait, it answers with an error and leaves no key behind.
+#[test]
+fn scripts_validate_arguments_before_writing() {
+    let prologue = include_str!("../../distlock/src/protocol/rw_prologue.lua");
+    let rw = |body: &str| format!("{prologue}{body}");
+    let huge = "100000000000000000000";
+    let owner = "00112233445566778899aabbccddeeff";
+    let cases: Vec<(&str, String, usize, Vec<&str>)> = vec![
+        (
+            "acquire.lua",
+            include_str!("../../distlock/src/protocol/acquire.lua").to_owned(),
+            2,
+            vec![owner, huge],
+        ),
+        (
+            "fair_acquire.lua",
+            include_str!("../../distlock/src/protocol/fair_acquire.lua").to_owned(),
+            4,
+            vec![owner, huge, "1000"],
+        ),
+        (
+            "fair_acquire.lua (wait)",
+            include_str!("../../distlock/src/protocol/fair_acquire.lua").to_owned(),
+            4,
+            vec![owner, "1000", huge],
+        ),
+        (
+            "rw_acquire.lua",
+            rw(include_str!("../../distlock/src/protocol/rw_acquire.lua")),
+            4,
+            vec![owner, huge, "write", "0"],
+        ),
+        (
+            "rw_acquire.lua (read)",
+            rw(include_str!("../../distlock/src/protocol/rw_acquire.lua")),
+            4,
+            vec![owner, huge, "read", "0"],
+        ),
+        (
+            "rw_acquire.lua (wait)",
+            rw(include_str!("../../distlock/src/protocol/rw_acquire.lua")),
+            4,
+            vec![owner, "1000", "write", "nonsense"],
+        ),
+    ];
+    for (name, script, nkeys, args) in cases {
+        let key = unique("script-argv");
+        let keys: Vec<String> = ["", ":b", ":c", ":fence"]
+            .iter()
+            .take(nkeys)
+            .map(|s| format!("lock:{{{key}}}{s}"))
+            .collect();
+        let n = nkeys.to_string();
+        let mut cmd = vec!["EVAL", script.as_str(), n.as_str()];
+        cmd.extend(keys.iter().map(String::as_str));
+        cmd.extend(args.iter().copied());
+        let reply = resp_command(&addr_of(&single_url()), &cmd).expect("EVAL");
+        assert!(
+            matches!(reply, distlock_tests::RespValue::Error(_)),
+            "{name}: an absurd argument must be an error reply, got {reply:?}"
+        );
+        let mut exists = vec!["EXISTS"];
+        exists.extend(keys.iter().map(String::as_str));
+        let left = resp_command(&addr_of(&single_url()), &exists).expect("EXISTS");
+        assert_eq!(
+            left.as_int(),
+            Some(0),
+            "{name}: wrote keys before failing: {reply:?}"
+        );
+    }
+}

@@ -151,11 +151,11 @@ impl MemoryDriver {
                 let head = q.head(now);
                 if held {
                     if !reentrant && !wait.is_zero() {
-                        q.enqueue(owner, now + wait);
+                        q.enqueue(owner, later(now, wait));
                     }
                 } else if head.is_some_and(|h| h != owner) {
                     if !wait.is_zero() {
-                        q.enqueue(owner, now + wait);
+                        q.enqueue(owner, later(now, wait));
                     }
                     let head_deadline = head.and_then(|h| q.deadlines.get(&h).copied());
                     return Attempt::Held {
@@ -175,7 +175,7 @@ impl MemoryDriver {
                     keys.hash.clone(),
                     Held {
                         owners: HashMap::from([(owner, 1)]),
-                        expires_at: now + lease,
+                        expires_at: later(now, lease),
                     },
                 );
                 Attempt::Acquired { token }
@@ -183,7 +183,7 @@ impl MemoryDriver {
             Some(held) => match held.owners.get_mut(&owner) {
                 Some(count) => {
                     *count += 1;
-                    held.expires_at = held.expires_at.max(now + lease);
+                    held.expires_at = held.expires_at.max(later(now, lease));
                     Attempt::Reentered
                 }
                 None => Attempt::Held {
@@ -210,7 +210,7 @@ impl MemoryDriver {
         if keys.kind == LockKind::Read {
             if let Some((count, until)) = rw.readers.get_mut(&owner) {
                 *count += 1;
-                *until = (*until).max(now + lease);
+                *until = (*until).max(later(now, lease));
                 return Attempt::Reentered;
             }
             match writer {
@@ -222,12 +222,12 @@ impl MemoryDriver {
                 }
                 _ => {}
             }
-            rw.readers.insert(owner, (1, now + lease));
+            rw.readers.insert(owner, (1, later(now, lease)));
         } else {
             if let Some((w, count, until)) = rw.writer.as_mut() {
                 if *w == owner {
                     *count += 1;
-                    *until = (*until).max(now + lease);
+                    *until = (*until).max(later(now, lease));
                     return Attempt::Reentered;
                 }
             }
@@ -237,12 +237,12 @@ impl MemoryDriver {
             };
             if let Some(until) = busy {
                 if !wait.is_zero() {
-                    rw.writers.insert(owner, now + wait);
+                    rw.writers.insert(owner, later(now, wait));
                 }
                 return held(until);
             }
             rw.writers.remove(&owner);
-            rw.writer = Some((owner, 1, now + lease));
+            rw.writer = Some((owner, 1, later(now, lease)));
         }
         Attempt::Acquired {
             token: st.next_token(&keys.fence),
@@ -351,11 +351,11 @@ impl MemoryDriver {
                     rw.purge(now);
                     return match (keys.kind, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
                         (LockKind::Write, Some((w, _, until)), _) if w == owner => {
-                            *until = (*until).max(now + lease);
+                            *until = (*until).max(later(now, lease));
                             true
                         }
                         (LockKind::Read, _, Some((_, until))) => {
-                            *until = (*until).max(now + lease);
+                            *until = (*until).max(later(now, lease));
                             true
                         }
                         _ => false,
@@ -376,7 +376,7 @@ impl MemoryDriver {
         match Self::live(st, &keys.hash, now) {
             Some(h) if h.owners.contains_key(&owner) => {
                 // Only ever extends (a nested auto lease inside a longer fixed one).
-                h.expires_at = h.expires_at.max(now + lease);
+                h.expires_at = h.expires_at.max(later(now, lease));
                 true
             }
             _ => false,
@@ -404,4 +404,13 @@ impl MemoryDriver {
         }
         existed
     }
+}
+
+/// `now + d`, saturating far in the future instead of panicking on an absurd duration (the
+/// lock builder refuses leases over `MAX_LEASE` and caps waits at `MAX_WAIT`; this keeps
+/// the backend itself from panicking whatever it is given).
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(crate::MAX_WAIT))
+        .unwrap_or(now)
 }

@@ -7,12 +7,19 @@
 -- KEYS[3] waiters' deadlines zset
 -- KEYS[4] fencing counter
 -- ARGV[1] owner id
--- ARGV[2] lease in ms
--- ARGV[3] wait left in ms (0: do not queue)
+-- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
+-- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- Returns: as acquire.lua; a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- Checked before the first write, so a bad argument leaves nothing behind.
+if not lease or lease < 1 or lease > 86400000 then
+  return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
+end
+if not wait or wait < 0 or wait > 31536000000 then
+  return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[3]))
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('zremrangebyscore', waiters, '-inf', now)
