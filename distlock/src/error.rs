@@ -151,6 +151,44 @@ pub enum LockError {
         /// Why it was refused.
         reason: String,
     },
+    /// A duration out of the range distlock accepts, refused before anything is sent: a
+    /// lease (fixed, or `watchdog_timeout` for an auto lease) longer than
+    /// [`MAX_LEASE`](crate::MAX_LEASE) (24 hours). Waits are never refused: they saturate at
+    /// [`MAX_WAIT`](crate::MAX_WAIT).
+    ///
+    /// ```
+    /// use distlock::{Lease, LockError, Registry};
+    /// use std::time::Duration;
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let err = registry.lock("job").lease(Lease::Fixed(Duration::MAX)).acquire().await;
+    /// assert!(matches!(err, Err(LockError::InvalidDuration { .. })));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("invalid {what} {} for lock `{key}` on backend `{backend}`: at most {} is allowed", fmt_duration(*.value), fmt_duration(*.limit))]
+    #[non_exhaustive]
+    InvalidDuration {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// Which duration: `"lease"` or `"lease (watchdog_timeout)"`.
+        what: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The largest value accepted.
+        limit: Duration,
+    },
+}
+
+/// A duration as written in the configuration (`"24h"`), or `Debug` beyond that syntax.
+fn fmt_duration(d: Duration) -> String {
+    if d.as_secs() > 100 * 365 * 86_400 {
+        format!("{d:?}")
+    } else {
+        distlock_config::format_duration(d)
+    }
 }
 
 fn known_list(known: &[String]) -> String {
@@ -187,7 +225,8 @@ impl LockError {
             | LockError::NotHeld { key, .. }
             | LockError::QuorumNotReached { key, .. }
             | LockError::ReplicationFailed { key, .. }
-            | LockError::InvalidKey { key, .. } => Some(key),
+            | LockError::InvalidKey { key, .. }
+            | LockError::InvalidDuration { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
@@ -206,6 +245,7 @@ impl LockError {
             | LockError::ReplicationFailed { backend, .. }
             | LockError::Backend { backend, .. }
             | LockError::Unsupported { backend, .. }
+            | LockError::InvalidDuration { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }

@@ -148,7 +148,7 @@ pub use distlock_macros::distributed_lock;
 pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
 pub use fence::fence;
 pub use guard::LockGuard;
-pub use lease::{Lease, LockKind, OnLost};
+pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use sites::{sites, Site};

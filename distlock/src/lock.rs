@@ -227,8 +227,23 @@ async fn acquire(
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
+    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
+    // held for longer than a day without renewal is a wedge waiting to happen.
+    if lease_len > crate::MAX_LEASE {
+        return Err(LockError::InvalidDuration {
+            key: keys.user,
+            backend: backend.name.to_string(),
+            what: if auto {
+                "lease (watchdog_timeout)"
+            } else {
+                "lease"
+            },
+            value: lease_len,
+            limit: crate::MAX_LEASE,
+        });
+    }
     let start = Instant::now();
-    let deadline = start + wait;
+    let deadline = start + wait.min(crate::MAX_WAIT);
     // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
     // the same kind, it counts a level of that hold, and sibling futures of the task take
     // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner

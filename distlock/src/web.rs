@@ -5,6 +5,7 @@
 //! | `Timeout` | 409 Conflict: someone else holds the lock; the request was not carried out and may be retried | `Retry-After` (see below) |
 //! | `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed before the request's work began; it was not carried out | `Retry-After: 1` |
 //! | `InvalidKey` | 400 Bad Request: the key made from the request is unusable (e.g. longer than 1024 bytes) | |
+//! | `InvalidDuration` | 500 Internal Server Error: a lease or `watchdog_timeout` over `MAX_LEASE` (a server bug or misconfiguration) | |
 //! | `LeaseLost` | 500 Internal Server Error: **the outcome is unknown** (see below) | none |
 //! | `NotInitialized`, `NoSuchBackend`, `NoDefaultBackend`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
 //!
@@ -128,6 +129,7 @@ impl LockError {
             | LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
             | LockError::NoDefaultBackend { .. }
+            | LockError::InvalidDuration { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -183,6 +185,7 @@ impl LockError {
             LockError::Backend { .. } => "lock_backend_unavailable",
             LockError::Unsupported { .. } => "lock_unsupported",
             LockError::InvalidKey { .. } => "lock_invalid_key",
+            LockError::InvalidDuration { .. } => "lock_invalid_duration",
         }
     }
 
@@ -443,6 +446,13 @@ mod tests {
             LockError::Unsupported {
                 backend: "main".into(),
                 what: "lock kind `fair` on mode = \"redlock\"".into(),
+            },
+            LockError::InvalidDuration {
+                key: "order:42".into(),
+                backend: "main".into(),
+                what: "lease",
+                value: Duration::MAX,
+                limit: crate::MAX_LEASE,
             },
             LockError::NotHeld {
                 key: "order:42".into(),

@@ -154,11 +154,11 @@ impl MemoryDriver {
                 let head = q.head(now);
                 if held {
                     if !reentrant && !wait.is_zero() {
-                        q.enqueue(owner, now + wait);
+                        q.enqueue(owner, later(now, wait));
                     }
                 } else if head.is_some_and(|h| h != owner) {
                     if !wait.is_zero() {
-                        q.enqueue(owner, now + wait);
+                        q.enqueue(owner, later(now, wait));
                     }
                     let head_deadline = head.and_then(|h| q.deadlines.get(&h).copied());
                     return Attempt::Held {
@@ -183,7 +183,7 @@ impl MemoryDriver {
                     keys.hash.clone(),
                     Held {
                         owners: HashMap::from([(owner, 1)]),
-                        expires_at: now + lease,
+                        expires_at: later(now, lease),
                     },
                 );
                 Attempt::Acquired { token }
@@ -191,7 +191,7 @@ impl MemoryDriver {
             Some(held) => match held.owners.get_mut(&owner) {
                 Some(count) => {
                     *count += 1;
-                    held.expires_at = held.expires_at.max(now + lease);
+                    held.expires_at = held.expires_at.max(later(now, lease));
                     Attempt::Reentered
                 }
                 None => Attempt::Held {
@@ -218,7 +218,7 @@ impl MemoryDriver {
         if keys.kind == LockKind::Read {
             if let Some((count, until)) = rw.readers.get_mut(&owner) {
                 *count += 1;
-                *until = (*until).max(now + lease);
+                *until = (*until).max(later(now, lease));
                 return Attempt::Reentered;
             }
             match writer {
@@ -230,12 +230,12 @@ impl MemoryDriver {
                 }
                 _ => {}
             }
-            rw.readers.insert(owner, (1, now + lease));
+            rw.readers.insert(owner, (1, later(now, lease)));
         } else {
             if let Some((w, count, until)) = rw.writer.as_mut() {
                 if *w == owner {
                     *count += 1;
-                    *until = (*until).max(now + lease);
+                    *until = (*until).max(later(now, lease));
                     return Attempt::Reentered;
                 }
             }
@@ -245,12 +245,12 @@ impl MemoryDriver {
             };
             if let Some(until) = busy {
                 if !wait.is_zero() {
-                    rw.writers.insert(owner, now + wait);
+                    rw.writers.insert(owner, later(now, wait));
                 }
                 return held(until);
             }
             rw.writers.remove(&owner);
-            rw.writer = Some((owner, 1, now + lease));
+            rw.writer = Some((owner, 1, later(now, lease)));
         }
         Attempt::Acquired {
             token: st.next_token(&keys.fence),
@@ -360,11 +360,11 @@ impl MemoryDriver {
                     rw.purge(now);
                     return match (keys.kind, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
                         (LockKind::Write, Some((w, _, until)), _) if w == owner => {
-                            *until = now + lease;
+                            *until = (*until).max(later(now, lease));
                             true
                         }
                         (LockKind::Read, _, Some((_, until))) => {
-                            *until = now + lease;
+                            *until = (*until).max(later(now, lease));
                             true
                         }
                         _ => false,
@@ -384,7 +384,8 @@ impl MemoryDriver {
     ) -> bool {
         match Self::live(st, &keys.hash, now) {
             Some(h) if h.owners.contains_key(&owner) => {
-                h.expires_at = now + lease;
+                // Only ever extends (a nested auto lease inside a longer fixed one).
+                h.expires_at = h.expires_at.max(later(now, lease));
                 true
             }
             _ => false,
@@ -452,4 +453,13 @@ impl MemoryDriver {
             .filter(|(_, _, e)| e.is_none_or(|e| e > now))
             .map(|(v, t, _)| (v.clone(), *t))
     }
+}
+
+/// `now + d`, saturating far in the future instead of panicking on an absurd duration (the
+/// lock builder refuses leases over `MAX_LEASE` and caps waits at `MAX_WAIT`; this keeps
+/// the backend itself from panicking whatever it is given).
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(crate::MAX_WAIT))
+        .unwrap_or(now)
 }

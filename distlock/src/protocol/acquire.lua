@@ -6,7 +6,7 @@
 --         held; its expiry is the lease)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id
--- ARGV[2] lease in ms
+-- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
 -- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
 -- Returns: {1, token} newly acquired (run again: the same, with the counter's current
@@ -18,6 +18,10 @@ local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
 if redis.call('hexists', lock, level) == 1 then
   if nested then return {2, 0} end
   return {1, tonumber(redis.call('get', fence))}
+end
+-- Checked before the first write, so a bad argument leaves nothing behind.
+if not lease or lease < 1 or lease > 86400000 then
+  return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
 if nested then
   if redis.call('hexists', lock, owner) == 0 then return {3, 0} end

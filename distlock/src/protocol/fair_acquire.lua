@@ -7,8 +7,8 @@
 -- KEYS[3] waiters' deadlines zset
 -- KEYS[4] fencing counter
 -- ARGV[1] owner id
--- ARGV[2] lease in ms
--- ARGV[3] wait left in ms (0: do not queue)
+-- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
+-- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[4] level id (one per acquisition; see acquire.lua)
 -- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
 -- Returns: as acquire.lua (and as safe to run twice); a refused waiter gets the time until the lock's lease ends, or until
@@ -16,6 +16,13 @@
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local level, nested = 'l:' .. ARGV[4], ARGV[5] == '1'
+-- Checked before the first write, so a bad argument leaves nothing behind.
+if not lease or lease < 1 or lease > 86400000 then
+  return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
+end
+if not wait or wait < 0 or wait > 31536000000 then
+  return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[3]))
+end
 if redis.call('hexists', lock, level) == 1 then
   if nested then return {2, 0} end
   return {1, tonumber(redis.call('get', KEYS[4]))}

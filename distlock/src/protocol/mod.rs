@@ -348,6 +348,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn scripts_check_the_same_bounds_as_the_builder() {
+        let lease = format!("lease > {}", crate::MAX_LEASE.as_millis());
+        let wait = format!("wait > {}", crate::MAX_WAIT.as_millis());
+        for s in [Script::Acquire, Script::Renew, Script::RwRenew] {
+            assert!(s.source().contains(&lease), "{s:?} checks {lease}");
+        }
+        for s in [Script::FairAcquire, Script::RwAcquire] {
+            assert!(s.source().contains(&lease), "{s:?} checks {lease}");
+            assert!(s.source().contains(&wait), "{s:?} checks {wait}");
+        }
+    }
+
+    #[test]
     fn every_script_is_headed_by_its_keys_and_argv() {
         for s in Script::ALL {
             let src = s.source();

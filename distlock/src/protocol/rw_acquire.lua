@@ -6,14 +6,21 @@
 -- KEYS[3] waiting writers zset
 -- KEYS[4] fencing counter
 -- ARGV[1] owner id
--- ARGV[2] lease in ms
+-- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
--- ARGV[4] wait left in ms (0: do not queue)
+-- ARGV[4] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- Returns: as acquire.lua.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, lease, mode, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+-- Checked before this script's first write (the prologue only purged expired state).
+if not lease or lease < 1 or lease > 86400000 then
+  return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
+end
+if not wait or wait < 0 or wait > 31536000000 then
+  return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[4]))
+end
 local function left(t) return math.max(t - now, 1) end
 if mode == 'read' then
   local rc = 'r:' .. owner
