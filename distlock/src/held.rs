@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -12,6 +13,23 @@ use crate::clock::{from_nanos, to_nanos};
 use crate::keys::LockKeys;
 use crate::owner::{Hold, OwnerId};
 use crate::LockError;
+
+/// How long before a lease can run out on the server its loss is signalled (`is_held()`
+/// turns false, `lost()` resolves, an annotated body is cancelled): a tenth of the lease,
+/// at least 20 ms and at most 2 s.
+///
+/// Why: the signal must reach the holder while the lock is still its own, so that it can
+/// stop (an annotated body is dropped at its next `.await`) before another process can
+/// acquire. The end of the lease is measured from the *send* time of the acquisition or of
+/// the last confirmed renewal, so network delay already counts against the holder; what
+/// the margin covers is the holder's own reaction (the task being scheduled, a write in
+/// flight) and the difference in clock rate between this host and the server (NTP keeps
+/// it well under 1 %, i.e. under a tenth of the margin). With the default
+/// `watchdog_timeout` of 30 s the margin is 2 s; renewals come every 10 s, so a renewal
+/// has three tries (every 250 ms after a failure) for every second before the signal.
+pub(crate) fn lost_margin(lease: Duration) -> Duration {
+    (lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(2))
+}
 
 /// The auto leases held on one backend, by id: what its watchdog renews.
 #[derive(Debug, Default)]
@@ -61,8 +79,11 @@ pub(crate) struct LeaseState {
     /// When it was acquired.
     pub(crate) acquired_at: Instant,
     state: AtomicU8,
-    /// When the lease ends as far as this process knows (nanos since `EPOCH`).
+    /// When the lease ends as far as this process knows (nanos on `clock`): the send time
+    /// of the acquisition or of the last confirmed renewal, plus the lease's validity.
     expires_at: AtomicU64,
+    /// How long before `expires_at` the loss is signalled (see [`lost_margin`]).
+    margin: Duration,
     reason: Mutex<Option<String>>,
     changed: Notify,
     /// Nested acquisitions of this lock under this hold take its one permit for as long
@@ -81,6 +102,7 @@ impl LeaseState {
         token: u64,
         auto: bool,
         outermost: bool,
+        lease_len: Duration,
         expires_at: Instant,
     ) -> Arc<LeaseState> {
         let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
@@ -97,6 +119,7 @@ impl LeaseState {
             acquired_at: Instant::now(),
             state: AtomicU8::new(HELD),
             expires_at: AtomicU64::new(to_nanos(expires_at)),
+            margin: lost_margin(lease_len),
             reason: Mutex::new(None),
             changed: Notify::new(),
             nested: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -116,8 +139,16 @@ impl LeaseState {
         self.expires_at.fetch_max(to_nanos(t), Ordering::AcqRel);
     }
 
+    /// When the loss is signalled if no renewal comes first: `margin` before the lease can
+    /// end on the server.
+    pub(crate) fn signal_at(&self) -> Instant {
+        self.expires_at()
+            .checked_sub(self.margin)
+            .unwrap_or_else(|| self.expires_at())
+    }
+
     pub(crate) fn is_held(&self) -> bool {
-        self.state.load(Ordering::Acquire) == HELD && Instant::now() < self.expires_at()
+        self.state.load(Ordering::Acquire) == HELD && Instant::now() < self.signal_at()
     }
 
     /// Held → lost. Returns false when it was released or already lost.
@@ -157,7 +188,7 @@ impl LeaseState {
     pub(crate) fn is_lost(&self) -> bool {
         match self.state.load(Ordering::Acquire) {
             LOST => true,
-            HELD => Instant::now() >= self.expires_at(),
+            HELD => Instant::now() >= self.signal_at(),
             _ => false,
         }
     }
@@ -187,12 +218,14 @@ impl LeaseState {
                 RELEASED => std::future::pending::<()>().await,
                 _ => {}
             }
-            let until = self.expires_at();
+            let until = self.signal_at();
             if Instant::now() >= until {
                 let why = if self.auto {
-                    "the lease expired before the watchdog could renew it".to_string()
+                    "the watchdog could not renew it before the safety margin ahead of its end"
+                        .to_string()
                 } else {
-                    "the fixed lease ran out".to_string()
+                    "the fixed lease is running out (within the safety margin of its end)"
+                        .to_string()
                 };
                 self.mark_lost(why);
                 return self.lost_error();

@@ -348,6 +348,7 @@ async fn acquire(
                     token,
                     auto,
                     true,
+                    lease_len,
                     expires_at,
                 );
                 return Ok(LockGuard {
@@ -374,6 +375,7 @@ async fn acquire(
                     token,
                     auto,
                     false,
+                    lease_len,
                     expires_at,
                 );
                 return Ok(LockGuard {

@@ -62,9 +62,9 @@ async fn renew_all(backend: &Backend) -> bool {
                 }
                 Err(e) => {
                     failures += 1;
-                    if lease.expires_at() <= now {
+                    if lease.signal_at() <= now {
                         lease.mark_lost(format!(
-                            "the watchdog could not renew it before it expired: {e}"
+                            "the watchdog could not renew it, and its lease ends on the server within the safety margin: {e}"
                         ));
                     }
                     last_error = Some(e);

@@ -277,3 +277,30 @@ async fn one_bad_renewal_does_not_fail_the_batch() {
     resp_command(&addr, &["DEL", &hash]).expect("DEL");
     g_good.release().await.expect("release");
 }
+
+/// Item 6: when renewals stop getting through, the loss is signalled a margin *before* the
+/// lease can run out on the server, not when it does.
+#[tokio::test]
+async fn lost_is_signalled_before_the_server_expires_the_lease() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let reg = registry(&proxy.url(), "").await;
+    let g = reg.lock("m").acquire().await.expect("acquire");
+    // Let a renewal or two through, then cut the client off.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    proxy.set_blackhole(true);
+    let pttl = match resp_command(&server.addr(), &["PTTL", "lock:{m}"]).expect("PTTL") {
+        RespValue::Integer(ms) => ms,
+        other => panic!("{other:?}"),
+    };
+    let server_end = std::time::Instant::now() + Duration::from_millis(pttl as u64);
+    let lost = tokio::time::timeout(Duration::from_secs(3), g.lost()).await;
+    let signalled = std::time::Instant::now();
+    assert!(lost.is_ok(), "lost() resolved");
+    assert!(
+        signalled + Duration::from_millis(50) <= server_end,
+        "signalled {:?} before the server's end of the lease (at least 50 ms wanted)",
+        server_end.saturating_duration_since(signalled)
+    );
+    proxy.set_blackhole(false);
+}
