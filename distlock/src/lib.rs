@@ -161,8 +161,11 @@ pub mod __private {
     /// The sources of the reentrant lock's scripts, for benchmarks that send the protocol
     /// raw (see `distlock/src/protocol/*.lua` for what each takes).
     pub mod scripts {
-        /// `acquire.lua`.
-        pub const ACQUIRE: &str = include_str!("protocol/acquire.lua");
+        /// `acquire.lua`, after the fencing counter's `fence_prologue.lua`.
+        pub const ACQUIRE: &str = concat!(
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/acquire.lua")
+        );
         /// `release.lua` (its third argument is the publish verb).
         pub const RELEASE: &str = include_str!("protocol/release.lua");
         /// `renew.lua`.

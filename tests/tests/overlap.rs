@@ -304,3 +304,31 @@ async fn lost_is_signalled_before_the_server_expires_the_lease() {
     );
     proxy.set_blackhole(false);
 }
+
+/// Item 13: a fencing counter does not live forever (its life slides with its use), and a
+/// counter that vanished (expired, evicted) starts above every token it gave.
+#[tokio::test]
+async fn fencing_counters_expire_and_restart_above_their_tokens() {
+    let reg = registry(&single_url(), "").await;
+    let key = unique("counter");
+    let addr = addr_of(&single_url());
+    let fence = format!("lock:{{{key}}}:fence");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let t1 = g.fencing_token();
+    g.release().await.expect("release");
+    match resp_command(&addr, &["PTTL", &fence]).expect("PTTL") {
+        RespValue::Integer(ms) => assert!(
+            ms > 0 && ms <= 24 * 3600 * 1000,
+            "the counter has a retention: {ms} ms"
+        ),
+        other => panic!("{other:?}"),
+    }
+    resp_command(&addr, &["DEL", &fence]).expect("DEL");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    assert!(
+        g.fencing_token() > t1,
+        "{} after {t1} although the counter was gone",
+        g.fencing_token()
+    );
+    g.release().await.expect("release");
+}

@@ -75,7 +75,10 @@ impl FairQueue {
 #[derive(Debug, Default)]
 struct State {
     locks: HashMap<String, Held>,
-    fences: HashMap<String, u64>,
+    /// Fencing counters (and id sequences): value and last use. Like the Redis counters
+    /// (`protocol/fence_prologue.lua`) they are forgotten after `FENCE_RETENTION` unused,
+    /// and a new one starts from the clock (ms × 1000), above every token it gave before.
+    fences: HashMap<String, (u64, Instant)>,
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
     ops: u64,
@@ -85,10 +88,26 @@ struct State {
 
 impl State {
     fn next_token(&mut self, fence: &str) -> u64 {
-        let n = self.fences.entry(fence.to_owned()).or_insert(0);
-        *n += 1;
-        *n
+        let now = Instant::now();
+        let entry = self
+            .fences
+            .entry(fence.to_owned())
+            .or_insert_with(|| (clock_seed(), now));
+        entry.0 += 1;
+        entry.1 = now;
+        entry.0
     }
+}
+
+/// How long an unused fencing counter is kept (as on Redis).
+const FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Where a new fencing counter starts: the clock in milliseconds × 1000.
+fn clock_seed() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    u64::try_from(ms.saturating_mul(1000)).unwrap_or(u64::MAX / 2)
 }
 
 /// Locks held in this process only.
@@ -132,6 +151,8 @@ impl MemoryDriver {
         st.ops += 1;
         if st.ops.is_multiple_of(4096) {
             st.locks.retain(|_, h| h.expires_at > now);
+            st.fences
+                .retain(|_, (_, used)| now.saturating_duration_since(*used) < FENCE_RETENTION);
             st.rw.retain(|_, rw| {
                 rw.purge(now);
                 !rw.is_empty()
@@ -392,12 +413,14 @@ impl MemoryDriver {
         }
     }
 
-    /// A counter outside the lock layout (ids); memory counters never expire.
+    /// A counter outside the lock layout (ids).
     pub(super) fn next_sequence(&self, key: &str) -> u64 {
+        let now = Instant::now();
         let mut st = self.state();
-        let n = st.fences.entry(key.to_owned()).or_insert(0);
-        *n += 1;
-        *n
+        let entry = st.fences.entry(key.to_owned()).or_insert((0, now));
+        entry.0 += 1;
+        entry.1 = now;
+        entry.0
     }
 
     pub(super) fn force_release(&self, keys: &LockKeys) -> bool {

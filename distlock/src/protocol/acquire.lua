@@ -35,7 +35,7 @@ end
 if redis.call('exists', lock) == 1 then
   return {0, redis.call('pttl', lock)}
 end
-local token = redis.call('incr', fence)
+local token = next_token(fence)
 redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
 return {1, token}

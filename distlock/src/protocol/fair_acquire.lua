@@ -74,7 +74,7 @@ if head then
   redis.call('zrem', waiters, owner)
   tidy()
 end
-local token = redis.call('incr', KEYS[4])
+local token = next_token(KEYS[4])
 redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
 return {1, token}

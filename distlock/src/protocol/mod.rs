@@ -43,6 +43,7 @@ pub(crate) enum Script {
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
+const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
@@ -65,15 +66,17 @@ impl Script {
     pub(crate) fn source(self) -> &'static str {
         static SOURCES: LazyLock<[String; 12]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
-                Script::Acquire => include_str!("acquire.lua").to_owned(),
+                Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
                 Script::Renew => include_str!("renew.lua").to_owned(),
                 Script::ForceRelease => include_str!("force_release.lua").to_owned(),
-                Script::RwAcquire => [RW_PROLOGUE, include_str!("rw_acquire.lua")].concat(),
+                Script::RwAcquire => {
+                    [RW_PROLOGUE, FENCE_PROLOGUE, include_str!("rw_acquire.lua")].concat()
+                }
                 Script::RwRelease => [RW_PROLOGUE, include_str!("rw_release.lua")].concat(),
                 Script::RwRenew => [RW_PROLOGUE, include_str!("rw_renew.lua")].concat(),
                 Script::RwCancel => [RW_PROLOGUE, include_str!("rw_cancel.lua")].concat(),
-                Script::FairAcquire => include_str!("fair_acquire.lua").to_owned(),
+                Script::FairAcquire => [FENCE_PROLOGUE, include_str!("fair_acquire.lua")].concat(),
                 Script::FairCancel => include_str!("fair_cancel.lua").to_owned(),
                 Script::Fence => include_str!("fence.lua").to_owned(),
                 Script::FenceGet => include_str!("fence_get.lua").to_owned(),

@@ -36,7 +36,7 @@ if mode == 'read' then
     local w = redis.call('zrange', writers, 0, 0, 'withscores')
     if w[2] then return {0, left(tonumber(w[2]))} end
   end
-  local token = redis.call('incr', KEYS[4])
+  local token = next_token(KEYS[4])
   redis.call('hset', rw, rc, 1)
   redis.call('zadd', readers, now + lease, owner)
   touch()
@@ -60,7 +60,7 @@ if busy then
   end
   return {0, left(busy)}
 end
-local token = redis.call('incr', KEYS[4])
+local token = next_token(KEYS[4])
 writer, wexp = owner, now + lease
 redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp)
 redis.call('zrem', writers, owner)
