@@ -281,11 +281,27 @@ fn key_expr(key: &KeyArg) -> TokenStream {
     let span = Span::call_site().located_at(key.lit.span());
     let mut format = String::new();
     let mut values = Vec::new();
-    for piece in &key.template {
+    for (i, piece) in key.template.iter().enumerate() {
         match piece {
             Piece::Text(t) => format.push_str(&t.replace('{', "{{").replace('}', "}}")),
             Piece::Placeholder { root, fields } => {
                 format.push_str("{}");
+                // The value escapes `%` and the first character of the text after it, so
+                // two different argument tuples never render the same key.
+                let stop = match key.template.get(i + 1) {
+                    Some(Piece::Text(t)) => {
+                        let c = t.chars().next();
+                        quote!(::core::option::Option::Some(#c))
+                    }
+                    Some(Piece::Placeholder { .. }) => {
+                        return syn::Error::new(
+                            key.lit.span(),
+                            "two placeholders need text between them (e.g. `<a>:<b>`): without it, different values could render the same key",
+                        )
+                        .to_compile_error();
+                    }
+                    None => quote!(::core::option::Option::None),
+                };
                 let root = Ident::new(root, span);
                 let fields = fields.iter().map(|f| match f.parse::<usize>() {
                     Ok(i) => {
@@ -295,7 +311,8 @@ fn key_expr(key: &KeyArg) -> TokenStream {
                     }
                     Err(_) => Ident::new(f, span).into_token_stream(),
                 });
-                values.push(quote_spanned!(span=> #root #(.#fields)*));
+                values.push(quote_spanned!(span=>
+                    ::distlock::__private::KeyPart::new(&(#root #(.#fields)*), #stop)));
             }
         }
     }

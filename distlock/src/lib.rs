@@ -172,6 +172,41 @@ pub mod __private {
         pub const RENEW: &str = include_str!("protocol/renew.lua");
     }
 
+    /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`
+    /// and the `stop` character (the first one of the template's text after the
+    /// placeholder) are written as `%XX` (their UTF-8 bytes), so that two different
+    /// argument tuples never render the same key. Other characters are left as they are.
+    pub struct KeyPart<'a, T: ?Sized> {
+        value: &'a T,
+        stop: Option<char>,
+    }
+
+    impl<'a, T: core::fmt::Display + ?Sized> KeyPart<'a, T> {
+        /// `value`, escaping `%` and `stop`.
+        #[inline]
+        pub fn new(value: &'a T, stop: Option<char>) -> Self {
+            KeyPart { value, stop }
+        }
+    }
+
+    impl<T: core::fmt::Display + ?Sized> core::fmt::Display for KeyPart<'_, T> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            use core::fmt::Write;
+            let text = self.value.to_string();
+            for c in text.chars() {
+                if c == '%' || Some(c) == self.stop {
+                    let mut bytes = [0u8; 4];
+                    for b in c.encode_utf8(&mut bytes).bytes() {
+                        write!(f, "%{b:02X}")?;
+                    }
+                } else {
+                    f.write_char(c)?;
+                }
+            }
+            Ok(())
+        }
+    }
+
     /// Returns `f` unchanged. Wrapping an annotated function's body in it tells the compiler
     /// the body's output type (the function's return type), so `return` and `?` in the body
     /// convert as they would in the function itself.

@@ -778,3 +778,46 @@ fn fair_kind_serves_callers_in_order() {
         assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
     });
 }
+
+#[distributed_lock(key = "attr:pair:<scope>:<a>:<b>", wait = "0s")]
+async fn pair(
+    scope: &str,
+    a: &str,
+    b: &str,
+    entered: oneshot::Sender<()>,
+    leave: oneshot::Receiver<()>,
+) -> Result<(), LockError> {
+    let _ = (scope, a, b);
+    let _ = entered.send(());
+    let _ = leave.await;
+    Ok(())
+}
+
+/// Keys from templates are injective: `("1:2", "3")` and `("1", "2:3")` used to render the
+/// same key, so one caller blocked the other. Placeholder values escape `%` and the text
+/// character that follows them.
+#[test]
+fn different_arguments_never_render_the_same_key() {
+    run(async {
+        let scope = unique("pair");
+        let (entered_tx, entered_rx) = oneshot::channel();
+        let (leave_tx, leave_rx) = oneshot::channel();
+        let s = scope.clone();
+        let first = tokio::spawn(async move { pair(&s, "1:2", "3", entered_tx, leave_rx).await });
+        entered_rx.await.expect("first body entered");
+        // The second call leaves its body at once.
+        let (tx, _rx) = oneshot::channel();
+        let (leave_now_tx, leave_now) = oneshot::channel::<()>();
+        let _ = leave_now_tx.send(());
+        let second = pair(&scope, "1", "2:3", tx, leave_now).await;
+        assert!(second.is_ok(), "another key, not a timeout: {second:?}");
+        let _ = leave_tx.send(());
+        first.await.expect("task").expect("first call");
+        // The rendered key, as the builder sees it.
+        let g = Lock::new(format!("attr:pair:{scope}:1%3A2:3"))
+            .try_acquire()
+            .await
+            .expect("try");
+        assert!(g.is_some());
+    });
+}
