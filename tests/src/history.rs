@@ -8,11 +8,11 @@
 //! (`SIGSTOP`/`SIGCONT` intervals, `SIGKILL` instants). [`check`] then reports:
 //!
 //! - **unsignalled overlaps**: a later holder got in while an earlier one was still inside
-//!   (no release sent, process alive), and the earlier one's process *ran* for more than
-//!   [`RESUME_SLACK`] between that instant and its `lost()` signal (or never got one). A
-//!   holder that was frozen (`SIGSTOP`) when the other got in, and whose first act on
-//!   waking was to learn of the loss, was told as soon as it could be: that is a signalled
-//!   overlap. Must be 0: anything else is a library bug.
+//!   (no release sent, process alive), and the earlier one had not been told: its `lost()`
+//!   came after that instant (or never). A holder frozen (`SIGSTOP`) at that instant cannot
+//!   be told while frozen: it counts as told when `lost()` fired before its first act after
+//!   waking (a write to the resource, or the release; with no act, within
+//!   [`RESUME_SLACK`] of running time). Must be 0: anything else is a library bug.
 //! - **signalled overlaps**: the earlier holder was told first, and went on (the workers'
 //!   bodies do not stop on `lost()`, as a careless application would not): allowed, counted.
 //! - **stale writes accepted** by the fenced resource: a write accepted with a token below
@@ -82,9 +82,9 @@ impl Recorder {
         self.line(format!("L {token} {t}\n"));
     }
 
-    /// The unfenced counter's `SET v+1` completed.
-    pub fn unfenced(&mut self, token: u64) {
-        self.line(format!("U {token}\n"));
+    /// The unfenced counter's `SET v+1`, sent at `t`, completed.
+    pub fn unfenced(&mut self, token: u64, t: u64) {
+        self.line(format!("U {token} {t}\n"));
     }
 
     /// The fenced write ran from `t0` to `t1`; the resource accepted it or not.
@@ -118,8 +118,25 @@ pub struct Section {
     pub released: Option<u64>,
     /// Whether the unfenced update completed.
     pub unfenced: bool,
+    /// When the unfenced update was sent (if it completed).
+    pub unfenced_at: Option<u64>,
     /// The fenced write: start, end, accepted.
     pub fenced: Option<(u64, u64, bool)>,
+}
+
+impl Section {
+    /// The first thing the holder did to the resource, or its release, at or after `t`.
+    fn first_act_after(&self, t: u64) -> Option<u64> {
+        [
+            self.unfenced_at,
+            self.fenced.map(|(t0, _, _)| t0),
+            self.released,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&x| x >= t)
+        .min()
+    }
 }
 
 /// A worker's history file, parsed. Also returns the failed acquires by kind.
@@ -140,6 +157,7 @@ pub fn parse(pid: u32, text: &str) -> (Vec<Section>, HashMap<String, u64>) {
                         lost: None,
                         released: None,
                         unfenced: false,
+                        unfenced_at: None,
                         fenced: None,
                     });
                 }
@@ -155,7 +173,10 @@ pub fn parse(pid: u32, text: &str) -> (Vec<Section>, HashMap<String, u64>) {
                 };
                 match kind {
                     "L" => s.lost = num(2),
-                    "U" => s.unfenced = true,
+                    "U" => {
+                        s.unfenced = true;
+                        s.unfenced_at = num(2);
+                    }
                     "W" => {
                         if let (Some(t0), Some(t1), Some(a)) = (num(2), num(3), num(4)) {
                             s.fenced = Some((t0, t1, a == 1));
@@ -183,6 +204,15 @@ pub struct Interventions {
 }
 
 impl Interventions {
+    /// The pause of `pid` under way at `t`, if any.
+    fn paused_at(&self, pid: u32, t: u64) -> Option<(u64, u64)> {
+        self.paused
+            .get(&pid)?
+            .iter()
+            .copied()
+            .find(|&(s, e)| s <= t && t < e)
+    }
+
     /// How long `pid` was able to run within `[a, b)`.
     fn running(&self, pid: u32, a: u64, b: u64) -> u64 {
         if b <= a {
@@ -272,10 +302,19 @@ pub fn check(
                 continue;
             }
             overlapped = true;
-            // `b` got in while `a` was inside. Told first, or as soon as it ran again?
-            let told = a
-                .lost
-                .is_some_and(|l| done.running(a.pid, b.acquired, l) <= RESUME_SLACK_NS);
+            // `b` got in while `a` was inside. Was `a` told first?
+            let told = match (a.lost, done.paused_at(a.pid, b.acquired)) {
+                (None, _) => false,
+                // Running: the signal must have come before `b` got in.
+                (Some(l), None) => l <= b.acquired,
+                // Frozen: it must learn before it acts again after waking (its next
+                // write or release); with no act after waking, within RESUME_SLACK of
+                // running time.
+                (Some(l), Some((_, woke))) => match a.first_act_after(woke) {
+                    Some(act) => l <= act,
+                    None => done.running(a.pid, b.acquired, l) <= RESUME_SLACK_NS,
+                },
+            };
             if !told && unsignalled.is_none() {
                 unsignalled = Some(b);
             }
@@ -360,6 +399,7 @@ mod tests {
             lost,
             released: rel,
             unfenced: false,
+            unfenced_at: None,
             fenced: None,
         }
     }
@@ -422,6 +462,34 @@ mod tests {
     }
 
     #[test]
+    fn running_holder_told_late_is_unsignalled_even_by_a_millisecond() {
+        let s = vec![
+            sec(1, 1, 0, Some(21 * MS), Some(50 * MS)),
+            sec(2, 2, 20 * MS, None, Some(60 * MS)),
+        ];
+        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        assert_eq!(r.unsignalled_overlaps, 1);
+    }
+
+    #[test]
+    fn a_woken_holder_must_learn_before_it_acts() {
+        let mk = |lost: u64| {
+            let mut a = sec(1, 1, 0, Some(lost), Some(3_400 * MS));
+            a.unfenced = true;
+            a.unfenced_at = Some(3_300 * MS);
+            vec![a, sec(2, 2, 1_500 * MS, None, Some(1_600 * MS))]
+        };
+        let mut done = Interventions::default();
+        done.paused.insert(1, vec![(100 * MS, 3_000 * MS)]);
+        // Starved for 250 ms after waking, but told before its write: signalled.
+        let r = check(mk(3_250 * MS), HashMap::new(), &done, 4_000 * MS, 0);
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
+        // Wrote before it was told: unsignalled.
+        let r = check(mk(3_350 * MS), HashMap::new(), &done, 4_000 * MS, 0);
+        assert_eq!(r.unsignalled_overlaps, 1);
+    }
+
+    #[test]
     fn a_killed_holder_is_out_when_killed() {
         let s = vec![
             sec(1, 1, 0, None, None),
@@ -461,7 +529,7 @@ mod tests {
         let mut rec = Recorder::create(&path).unwrap();
         rec.acquired(7, 100);
         rec.lost(7, 150);
-        rec.unfenced(7);
+        rec.unfenced(7, 155);
         rec.fenced(7, 160, 170, false);
         rec.releasing(7, 200);
         rec.failed("timeout x");
@@ -473,6 +541,7 @@ mod tests {
         assert_eq!(s[0].fenced, Some((160, 170, false)));
         assert_eq!(s[0].released, Some(200));
         assert!(s[0].unfenced);
+        assert_eq!(s[0].unfenced_at, Some(155));
         assert_eq!(e.get("timeout_x"), Some(&1));
         assert_eq!(s[1].released, None);
         let _ = std::fs::remove_dir_all(&dir);

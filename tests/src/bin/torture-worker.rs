@@ -78,12 +78,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let body = async {
             let v: Option<i64> = conn.get(&counter).await.ok().flatten();
             tokio::time::sleep(hold).await;
+            let sent = now_ns();
             if conn
                 .set::<_, _, ()>(&counter, v.unwrap_or(0) + 1)
                 .await
                 .is_ok()
             {
-                rec.lock().unwrap().unfenced(token);
+                rec.lock().unwrap().unfenced(token, sent);
             }
             let t0 = now_ns();
             let accepted = registry
