@@ -12,6 +12,11 @@ use super::error::DriverError;
 use crate::backoff::Backoff;
 use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
+/// The subscriber PINGs its server this often; with `connect_timeout` for the answer, a
+/// dead connection is found within `PING_EVERY + connect_timeout` (7 s by default), and
+/// the waiters are woken to try again.
+const PING_EVERY: Duration = Duration::from_secs(5);
+
 /// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
 pub(crate) type Connector = Arc<
     dyn Fn() -> futures_util::future::BoxFuture<'static, Result<redis::aio::PubSub, DriverError>>
@@ -71,7 +76,26 @@ async fn run(
 ) {
     let mut backoff = Backoff::reconnect();
     let mut pending: Vec<SubscribeRequest> = Vec::new();
+    // After a failure, the pause before the next connection (every reconnect backs off:
+    // a server that refuses our subscriptions, e.g. an ACL user without channel rights,
+    // must not be hammered).
+    let mut delay: Option<Duration> = None;
     loop {
+        if let Some(d) = delay.take() {
+            // Keep taking requests meanwhile, so they are answered once connected.
+            let sleep = tokio::time::sleep(d);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    _ = reset_signal(&mut reset) => break,
+                    r = requests.recv() => match r {
+                        Some(r) => pending.push(r),
+                        None => return,
+                    },
+                }
+            }
+        }
         // Changes from here on are after the connector looked: they call for a reconnect.
         if let Some(r) = reset.as_mut() {
             r.borrow_and_update();
@@ -84,23 +108,10 @@ async fn run(
                     _ => format!("no connection within {connect_timeout:?}"),
                 };
                 tracing::warn!(backend = %backend, error = %why, "distlock: subscriber cannot connect; waiters fall back to lease expiry");
-                // Keep taking requests while down, so they are answered once connected.
-                let sleep = tokio::time::sleep(backoff.pause());
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        _ = reset_signal(&mut reset) => break,
-                        r = requests.recv() => match r {
-                            Some(r) => pending.push(r),
-                            None => return,
-                        },
-                    }
-                }
+                delay = Some(backoff.pause());
                 continue;
             }
         };
-        backoff.reset();
         let (mut sink, mut stream) = pubsub.split();
 
         // Re-subscribe what is waited on, then wake everybody: a release may have been missed.
@@ -111,6 +122,7 @@ async fn run(
             let names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
             if let Err(e) = sink.subscribe(&names).await {
                 tracing::warn!(backend = %backend, error = %e, "distlock: re-subscribing failed");
+                delay = Some(backoff.pause());
                 continue;
             }
             for c in &channels {
@@ -125,13 +137,18 @@ async fn run(
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.tick().await;
         let mut todo = std::mem::take(&mut pending);
+        let mut failed = false;
         'connected: loop {
             while let Some(r) = todo.pop() {
                 if !r.channel.is_confirmed() {
                     if let Err(e) = sink.subscribe(&r.channel.name).await {
                         tracing::warn!(backend = %backend, error = %e, "distlock: subscribe failed");
                         pending.push(r);
+                        failed = true;
                         break 'connected;
                     }
                     r.channel.confirm();
@@ -162,11 +179,28 @@ async fn run(
                     if !idle.is_empty() {
                         if let Err(e) = sink.unsubscribe(&idle).await {
                             tracing::warn!(backend = %backend, error = %e, "distlock: unsubscribe failed");
+                            failed = true;
+                            break 'connected;
+                        }
+                    }
+                }
+                // A connection that died without a FIN (a NAT or load balancer dropped it)
+                // delivers nothing and reports nothing: a PING that gets no answer within
+                // `connect_timeout` ends it.
+                _ = ping.tick() => {
+                    match tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>()).await {
+                        Ok(Ok(_)) => backoff.reset(),
+                        _ => {
+                            tracing::warn!(backend = %backend, "distlock: the subscriber's connection does not answer PING");
+                            failed = true;
                             break 'connected;
                         }
                     }
                 }
             }
+        }
+        if failed {
+            delay = Some(backoff.pause());
         }
         pending.append(&mut todo);
         tracing::warn!(backend = %backend, "distlock: subscriber connection lost; reconnecting");
