@@ -153,9 +153,22 @@ async fn layout_on_every_node() {
     for url in &urls {
         let fields = on(url, &["HGETALL", &hash_of(&key)]);
         let fields = fields.as_array().expect("a hash").to_vec();
-        assert_eq!(fields.len(), 2, "one owner on {url}: {fields:?}");
-        assert_eq!(fields[1].as_str(), Some("1"), "count 1 on {url}");
-        owners.push(fields[0].as_str().expect("owner").to_string());
+        // The owner's count, and the mark of the one level it holds (`l:<level id>`).
+        let pairs: Vec<(String, String)> = fields
+            .chunks(2)
+            .map(|p| {
+                (
+                    p[0].as_str().expect("field").to_string(),
+                    p[1].as_str().expect("value").to_string(),
+                )
+            })
+            .collect();
+        let (level_marks, owner_fields): (Vec<_>, Vec<_>) =
+            pairs.into_iter().partition(|(f, _)| f.starts_with("l:"));
+        assert_eq!(owner_fields.len(), 1, "one owner on {url}: {fields:?}");
+        assert_eq!(level_marks.len(), 1, "one level on {url}: {fields:?}");
+        assert_eq!(owner_fields[0].1, "1", "count 1 on {url}");
+        owners.push(owner_fields[0].0.clone());
         let ttl = on(url, &["PTTL", &hash_of(&key)]).as_int().expect("pttl");
         assert!(ttl > 0 && ttl <= 1000, "lease on {url}: {ttl}");
         assert_eq!(fence_on(url, &key), g.fencing_token(), "fence on {url}");

@@ -208,8 +208,9 @@ async fn killed_holder_frees_within_watchdog_timeout() {
     g.release().await.expect("release");
 }
 
-/// Redis stopped mid-run: calls fail with `Backend` errors (no hang, no panic); restarted:
-/// calls work again in the same process.
+/// Redis stopped mid-run: calls fail with `Backend` errors once their wait (retrying the
+/// transient failure) runs out (no hang, no panic); restarted: calls work again in the
+/// same process.
 #[tokio::test]
 async fn redis_restart_mid_run() {
     let mut server = RedisProcess::start();
@@ -223,6 +224,7 @@ async fn redis_restart_mid_run() {
     let start = Instant::now();
     let err = reg
         .lock(unique("down").as_str())
+        .wait(Duration::from_secs(1))
         .acquire()
         .await
         .expect_err("server down");
