@@ -4,7 +4,8 @@
 //! [`Certs::generate`] writes, into a temporary directory:
 //!
 //! - `ca.pem`/`ca.key`: the CA every good certificate is signed by;
-//! - `server.pem`/`server.key`: the server's, for `127.0.0.1` and `localhost`;
+//! - `server.pem`/`server.key`: the servers', for `127.0.0.1` and `localhost` (also a client
+//!   certificate: nodes present it to each other on the cluster bus and for replication);
 //! - `client.pem`/`client.key`: a client certificate (mutual TLS);
 //! - `expired.pem`/`expired.key`: a server certificate valid only in 2020;
 //! - `wrongname.pem`/`wrongname.key`: a server certificate for `wrong.example` only;
@@ -100,7 +101,7 @@ impl Certs {
                 "server",
                 "127.0.0.1",
                 "IP:127.0.0.1,DNS:localhost",
-                "serverAuth",
+                "serverAuth,clientAuth",
             ),
             (
                 "client",
@@ -342,13 +343,14 @@ impl Drop for TlsRedis {
     }
 }
 
-/// Run `redis-cli` over TLS against `port` with the client certificate of `certs`; its
-/// output.
+/// Run `redis-cli` over TLS against `port` with the client certificate of `certs` (killed
+/// after 30 s: `--cluster create` waits forever for nodes that cannot meet); its output.
 ///
 /// # Panics
 /// If `redis-cli` cannot be run.
 pub fn tls_cli(certs: &Certs, port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
+    let out = Command::new("timeout")
+        .args(["30", "redis-cli"])
         .args(["--tls", "-h", "127.0.0.1", "-p", &port.to_string()])
         .arg("--cacert")
         .arg(certs.path("ca.pem"))
@@ -367,4 +369,64 @@ pub fn tls_cli(certs: &Certs, port: u16, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// A private 3-master Redis Cluster (no replicas) over TLS only: client port and cluster
+/// bus (`--tls-cluster yes`); killed on drop.
+#[derive(Debug)]
+pub struct TlsCluster {
+    /// The nodes.
+    pub nodes: Vec<TlsRedis>,
+}
+
+impl TlsCluster {
+    /// Start 3 TLS nodes, create the cluster with `redis-cli --tls --cluster create`, and
+    /// wait until every node reports `cluster_state:ok`.
+    ///
+    /// # Panics
+    /// If a server or `redis-cli` fails, or the cluster is not ok within 20 s.
+    pub fn start(certs: &Certs) -> TlsCluster {
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--tls-cluster",
+            "yes",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        let nodes: Vec<TlsRedis> = (0..3)
+            .map(|_| TlsRedis::start(certs, "server", ClientAuth::No, &args))
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(TlsRedis::addr).collect();
+        let mut create = vec!["--cluster", "create"];
+        create.extend(addrs.iter().map(String::as_str));
+        create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = tls_cli(certs, nodes[0].port, &create);
+        assert!(
+            out.contains("All 16384 slots covered"),
+            "redis-cli --tls --cluster create failed: {out}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = nodes.iter().all(|n| {
+                let info = tls_cli(certs, n.port, &["CLUSTER", "INFO"]);
+                info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
+            });
+            if ok {
+                return TlsCluster { nodes };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the TLS cluster is not ok after 20 s"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `rediss://127.0.0.1:PORT` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(TlsRedis::url).collect()
+    }
 }

@@ -138,3 +138,57 @@ async fn insecure_skip_verify_accepts_any_certificate() {
         .unwrap_or_else(|e| panic!("init with tls_insecure_skip_verify: {e}"));
     try_and_timeout(&reg).await;
 }
+
+/// `["rediss://a", "rediss://b"]`
+fn toml_list(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_tls_with_client_certificates() {
+    let certs = Certs::generate();
+    let nodes: Vec<TlsRedis> = (0..3)
+        .map(|_| TlsRedis::start(&certs, "server", ClientAuth::Yes, &[]))
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(TlsRedis::url).collect();
+    let config = format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"redlock\"\nnodes = {}\nnode_timeout = \"200ms\"\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n{}{}",
+        toml_list(&urls),
+        ca(&certs, "ca.pem"),
+        client_cert(&certs)
+    );
+    let reg = Registry::from_str(&config)
+        .await
+        .unwrap_or_else(|e| panic!("redlock over TLS: {e}"));
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    auto_lease_outlives_watchdog(&reg).await;
+    fencing_tokens_grow(&reg).await;
+    let mut times = hand_off(&reg, 10).await;
+    let p50 = percentile(&mut times, 0.5);
+    assert!(p50 < Duration::from_millis(100), "wake-up p50 {p50:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls() {
+    let certs = Certs::generate();
+    let cluster = distlock_tests::tls::TlsCluster::start(&certs);
+    let config = format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"cluster\"\nnodes = {}\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n{}",
+        toml_list(&cluster.urls()),
+        ca(&certs, "ca.pem"),
+    );
+    let reg = Registry::from_str(&config)
+        .await
+        .unwrap_or_else(|e| panic!("cluster over TLS: {e}"));
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    let mut times = hand_off(&reg, 20).await;
+    let p50 = percentile(&mut times, 0.5);
+    assert!(p50 < Duration::from_millis(50), "wake-up p50 {p50:?}");
+    auto_lease_outlives_watchdog(&reg).await;
+    fencing_tokens_grow(&reg).await;
+    readers_overlap(&reg).await;
+    fair_in_order(&reg).await;
+}
