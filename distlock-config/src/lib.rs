@@ -140,7 +140,9 @@ pub struct Defaults {
 }
 
 /// A Redis URL that parsed and passed validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` and `Display` show it with the password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisUrl {
     /// The URL as written (after `${ENV}` interpolation), credentials included.
@@ -259,6 +261,17 @@ impl Mode {
             Mode::Multi { .. } => "multi",
             Mode::Memory => "memory",
         }
+    }
+}
+
+/// Never the password: `RedisUrl { url: "redis://user:***@host:6379", .. }`.
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisUrl")
+            .field("url", &self.to_string())
+            .field("address", &self.address)
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 
