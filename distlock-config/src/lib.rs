@@ -18,6 +18,14 @@
 //! response_timeout = "2s"         # every mode but memory (default "2s")
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
 //!
+//! [backends.secure]               # TLS: rediss:// URLs (every mode but memory)
+//! mode = "single"
+//! url = "rediss://app:${REDIS_PASSWORD}@redis.internal:6380/0"
+//! tls_ca = "/etc/distlock/ca.pem"          # PEM bundle (default: the platform's roots)
+//! tls_cert = "/etc/distlock/client.pem"    # mutual TLS: client certificate, with tls_key
+//! tls_key = "/etc/distlock/client.key"
+//! tls_insecure_skip_verify = false         # true: nothing verified, a warning at every init
+//!
 //! [backends.cluster]              # a Redis Cluster
 //! mode = "cluster"
 //! nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
@@ -78,7 +86,7 @@ pub use error::ConfigError;
 pub use redis_url::DEFAULT_PORT;
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use std::collections::BTreeMap;
@@ -132,7 +140,9 @@ pub struct Defaults {
 }
 
 /// A Redis URL that parsed and passed validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` and `Display` show it with the password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisUrl {
     /// The URL as written (after `${ENV}` interpolation), credentials included.
@@ -157,6 +167,16 @@ pub struct BackendConfig {
     pub response_timeout: Duration,
     /// Longest wait to open a connection (`connect_timeout`, default `"2s"`).
     pub connect_timeout: Duration,
+    /// PEM bundle of the CAs that may sign the servers' certificates (`tls_ca`); `None`:
+    /// the platform's roots. Used with `rediss://` URLs.
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate (chain) for mutual TLS (`tls_cert`, with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (`tls_key`).
+    pub tls_key: Option<PathBuf>,
+    /// Accept any server certificate (`tls_insecure_skip_verify`, default `false`): a
+    /// warning is logged at every `init`.
+    pub tls_insecure_skip_verify: bool,
 }
 
 /// `mode = "..."` and the fields that mode takes.
@@ -241,6 +261,17 @@ impl Mode {
             Mode::Multi { .. } => "multi",
             Mode::Memory => "memory",
         }
+    }
+}
+
+/// Never the password: `RedisUrl { url: "redis://user:***@host:6379", .. }`.
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisUrl")
+            .field("url", &self.to_string())
+            .field("address", &self.address)
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Walks the parsed TOML document, checks it against the schema and builds a [`Config`].
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use toml::de::{DeString, DeTable, DeValue};
@@ -34,6 +35,10 @@ const BACKEND_FIELDS: &[&str] = &[
     "retry_delay",
     "response_timeout",
     "connect_timeout",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "tls_insecure_skip_verify",
 ];
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
@@ -165,6 +170,16 @@ struct RawBackend {
     retry_delay: Option<Duration>,
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
+    tls: RawTls,
+}
+
+/// The TLS fields as written, each with the offset of its value.
+#[derive(Default)]
+struct RawTls {
+    tls_ca: Option<(PathBuf, usize)>,
+    tls_cert: Option<(PathBuf, usize)>,
+    tls_key: Option<(PathBuf, usize)>,
+    tls_insecure_skip_verify: Option<(bool, usize)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -203,25 +218,40 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const TIMEOUTS: [&str; 2] = ["response_timeout", "connect_timeout"];
+        const T: [&str; 6] = [
+            "response_timeout",
+            "connect_timeout",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+            "tls_insecure_skip_verify",
+        ];
         match self {
-            ModeKind::Single => &["url", TIMEOUTS[0], TIMEOUTS[1]],
-            ModeKind::Cluster => &["nodes", TIMEOUTS[0], TIMEOUTS[1]],
+            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5]],
+            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5]],
             ModeKind::Sentinel => &[
                 "master_name",
                 "sentinels",
                 "sync_replicas",
                 "sync_timeout",
-                TIMEOUTS[0],
-                TIMEOUTS[1],
+                T[0],
+                T[1],
+                T[2],
+                T[3],
+                T[4],
+                T[5],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
                 "node_timeout",
                 "drift_factor",
                 "retry_delay",
-                TIMEOUTS[0],
-                TIMEOUTS[1],
+                T[0],
+                T[1],
+                T[2],
+                T[3],
+                T[4],
+                T[5],
             ],
             ModeKind::Memory => &[],
         }
@@ -433,6 +463,12 @@ impl Cx<'_> {
                 "connect_timeout" => {
                     raw.connect_timeout = Some(self.positive_duration(&field, key_name, value)?)
                 }
+                "tls_ca" => raw.tls.tls_ca = Some((self.pem_file(&field, value)?, at)),
+                "tls_cert" => raw.tls.tls_cert = Some((self.pem_file(&field, value)?, at)),
+                "tls_key" => raw.tls.tls_key = Some((self.pem_file(&field, value)?, at)),
+                "tls_insecure_skip_verify" => {
+                    raw.tls.tls_insecure_skip_verify = Some((self.boolean(&field, value)?, at))
+                }
                 _ => {}
             }
         }
@@ -475,13 +511,122 @@ impl Cx<'_> {
             },
             ModeKind::Memory => Mode::Memory,
         };
+        self.check_tls(&base, header, &mode, &raw.tls)?;
         Ok(BackendConfig {
             name: name.to_owned(),
             line: self.loc.line(header),
             mode,
             response_timeout: raw.response_timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT),
             connect_timeout: raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            tls_ca: raw.tls.tls_ca.map(|(p, _)| p),
+            tls_cert: raw.tls.tls_cert.map(|(p, _)| p),
+            tls_key: raw.tls.tls_key.map(|(p, _)| p),
+            tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
         })
+    }
+
+    /// The TLS fields go with `rediss://` URLs, `tls_cert` with `tls_key`.
+    fn check_tls(
+        &self,
+        base: &str,
+        header: usize,
+        mode: &Mode,
+        raw: &RawTls,
+    ) -> Result<(), ConfigError> {
+        let urls = mode.urls();
+        let tls_urls = urls.iter().filter(|u| u.tls).count();
+        let given = [
+            ("tls_ca", raw.tls_ca.as_ref().map(|(_, at)| *at)),
+            ("tls_cert", raw.tls_cert.as_ref().map(|(_, at)| *at)),
+            ("tls_key", raw.tls_key.as_ref().map(|(_, at)| *at)),
+            (
+                "tls_insecure_skip_verify",
+                raw.tls_insecure_skip_verify.map(|(_, at)| at),
+            ),
+        ];
+        if tls_urls == 0 {
+            if let Some((name, Some(at))) = given.iter().find(|(_, at)| at.is_some()) {
+                return Err(self.loc.at(
+                    *at,
+                    format!("{base}.{name}"),
+                    format!("`{name}` is set, but no URL of this backend uses TLS: write rediss:// URLs"),
+                ));
+            }
+        } else if tls_urls < urls.len() {
+            let plain = urls.iter().find(|u| !u.tls).map(|u| u.address.as_str());
+            let field = match mode {
+                Mode::Sentinel { .. } => "sentinels",
+                _ => "nodes",
+            };
+            return Err(self.loc.at(
+                header,
+                format!("{base}.{field}"),
+                format!(
+                    "some URLs are rediss:// (TLS) and some redis:// ({} is plaintext): use one scheme for every server of a backend",
+                    plain.unwrap_or("?")
+                ),
+            ));
+        }
+        match (&raw.tls_cert, &raw.tls_key) {
+            (Some(_), None) => Err(self.loc.at(
+                given[1].1.unwrap_or_default(),
+                format!("{base}.tls_cert"),
+                "`tls_cert` needs `tls_key` (the client certificate's private key) for mutual TLS",
+            )),
+            (None, Some(_)) => Err(self.loc.at(
+                given[2].1.unwrap_or_default(),
+                format!("{base}.tls_key"),
+                "`tls_key` needs `tls_cert` (the client certificate) for mutual TLS",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A path string (interpolated) to a readable file: a PEM bundle, certificate or key.
+    fn pem_file(&self, field: &str, value: &Val<'_>) -> Result<PathBuf, ConfigError> {
+        let path = PathBuf::from(self.string(field, value)?);
+        let at = value.span().start;
+        if path.as_os_str().is_empty() {
+            return Err(self
+                .loc
+                .at(at, field, "the path is empty: give a PEM file's path"));
+        }
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => Ok(path),
+            Ok(_) => Err(self.loc.at(
+                at,
+                field,
+                format!(
+                    "\"{}\" is not a file (give a PEM file's path)",
+                    path.display()
+                ),
+            )),
+            Err(e) => Err(self.loc.at(
+                at,
+                field,
+                format!("cannot read \"{}\": {e}", path.display()),
+            )),
+        }
+    }
+
+    fn boolean(&self, field: &str, value: &Val<'_>) -> Result<bool, ConfigError> {
+        match value.get_ref() {
+            DeValue::Boolean(b) => Ok(*b),
+            DeValue::String(s) => match self.interpolate(field, value, s)?.as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => Err(self.loc.at(
+                    value.span().start,
+                    field,
+                    format!("expected true or false, found {other:?}"),
+                )),
+            },
+            other => Err(self.loc.at(
+                value.span().start,
+                field,
+                format!("expected true or false, found {}", other.type_str()),
+            )),
+        }
     }
 
     /// A string value, `${VAR}`s replaced.

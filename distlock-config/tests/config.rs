@@ -1015,3 +1015,112 @@ fn no_panic_on_odd_input() {
     let deep = "a = ".to_owned() + &"[".repeat(10_000);
     assert!(Config::from_str(&deep).is_err());
 }
+
+/// A directory with empty `ca.pem`, `client.pem` and `client.key` (the schema only checks
+/// that the files exist; their contents are read at `init`).
+fn tls_files(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("distlock-cfg-tls-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["ca.pem", "client.pem", "client.key"] {
+        std::fs::write(dir.join(f), "").unwrap();
+    }
+    dir
+}
+
+#[test]
+fn tls_fields_on_every_mode_but_memory() {
+    let dir = tls_files("ok");
+    let d = dir.display();
+    std::env::set_var("DISTLOCK_CFG_T3_TLS_DIR", dir.as_os_str());
+    std::env::set_var("DISTLOCK_CFG_T3_SKIP", "false");
+    let tls = format!(
+        "tls_ca = \"${{DISTLOCK_CFG_T3_TLS_DIR}}/ca.pem\"\ntls_cert = \"{d}/client.pem\"\ntls_key = \"{d}/client.key\"\n"
+    );
+    let c = ok(&format!(
+        "[backends.a]\nmode = \"single\"\nurl = \"rediss://u:pw@10.0.0.1:6380\"\n{tls}tls_insecure_skip_verify = true\n\
+         [backends.b]\nmode = \"cluster\"\nnodes = [\"rediss://10.0.0.1\", \"rediss://10.0.0.2\"]\n{tls}\
+         [backends.c]\nmode = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"rediss://10.0.0.1:26379\"]\n{tls}\
+         [backends.d]\nmode = \"redlock\"\nnodes = [\"rediss://10.0.0.1\", \"rediss://10.0.0.2\", \"rediss://10.0.0.3\"]\ntls_ca = \"{d}/ca.pem\"\n\
+         [backends.e]\nmode = \"multi\"\nnodes = [\"rediss://10.0.0.1\"]\ntls_insecure_skip_verify = \"${{DISTLOCK_CFG_T3_SKIP}}\"\n"
+    ));
+    let a = &c.backends["a"];
+    assert_eq!(a.tls_ca.as_deref(), Some(dir.join("ca.pem").as_path()));
+    assert_eq!(
+        a.tls_cert.as_deref(),
+        Some(dir.join("client.pem").as_path())
+    );
+    assert_eq!(a.tls_key.as_deref(), Some(dir.join("client.key").as_path()));
+    assert!(a.tls_insecure_skip_verify);
+    for b in ["b", "c"] {
+        assert!(c.backends[b].tls_cert.is_some(), "{b}");
+        assert!(!c.backends[b].tls_insecure_skip_verify, "{b}");
+    }
+    assert!(c.backends["d"].tls_cert.is_none());
+    assert!(!c.backends["e"].tls_insecure_skip_verify);
+    // Defaults: no CA (the platform's roots), no client certificate, verification on.
+    let c = ok("[backends.a]\nmode = \"single\"\nurl = \"rediss://10.0.0.1\"\n");
+    let a = &c.backends["a"];
+    assert!(a.tls_ca.is_none() && a.tls_cert.is_none() && a.tls_key.is_none());
+    assert!(!a.tls_insecure_skip_verify);
+}
+
+#[test]
+fn tls_field_errors_name_line_and_field() {
+    let dir = tls_files("err");
+    let d = dir.display();
+    let head = "[backends.a]\nmode = \"single\"\nurl = \"rediss://10.0.0.1\"\n";
+    let e = err(&format!("{head}tls_ca = \"{d}/nope.pem\"\n"));
+    check(&e, 4, "backends.a.tls_ca", &["cannot read", "nope.pem"]);
+    let e = err(&format!("{head}tls_ca = \"{d}\"\n"));
+    check(&e, 4, "backends.a.tls_ca", &["is not a file"]);
+    let e = err(&format!("{head}tls_ca = \"\"\n"));
+    check(&e, 4, "backends.a.tls_ca", &["empty"]);
+    let e = err(&format!("{head}tls_cert = \"{d}/client.pem\"\n"));
+    check(&e, 4, "backends.a.tls_cert", &["needs `tls_key`"]);
+    let e = err(&format!("{head}\ntls_key = \"{d}/client.key\"\n"));
+    check(&e, 5, "backends.a.tls_key", &["needs `tls_cert`"]);
+    let e = err(&format!("{head}tls_insecure_skip_verify = 1\n"));
+    check(
+        &e,
+        4,
+        "backends.a.tls_insecure_skip_verify",
+        &["expected true or false"],
+    );
+    let e = err(&format!("{head}tls_insecure_skip_verify = \"yes\"\n"));
+    check(
+        &e,
+        4,
+        "backends.a.tls_insecure_skip_verify",
+        &["expected true or false"],
+    );
+    let e = err(&format!("{head}tls_ca = \"${{DISTLOCK_CFG_T4_UNSET}}\"\n"));
+    check(&e, 4, "backends.a.tls_ca", &["DISTLOCK_CFG_T4_UNSET"]);
+    // TLS fields without rediss://.
+    let e = err(&format!(
+        "[backends.a]\nmode = \"single\"\nurl = \"redis://10.0.0.1\"\ntls_ca = \"{d}/ca.pem\"\n"
+    ));
+    check(
+        &e,
+        4,
+        "backends.a.tls_ca",
+        &["no URL of this backend uses TLS", "rediss://"],
+    );
+    // Mixed schemes.
+    let e = err(
+        "[backends.a]\nmode = \"redlock\"\nnodes = [\"rediss://10.0.0.1\", \"redis://10.0.0.2\"]\n",
+    );
+    check(
+        &e,
+        1,
+        "backends.a.nodes",
+        &["10.0.0.2:6379 is plaintext", "one scheme"],
+    );
+    // Not on memory.
+    let e = err("[backends.a]\nmode = \"memory\"\ntls_insecure_skip_verify = true\n");
+    check(
+        &e,
+        3,
+        "backends.a.tls_insecure_skip_verify",
+        &["not used by mode \"memory\""],
+    );
+}

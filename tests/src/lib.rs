@@ -28,6 +28,7 @@ pub mod history;
 mod postgres;
 pub mod proxy;
 pub mod redisson;
+pub mod tls;
 pub mod topology;
 
 pub use postgres::postgres_url;

@@ -5,14 +5,21 @@
 //! reply; redis-rs leaves Nagle on) and TCP keepalive (a peer that vanished without a FIN,
 //! e.g. behind a NAT that dropped the flow, is detected within 25 s of silence: 10 s idle,
 //! then 3 probes 5 s apart).
+//!
+//! TLS (`rediss://`, cargo feature `tls`) is set here too: the CA bundle (`tls_ca`, else
+//! the platform's roots), the client certificate and key of mutual TLS (`tls_cert`,
+//! `tls_key`) and `tls_insecure_skip_verify` apply to every connection of the backend —
+//! the masters a sentinel names and the nodes a cluster reports included, which are
+//! reached over TLS when the configured URLs are `rediss://`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use distlock_config::{BackendConfig, RedisUrl};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
-use redis::{ConnectionInfo, IntoConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use super::error::{bounded, DriverError};
 
@@ -23,20 +30,71 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Unanswered probes before the connection is declared dead.
 const KEEPALIVE_PROBES: u32 = 3;
 
-/// How a backend connects: its timeouts.
-#[derive(Debug, Clone, Copy)]
+/// How a backend connects: its timeouts, and TLS.
+#[derive(Debug, Clone)]
 pub(crate) struct Settings {
     /// Longest wait for a connection.
     pub(crate) connect_timeout: Duration,
     /// Longest wait for any reply.
     pub(crate) response_timeout: Duration,
+    /// `Some` when the backend's URLs are `rediss://`.
+    tls: Option<Arc<Tls>>,
 }
 
+/// The TLS options of a backend, files read.
+struct Tls {
+    /// Verify nothing (`tls_insecure_skip_verify`).
+    insecure: bool,
+    /// A CA bundle and/or a client certificate: `None` uses the platform's roots, no
+    /// client certificate.
+    #[cfg(feature = "tls")]
+    certs: Option<redis::TlsCertificates>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key (nor the certificates).
+        f.debug_struct("Tls")
+            .field("insecure", &self.insecure)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a backend's TLS options cannot be used: a message naming the field and the file.
+#[derive(Debug)]
+pub(crate) struct TlsSetupError(pub(crate) String);
+
 impl Settings {
-    pub(crate) fn of(cfg: &BackendConfig) -> Settings {
-        Settings {
+    /// The settings of `cfg`; reads its TLS files.
+    pub(crate) fn of(cfg: &BackendConfig) -> Result<Settings, TlsSetupError> {
+        let tls = if cfg.mode.urls().iter().any(|u| u.tls) {
+            Some(Arc::new(Tls::of(cfg)?))
+        } else {
+            None
+        };
+        Ok(Settings {
             connect_timeout: cfg.connect_timeout,
             response_timeout: cfg.response_timeout,
+            tls,
+        })
+    }
+
+    /// Whether connections use TLS.
+    pub(crate) fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The address of a server at `host:port` that a sentinel names: TLS when the
+    /// backend's URLs are.
+    pub(crate) fn addr(&self, host: String, port: u16) -> ConnectionAddr {
+        match &self.tls {
+            Some(tls) => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: tls.insecure,
+                tls_params: None,
+            },
+            None => ConnectionAddr::Tcp(host, port),
         }
     }
 
@@ -59,6 +117,13 @@ impl Settings {
             .as_str()
             .into_connection_info()
             .map_err(|e| DriverError::redis(&url.address, e))?;
+        let info = match (info.addr().clone(), &self.tls) {
+            (ConnectionAddr::TcpTls { host, port, .. }, Some(_)) => {
+                let addr = self.addr(host, port);
+                info.set_addr(addr)
+            }
+            _ => info,
+        };
         Ok(self.with_tcp(info))
     }
 
@@ -73,7 +138,15 @@ impl Settings {
         address: &str,
         info: ConnectionInfo,
     ) -> Result<redis::Client, DriverError> {
-        redis::Client::open(self.with_tcp(info)).map_err(|e| DriverError::redis(address, e))
+        let info = self.with_tcp(info);
+        #[cfg(feature = "tls")]
+        if let (ConnectionAddr::TcpTls { .. }, Some(tls)) = (info.addr(), &self.tls) {
+            if let Some(certs) = &tls.certs {
+                return redis::Client::build_with_tls(info, certs.clone())
+                    .map_err(|e| DriverError::redis(address, e));
+            }
+        }
+        redis::Client::open(info).map_err(|e| DriverError::redis(address, e))
     }
 
     /// A client for the server at `url`.
@@ -107,12 +180,74 @@ impl Settings {
 
     /// A cluster client builder over `nodes` with these settings.
     pub(crate) fn cluster(&self, nodes: &[RedisUrl]) -> ClusterClientBuilder {
-        ClusterClientBuilder::new(nodes.iter().map(|u| u.url.as_str()))
+        let builder = ClusterClientBuilder::new(nodes.iter().map(|u| u.url.as_str()))
             .tcp_settings(self.tcp())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)
             .min_retry_wait(10)
-            .max_retry_wait(100)
+            .max_retry_wait(100);
+        #[cfg(feature = "tls")]
+        let builder = match &self.tls {
+            Some(tls) => {
+                let builder = match &tls.certs {
+                    Some(certs) => builder.certs(certs.clone()),
+                    None => builder,
+                };
+                if tls.insecure {
+                    builder.tls(redis::TlsMode::Insecure)
+                } else {
+                    builder.tls(redis::TlsMode::Secure)
+                }
+            }
+            None => builder,
+        };
+        builder
+    }
+}
+
+impl Tls {
+    #[cfg(feature = "tls")]
+    fn of(cfg: &BackendConfig) -> Result<Tls, TlsSetupError> {
+        // rustls needs a process-wide crypto provider; ring is the one this build has.
+        // Installing fails only when one is installed already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let read = |field: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                TlsSetupError(format!(
+                    "{field} = \"{}\": cannot read the file: {e}",
+                    path.display()
+                ))
+            })
+        };
+        let root_cert = match &cfg.tls_ca {
+            Some(path) => Some(read("tls_ca", path)?),
+            None => None,
+        };
+        let client_tls = match (&cfg.tls_cert, &cfg.tls_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("tls_cert", cert)?,
+                client_key: read("tls_key", key)?,
+            }),
+            _ => None,
+        };
+        let certs =
+            (root_cert.is_some() || client_tls.is_some()).then_some(redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            });
+        Ok(Tls {
+            insecure: cfg.tls_insecure_skip_verify,
+            certs,
+        })
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn of(cfg: &BackendConfig) -> Result<Tls, TlsSetupError> {
+        let url = cfg.mode.urls().into_iter().find(|u| u.tls);
+        Err(TlsSetupError(format!(
+            "{}: rediss:// (TLS) needs distlock's cargo feature `tls` (on by default), which this build leaves out",
+            url.map(|u| u.address.as_str()).unwrap_or("?")
+        )))
     }
 }
 

@@ -156,7 +156,13 @@ impl DriverError {
 impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DriverError::Redis { source, .. } => write!(f, "{source}"),
+            DriverError::Redis { source, .. } => {
+                write!(f, "{source}")?;
+                match tls_hint(&source.to_string()) {
+                    Some(hint) => write!(f, " ({hint})"),
+                    None => Ok(()),
+                }
+            }
             DriverError::TimedOut { what, after, .. } => {
                 write!(f, "{what}: no reply within {after:?}")
             }
@@ -205,6 +211,25 @@ impl std::fmt::Display for DriverError {
 impl std::error::Error for DriverError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.redis_error().map(|e| e as _)
+    }
+}
+
+/// What to do about a TLS failure the TLS library describes as `text`.
+fn tls_hint(text: &str) -> Option<&'static str> {
+    if text.contains("UnknownIssuer") {
+        Some("TLS: the server's certificate is not signed by a CA of `tls_ca` (or, without it, of the platform's roots)")
+    } else if text.contains("certificate expired") || text.contains("not valid yet") {
+        Some("TLS: the server's certificate is outside its validity period")
+    } else if text.contains("not valid for name") {
+        Some("TLS: the server's certificate does not name the host of the URL")
+    } else if text.contains("CertificateRequired") || text.contains("BadCertificate") {
+        Some(
+            "TLS: the server requires a client certificate it trusts: set `tls_cert` and `tls_key`",
+        )
+    } else if text.contains("invalid peer certificate") {
+        Some("TLS: the server's certificate was rejected")
+    } else {
+        None
     }
 }
 

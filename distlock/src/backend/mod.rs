@@ -66,17 +66,15 @@ impl Backend {
         defaults: &Defaults,
     ) -> Result<Arc<Backend>, InitError> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
-        let settings = conn::Settings::of(cfg);
-        let fail = |e: DriverError| e.into_init_error(&cfg.name);
-        if let Some(url) = cfg.mode.urls().into_iter().find(|u| u.tls) {
-            return Err(InitError::Unsupported {
-                backend: cfg.name.clone(),
-                message: format!(
-                    "{}: rediss:// (TLS) is not supported by this build yet; use redis://",
-                    url.address
-                ),
-            });
+        let settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
+            backend: cfg.name.clone(),
+            message: e.0,
+        })?;
+        if settings.uses_tls() && cfg.tls_insecure_skip_verify {
+            tracing::warn!(backend = %cfg.name, address = %conn::addresses(&cfg.mode.urls().into_iter().cloned().collect::<Vec<_>>()),
+                "distlock: tls_insecure_skip_verify = true: the server's certificate is NOT verified; anyone on the path can impersonate the server");
         }
+        let fail = |e: DriverError| e.into_init_error(&cfg.name);
         let (driver, hub, address) = match &cfg.mode {
             Mode::Memory => {
                 let hub = Hub::local();

@@ -17,7 +17,8 @@
 //! been missed.
 //!
 //! The user name, password and database of the first sentinel URL are used for the master
-//! too.
+//! too, and so is TLS: with `rediss://` sentinels the master is reached over TLS as well
+//! (`tls-replication yes`), with the backend's CA bundle and client certificate.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -26,7 +27,7 @@ use std::time::Duration;
 use distlock_config::RedisUrl;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionInfo, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -148,7 +149,7 @@ impl SentinelMaster {
         let mut resolver = Resolver {
             master_name,
             sentinels: &list,
-            settings: *settings,
+            settings: settings.clone(),
             start: 0,
         };
         let (address, host, port) = resolver.resolve().await?;
@@ -158,7 +159,7 @@ impl SentinelMaster {
             master_name: master_name.to_owned(),
             sentinels: list,
             master_info,
-            settings: *settings,
+            settings: settings.clone(),
             sync,
             current: RwLock::new(Arc::new(current)),
             epoch,
@@ -315,7 +316,7 @@ impl SentinelMaster {
             address,
             self.master_info
                 .clone()
-                .set_addr(ConnectionAddr::Tcp(host, port)),
+                .set_addr(self.settings.addr(host, port)),
         )
     }
 
@@ -323,7 +324,7 @@ impl SentinelMaster {
         Resolver {
             master_name: &self.master_name,
             sentinels: &self.sentinels,
-            settings: self.settings,
+            settings: self.settings.clone(),
             start: self.next_sentinel.load(Ordering::Relaxed),
         }
     }
@@ -498,10 +499,7 @@ async fn open_master(
     port: u16,
     sync: Option<SyncReplicas>,
 ) -> Result<Current, DriverError> {
-    let client = settings.client(
-        address,
-        info.clone().set_addr(ConnectionAddr::Tcp(host, port)),
-    )?;
+    let client = settings.client(address, info.clone().set_addr(settings.addr(host, port)))?;
     let server = Server::connect(settings, address, client.clone()).await?;
     let role: Value = bounded(
         address,

@@ -259,7 +259,12 @@ pub(crate) async fn connect(
             "distlock: some nodes are unreachable; the quorum is reachable, so starting anyway and connecting to them in the background");
     }
     for (node, client, _) in down {
-        node::spawn_connect(backend.clone(), Arc::downgrade(&node), client, *settings);
+        node::spawn_connect(
+            backend.clone(),
+            Arc::downgrade(&node),
+            client,
+            settings.clone(),
+        );
     }
     let (hub, requests): (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) = Hub::subscribed();
     fanout::spawn(
