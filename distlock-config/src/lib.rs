@@ -17,6 +17,7 @@
 //! url = "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"
 //! response_timeout = "2s"         # every mode but memory (default "2s")
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
+//! holder_info = true              # record who holds each lock; every mode but memory (default true)
 //!
 //! [backends.cluster]              # a Redis Cluster
 //! mode = "cluster"
@@ -157,6 +158,9 @@ pub struct BackendConfig {
     pub response_timeout: Duration,
     /// Longest wait to open a connection (`connect_timeout`, default `"2s"`).
     pub connect_timeout: Duration,
+    /// Record who holds each lock (host, pid, lock site, since, token) next to it, for
+    /// `distlock list`/`show` and `Registry::inspect` (`holder_info`, default `true`).
+    pub holder_info: bool,
 }
 
 /// `mode = "..."` and the fields that mode takes.

@@ -34,6 +34,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "retry_delay",
     "response_timeout",
     "connect_timeout",
+    "holder_info",
 ];
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
@@ -165,6 +166,7 @@ struct RawBackend {
     retry_delay: Option<Duration>,
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
+    holder_info: Option<bool>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -203,10 +205,10 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const TIMEOUTS: [&str; 2] = ["response_timeout", "connect_timeout"];
+        const TIMEOUTS: [&str; 3] = ["response_timeout", "connect_timeout", "holder_info"];
         match self {
-            ModeKind::Single => &["url", TIMEOUTS[0], TIMEOUTS[1]],
-            ModeKind::Cluster => &["nodes", TIMEOUTS[0], TIMEOUTS[1]],
+            ModeKind::Single => &["url", TIMEOUTS[0], TIMEOUTS[1], TIMEOUTS[2]],
+            ModeKind::Cluster => &["nodes", TIMEOUTS[0], TIMEOUTS[1], TIMEOUTS[2]],
             ModeKind::Sentinel => &[
                 "master_name",
                 "sentinels",
@@ -214,6 +216,7 @@ impl ModeKind {
                 "sync_timeout",
                 TIMEOUTS[0],
                 TIMEOUTS[1],
+                TIMEOUTS[2],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -222,6 +225,7 @@ impl ModeKind {
                 "retry_delay",
                 TIMEOUTS[0],
                 TIMEOUTS[1],
+                TIMEOUTS[2],
             ],
             ModeKind::Memory => &[],
         }
@@ -433,6 +437,7 @@ impl Cx<'_> {
                 "connect_timeout" => {
                     raw.connect_timeout = Some(self.positive_duration(&field, key_name, value)?)
                 }
+                "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
                 _ => {}
             }
         }
@@ -481,7 +486,30 @@ impl Cx<'_> {
             mode,
             response_timeout: raw.response_timeout.unwrap_or(DEFAULT_RESPONSE_TIMEOUT),
             connect_timeout: raw.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            holder_info: raw.holder_info.unwrap_or(true),
         })
+    }
+
+    /// `true` or `false` (a string is interpolated and read as one).
+    fn boolean(&self, field: &str, value: &Val<'_>) -> Result<bool, ConfigError> {
+        let at = value.span().start;
+        match value.get_ref() {
+            DeValue::Boolean(b) => Ok(*b),
+            DeValue::String(s) => match self.interpolate(field, value, s)?.as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                other => Err(self.loc.at(
+                    at,
+                    field,
+                    format!("expected true or false, found {other:?}"),
+                )),
+            },
+            other => Err(self.loc.at(
+                at,
+                field,
+                format!("expected true or false, found {}", other.type_str()),
+            )),
+        }
     }
 
     /// A string value, `${VAR}`s replaced.

@@ -74,8 +74,8 @@ use redis::Value;
 
 use crate::backend::Backend;
 use crate::keys::LockKeys;
-use crate::registry::Registry;
 use crate::protocol::{Call, Script};
+use crate::registry::Registry;
 use crate::LockError;
 
 /// The fenced-write script (see the module documentation).
@@ -216,10 +216,13 @@ impl Fence {
         let call = Call::raw(
             Script::Fence,
             vec![name],
-            vec![value.as_ref().to_vec(), token_arg.into_bytes(), ttl_arg.into_bytes()],
+            vec![
+                value.as_ref().to_vec(),
+                token_arg.into_bytes(),
+                ttl_arg.into_bytes(),
+            ],
         );
-        let Some((replies, needed)) = backend.run_script(&self.key, &call).await
-        else {
+        let Some((replies, needed)) = backend.run_script(&self.key, &call).await else {
             return Err(unsupported(&backend));
         };
         let nodes = replies.len();
@@ -261,8 +264,7 @@ impl Fence {
                 .map(|(value, token)| Fenced { value, token }));
         }
         let call = Call::raw(Script::FenceGet, vec![name], Vec::new());
-        let Some((replies, needed)) = backend.run_script(&self.key, &call).await
-        else {
+        let Some((replies, needed)) = backend.run_script(&self.key, &call).await else {
             return Err(unsupported(&backend));
         };
         let nodes = replies.len();

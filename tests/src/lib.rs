@@ -24,10 +24,10 @@
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 
-pub mod redisson;
 pub mod history;
 mod postgres;
 pub mod proxy;
+pub mod redisson;
 pub mod topology;
 
 pub use postgres::postgres_url;

@@ -124,6 +124,65 @@ impl Cluster {
         .await
     }
 
+    /// The names of the keys matching `pattern` on every master (`CLUSTER NODES`, then
+    /// SCAN on each), at most `limit`.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let mut conn = self.conn.clone();
+        let nodes = bounded(
+            &self.address,
+            "CLUSTER NODES timed out",
+            self.response_timeout,
+            conn.route_command(
+                redis::cmd("CLUSTER").arg("NODES").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            ),
+        )
+        .await?;
+        let text: String = redis::from_redis_value(nodes)
+            .map_err(|e| DriverError::redis(&self.address, e.into()))?;
+        let mut out = Vec::new();
+        for (host, port) in masters(&text) {
+            let address = format!("{host}:{port}");
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                });
+                let reply = bounded(
+                    &address,
+                    "SCAN timed out",
+                    self.response_timeout,
+                    conn.route_command(cmd, routing),
+                )
+                .await?;
+                let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
+                    .map_err(|e| DriverError::redis(&address, e.into()))?;
+                out.extend(keys);
+                cursor = next;
+                if out.len() >= limit {
+                    out.truncate(limit);
+                    return Ok(out);
+                }
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
         DriverError::Unexpected {
             address: self.address.clone(),
@@ -210,6 +269,25 @@ impl Cluster {
 
 /// Connect the subscriber's own cluster connection (RESP3, pushes to this module) and start
 /// serving `hub`'s subscription requests. It ends when the hub is dropped.
+/// The masters (`host`, `port`) a `CLUSTER NODES` reply lists as live.
+fn masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let _id = fields.next()?;
+            let addr = fields.next()?;
+            let flags = fields.next()?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            let addr = addr.split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
 async fn spawn_subscriber(
     backend: Arc<str>,
     hub: &Arc<Hub>,

@@ -410,7 +410,13 @@ impl MemoryDriver {
 
     /// Store `value` under `key` unless `token` is below the last token stored there.
     /// Returns whether it was stored.
-    pub(crate) fn fenced_set(&self, key: &str, value: &[u8], token: u64, ttl: Option<Duration>) -> bool {
+    pub(crate) fn fenced_set(
+        &self,
+        key: &str,
+        value: &[u8],
+        token: u64,
+        ttl: Option<Duration>,
+    ) -> bool {
         let now = Instant::now();
         let mut st = self.state();
         if st

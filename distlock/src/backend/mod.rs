@@ -56,6 +56,8 @@ pub(crate) struct Backend {
     pub(crate) waiting: AtomicUsize,
     /// The runtime `init` ran on: background releases and tasks go there.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Record holder information next to each lock (`holder_info`; never on memory).
+    pub(crate) holder_info: bool,
     driver: Driver,
 }
 
@@ -133,6 +135,7 @@ impl Backend {
             leases: Arc::new(Leases::default()),
             waiting: AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
+            holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
             driver,
         }))
     }
@@ -286,6 +289,33 @@ impl Backend {
             Driver::Quorum(q) => q.next_sequence(key, ttl).await,
         };
         r.map_err(self.fail(Some(key)))
+    }
+
+    /// The Redis keys matching `pattern` (SCAN; on a cluster every master, on redlock/multi
+    /// every node), at most `limit`; `None` on the memory backend.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Option<Result<Vec<String>, LockError>> {
+        let r = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => s.scan(pattern, limit).await,
+            Driver::Cluster(c) => c.scan(pattern, limit).await,
+            Driver::Sentinel(m) => m.scan(pattern, limit).await,
+            Driver::Quorum(q) => q.scan(pattern, limit).await,
+        };
+        Some(r.map_err(self.fail(None)))
+    }
+
+    /// The address each reply of [`Backend::run_script`] came from.
+    pub(crate) fn script_addresses(&self) -> Vec<String> {
+        match &self.driver {
+            Driver::Quorum(q) => q.node_addresses(),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                vec![self.address.clone()]
+            }
+        }
     }
 
     /// The in-process store, on a memory backend (`crate::fence` keeps its values there).

@@ -278,6 +278,15 @@ impl SentinelMaster {
         self.checked(self.current().server.run(call, "script timed out").await)
     }
 
+    /// SCAN the current master.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        self.checked(self.current().server.scan(pattern, limit).await)
+    }
+
     pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
         self.checked(self.current().server.next_sequence(key, ttl).await)
     }

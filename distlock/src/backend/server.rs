@@ -226,6 +226,38 @@ impl Server {
         Ok(n)
     }
 
+    /// The names of the keys matching `pattern` (SCAN, never KEYS), at most `limit`.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, keys): (u64, Vec<String>) = bounded(
+                &self.address,
+                "SCAN timed out",
+                self.response_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await?;
+            out.extend(keys);
+            cursor = next;
+            if cursor == 0 || out.len() >= limit {
+                out.truncate(limit);
+                return Ok(out);
+            }
+        }
+    }
+
     /// `INCRBY key by`: raises a node's fencing counter that lags behind the token a quorum
     /// acquisition handed out (counters only ever grow, so overshooting is harmless).
     pub(crate) async fn incr_by(&self, key: &str, by: u64) -> Result<u64, DriverError> {

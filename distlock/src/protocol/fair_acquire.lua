@@ -9,6 +9,7 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms
 -- ARGV[3] wait left in ms (0: do not queue)
+-- KEYS[5], ARGV[4] (optional) holder information, as in acquire.lua
 -- Returns: as acquire.lua; a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
@@ -45,6 +46,7 @@ if redis.call('exists', lock) == 1 then
     if redis.call('pttl', lock) < lease then
       redis.call('pexpire', lock, lease)
     end
+    if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
     return {2, 0}
   end
   enqueue()
@@ -63,4 +65,9 @@ end
 local token = redis.call('incr', KEYS[4])
 redis.call('hset', lock, owner, 1)
 redis.call('pexpire', lock, lease)
+if KEYS[5] then
+  redis.call('del', KEYS[5])
+  redis.call('hset', KEYS[5], owner, ARGV[4] .. '\t' .. now .. '\t' .. token)
+  redis.call('pexpire', KEYS[5], lease)
+end
 return {1, token}
