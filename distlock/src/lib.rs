@@ -132,6 +132,7 @@ mod inspect;
 mod keys;
 mod lease;
 mod lock;
+pub mod metrics;
 mod owner;
 mod protocol;
 mod registry;

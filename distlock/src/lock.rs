@@ -179,7 +179,23 @@ impl Lock {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        acquire(backend, self.key, self.kind, wait, lease, self.site).await
+        let site = crate::metrics::site_label(self.site);
+        let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
+        let name = backend.name.clone();
+        let start = Instant::now();
+        let r = tracing::Instrument::instrument(
+            acquire(backend, self.key, self.kind, wait, lease, self.site, site),
+            span,
+        )
+        .await;
+        let outcome = match &r {
+            Ok(g) if g.state.outermost => crate::metrics::Outcome::Acquired,
+            Ok(_) => crate::metrics::Outcome::Reentered,
+            Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+            Err(_) => crate::metrics::Outcome::Error,
+        };
+        crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        r
     }
 
     /// Try once: `Ok(None)` when another owner holds the lock.
@@ -258,6 +274,7 @@ async fn acquire(
     wait: Duration,
     lease: Lease,
     site: LockSite,
+    label: &'static str,
 ) -> Result<LockGuard, LockError> {
     let mut keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
     if backend.holder_info {
@@ -335,6 +352,7 @@ async fn acquire(
                     auto,
                     true,
                     expires_at,
+                    label,
                 );
                 return Ok(LockGuard { state, backend });
             }
@@ -354,6 +372,7 @@ async fn acquire(
                     auto,
                     false,
                     expires_at,
+                    label,
                 );
                 return Ok(LockGuard { state, backend });
             }
@@ -414,6 +433,7 @@ async fn acquire(
             Some(_) => {
                 if let Some(n) = notified {
                     let _asleep = Asleep::new(&backend.waiting);
+                    let _gauge = crate::metrics::Waiting::new(&backend.name, label);
                     tokio::select! {
                         _ = n => {}
                         _ = tokio::time::sleep_until(until) => {}
