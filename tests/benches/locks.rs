@@ -110,8 +110,13 @@ fn pct(times: &mut [Duration], p: f64) -> Duration {
     times[((times.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> (f64, f64, f64) {
-    let (mut f, mut d, mut r) = (Vec::new(), Vec::new(), Vec::new());
+async fn sequential(
+    reg: &Registry,
+    reg_off: &Registry,
+    floor: &Floor,
+    rs: &rslock::LockManager,
+) -> (f64, f64, f64, f64) {
+    let (mut f, mut d, mut r, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
@@ -133,6 +138,18 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
 
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
+            let g = reg_off
+                .lock(format!("seq-off:{round}:{i}"))
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire");
+            g.release().await.expect("release");
+        }
+        o.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
+
+        let start = Instant::now();
+        for i in 0..SEQ_PAIRS {
             let key = format!("rslock:seq:{round}:{i}");
             let l = rs
                 .lock(key.as_bytes(), Duration::from_secs(30))
@@ -142,7 +159,7 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
         }
         r.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
     }
-    (median(f), median(d), median(r))
+    (median(f), median(d), median(r), median(o))
 }
 
 /// Pairs per second over `CONCURRENT_FOR` with `TASKS` tasks on distinct keys.
@@ -330,12 +347,17 @@ async fn main() {
     ))
     .await
     .expect("connect");
+    let reg_off = Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"30s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nholder_info = false\n"
+    ))
+    .await
+    .expect("connect");
     let floor = Floor::new(&url).await;
     let rs = rslock::LockManager::new(vec![url.clone()]);
 
     println!("distlock benchmark: one loopback redis-server ({url}), tokio multi-thread runtime, 2 workers");
     println!();
-    let (f, d, r) = sequential(&reg, &floor, &rs).await;
+    let (f, d, r, o) = sequential(&reg, &reg_off, &floor, &rs).await;
     println!("lock+unlock, uncontended, sequential ({SEQ_PAIRS} pairs x {ROUNDS} rounds, median):");
     println!("  {:<28} {:>10} {:>8}", "", "us/pair", "x floor");
     println!(
@@ -343,18 +365,32 @@ async fn main() {
         "floor (2 x raw EVALSHA)", f, 1.0
     );
     println!("  {:<28} {:>10.1} {:>8.2}", "distlock", d, d / f);
+    println!(
+        "  {:<28} {:>10.1} {:>8.2}",
+        "distlock, holder_info=false",
+        o,
+        o / f
+    );
     println!("  {:<28} {:>10.1} {:>8.2}", "rslock", r, r / f);
     println!();
 
     let fp = concurrent_pairs("floor:c", None, Some(&floor)).await;
     let dp = concurrent_pairs("dl:c", Some(&reg), None).await;
+    let op = concurrent_pairs("dl-off:c", Some(&reg_off), None).await;
     let fp2 = concurrent_pairs("floor:c2", None, Some(&floor)).await;
     let dp2 = concurrent_pairs("dl:c2", Some(&reg), None).await;
-    let (fp, dp) = ((fp + fp2) / 2.0, (dp + dp2) / 2.0);
+    let op2 = concurrent_pairs("dl-off:c2", Some(&reg_off), None).await;
+    let (fp, dp, op) = ((fp + fp2) / 2.0, (dp + dp2) / 2.0, (op + op2) / 2.0);
     println!("{TASKS} tasks on distinct keys, one connection, {CONCURRENT_FOR:?} x 2 runs each:");
     println!("  {:<28} {:>10} {:>8}", "", "pairs/s", "/ floor");
     println!("  {:<28} {:>10.0} {:>8.2}", "floor", fp, 1.0);
     println!("  {:<28} {:>10.0} {:>8.2}", "distlock", dp, dp / fp);
+    println!(
+        "  {:<28} {:>10.0} {:>8.2}",
+        "distlock, holder_info=false",
+        op,
+        op / fp
+    );
     println!();
 
     let mut t = hand_off(&reg, HANDOFFS).await;
