@@ -238,15 +238,19 @@ async fn connect(config: &PathBuf) -> Result<Registry, String> {
     Registry::from_path(config).await.map_err(|e| e.to_string())
 }
 
-/// Connect every backend on its own, so that each one's failure is reported.
+/// Connect every backend on its own, so that each one's failure is reported, and ask each
+/// server its version, eviction policy and (cluster) state.
 async fn check(path: &PathBuf) -> Result<ExitCode, String> {
     let config = Config::from_path(path).map_err(|e| e.to_string())?;
-    let mut table = Table::new(&["BACKEND", "MODE", "ADDRESS", "STATUS", "ERROR"]);
+    let mut table = Table::new(&[
+        "BACKEND", "MODE", "ADDRESS", "STATUS", "VERSION", "EVICTION", "CLUSTER", "ERROR",
+    ]);
     let mut failed = false;
     for (name, backend) in &config.backends {
         let mut one = config.clone();
         one.backends.retain(|n, _| n == name);
         one.defaults.backend = Some(name.clone());
+        let mode = backend.mode.name().to_owned();
         let address = match backend.mode.urls().as_slice() {
             [] => "memory".to_owned(),
             urls => urls
@@ -255,20 +259,87 @@ async fn check(path: &PathBuf) -> Result<ExitCode, String> {
                 .collect::<Vec<_>>()
                 .join(","),
         };
-        let (status, error) = match Registry::connect(one).await {
-            Ok(_) => ("ok".to_owned(), String::new()),
+        let registry = match Registry::connect(one).await {
+            Ok(r) => r,
             Err(e) => {
                 failed = true;
-                ("FAILED".to_owned(), e.to_string())
+                table.row(vec![
+                    name.clone(),
+                    mode,
+                    address,
+                    "FAILED".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    e.to_string(),
+                ]);
+                continue;
             }
         };
-        table.row(vec![
-            name.clone(),
-            backend.mode.name().to_owned(),
-            address,
-            status,
-            error,
-        ]);
+        let servers = registry.probe(None).await.map_err(|e| e.to_string())?;
+        if servers.is_empty() {
+            table.row(vec![
+                name.clone(),
+                mode.clone(),
+                address.clone(),
+                "ok".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                String::new(),
+            ]);
+        }
+        for server in servers {
+            let row = match server {
+                Ok(s) => {
+                    let evicts = s
+                        .eviction
+                        .as_deref()
+                        .is_some_and(|p| p.starts_with("allkeys-"));
+                    let cluster_bad = s.cluster_state.as_deref().is_some_and(|c| c != "ok");
+                    failed |= cluster_bad;
+                    let (status, note) = if cluster_bad {
+                        ("FAILED", "the cluster state is not ok".to_owned())
+                    } else if evicts {
+                        (
+                            "WARN",
+                            "this eviction policy can evict held locks under memory pressure; use noeviction or volatile-*".to_owned(),
+                        )
+                    } else if s.eviction.is_none() {
+                        (
+                            "ok",
+                            "CONFIG GET not permitted: eviction policy unknown".to_owned(),
+                        )
+                    } else {
+                        ("ok", String::new())
+                    };
+                    vec![
+                        name.clone(),
+                        mode.clone(),
+                        s.address,
+                        status.into(),
+                        s.version.unwrap_or_else(|| "?".into()),
+                        s.eviction.unwrap_or_else(|| "?".into()),
+                        s.cluster_state.unwrap_or_else(|| "-".into()),
+                        note,
+                    ]
+                }
+                Err(e) => {
+                    failed = true;
+                    vec![
+                        name.clone(),
+                        mode.clone(),
+                        address.clone(),
+                        "FAILED".into(),
+                        "-".into(),
+                        "-".into(),
+                        "-".into(),
+                        e.to_string(),
+                    ]
+                }
+            };
+            table.row(row);
+        }
     }
     table.print();
     Ok(if failed {

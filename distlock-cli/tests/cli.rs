@@ -368,3 +368,129 @@ fn run_kills_the_child_when_the_lease_is_lost() {
     assert_eq!(got.trim(), "TERM", "the child got SIGTERM");
     let _ = std::fs::remove_file(&marker);
 }
+
+/// `EXISTS name` on the single test server.
+fn exists(name: &str) -> bool {
+    let addr = distlock_tests::addr_of(&distlock_tests::single_url());
+    match distlock_tests::resp_command(&addr, &["EXISTS", name]) {
+        Ok(distlock_tests::RespValue::Integer(n)) => n == 1,
+        other => panic!("EXISTS {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
+    let setup = Setup::new("info");
+    let prefix = format!("cli-{}-info:", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    for (kind, suffix) in [
+        (LockKind::Reentrant, ""),
+        (LockKind::Fair, ":fair"),
+        (LockKind::Read, ":rw"),
+        (LockKind::Write, ":rw"),
+    ] {
+        let info = format!("{prefix}{{k}}{suffix}:info");
+        let outer = rt
+            .block_on(registry.lock("k").kind(kind).acquire())
+            .unwrap();
+        assert!(exists(&info), "{kind:?}: {info} written with the lock");
+        // Re-entered: one holder, count 2.
+        let inner = rt
+            .block_on(outer.scope(registry.lock("k").kind(kind).acquire()))
+            .unwrap();
+        let shown = rt.block_on(registry.inspect("k", None)).unwrap();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert_eq!(shown[0].kind, kind);
+        assert_eq!(shown[0].holders[0].count, 2, "{shown:?}");
+        assert_eq!(shown[0].holders[0].pid, Some(std::process::id()));
+        assert_eq!(shown[0].holders[0].token, Some(outer.fencing_token()));
+        assert!(
+            shown[0].holders[0]
+                .site
+                .as_deref()
+                .unwrap()
+                .contains("cli.rs:"),
+            "{shown:?}"
+        );
+        rt.block_on(inner.release()).unwrap();
+        assert!(exists(&info));
+        rt.block_on(outer.release()).unwrap();
+        assert!(!exists(&info), "{kind:?}: {info} deleted with the lock");
+    }
+
+    // holder_info = false: holders are listed without host and pid, nothing else written.
+    let off = setup.toml.replace(
+        "mode = \"single\"",
+        "mode = \"single\"\nholder_info = false",
+    );
+    let registry = rt.block_on(Registry::from_str(&off)).unwrap();
+    let guard = rt.block_on(registry.lock("k").acquire()).unwrap();
+    assert!(!exists(&format!("{prefix}{{k}}:info")));
+    let shown = rt.block_on(registry.inspect("k", None)).unwrap();
+    assert_eq!(shown[0].holders.len(), 1);
+    assert_eq!(shown[0].holders[0].host, None);
+    rt.block_on(guard.release()).unwrap();
+}
+
+#[test]
+fn list_on_a_cluster_and_show_on_redlock() {
+    let nodes = |urls: Vec<String>| {
+        urls.iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let prefix = format!("cli-{}-topo:", std::process::id());
+    let toml = format!(
+        "[defaults]\nbackend = \"c\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{}]\n[backends.r]\nmode = \"redlock\"\nnodes = [{}]\n",
+        nodes(distlock_tests::cluster_urls()),
+        nodes(distlock_tests::redlock_urls())
+    );
+    let setup = Setup::new("topo");
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    // Enough keys to land on every master.
+    let keys: Vec<String> = (0..24).map(|i| format!("slot:{i}")).collect();
+    let guards: Vec<_> = keys
+        .iter()
+        .map(|k| rt.block_on(registry.lock(k.clone()).acquire()).unwrap())
+        .collect();
+    let list = setup.json(&["list", "slot:*", "--backend", "c", "--json"]);
+    let listed: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = keys.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    for l in list.as_array().unwrap() {
+        assert_eq!(l["holders"][0]["pid"], std::process::id());
+    }
+    for g in guards {
+        rt.block_on(g.release()).unwrap();
+    }
+
+    let guard = rt
+        .block_on(registry.lock("quorum-job").backend("r").acquire())
+        .unwrap();
+    let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
+    assert_eq!(shown.as_array().unwrap().len(), 1, "{shown:#}");
+    assert_eq!(shown[0]["holders"][0]["pid"], std::process::id());
+    assert_eq!(shown[0]["kind"], "reentrant");
+    let listed = setup.json(&["list", "--backend", "r", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["key"] == "quorum-job"),
+        "{listed:#}"
+    );
+    rt.block_on(guard.release()).unwrap();
+    let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
+    assert_eq!(shown, serde_json::json!([]));
+}

@@ -86,6 +86,41 @@ pub struct Waiter {
     pub wait_left: Duration,
 }
 
+/// What one server of a backend says about itself ([`Registry::probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerReport {
+    /// `host:port` (a cluster: its configured nodes).
+    pub address: String,
+    /// `redis_version` from `INFO server`.
+    pub version: Option<String>,
+    /// `maxmemory-policy` (`None`: `CONFIG GET` is not permitted). Anything but
+    /// `noeviction` (or a `volatile-*` policy, which spares keys without expiry only) can
+    /// evict a held lock under memory pressure.
+    pub eviction: Option<String>,
+    /// A cluster's `cluster_state` (`ok` or `fail`).
+    pub cluster_state: Option<String>,
+}
+
+impl ServerReport {
+    pub(crate) fn new(
+        address: &str,
+        info: &str,
+        eviction: Option<String>,
+        cluster_state: Option<String>,
+    ) -> ServerReport {
+        ServerReport {
+            address: address.to_owned(),
+            version: info
+                .lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .map(|v| v.trim().to_owned()),
+            eviction,
+            cluster_state,
+        }
+    }
+}
+
 /// `host\tpid` of this process, computed once.
 static PROCESS: LazyLock<String> =
     LazyLock::new(|| format!("{}\t{}", hostname(), std::process::id()));
@@ -107,6 +142,30 @@ pub(crate) fn holder_text(site: LockSite) -> Arc<str> {
 }
 
 impl Registry {
+    /// Ask every server of `backend` (`None`: the default) its version, eviction policy
+    /// and, on a cluster, its state: one entry per server (redlock/multi: per node), or
+    /// the error that server gave. Empty on a memory backend. `distlock check` shows it.
+    ///
+    /// ```no_run
+    /// # async fn f(registry: distlock::Registry) -> Result<(), distlock::LockError> {
+    /// for server in registry.probe(None).await? {
+    ///     match server {
+    ///         Ok(s) => println!("{} redis {:?} eviction {:?}", s.address, s.version, s.eviction),
+    ///         Err(e) => println!("{e}"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn probe(
+        &self,
+        backend: Option<&str>,
+    ) -> Result<Vec<Result<ServerReport, LockError>>, LockError> {
+        let backend = self.backend(backend)?;
+        Ok(crate::runtime::entered(backend.probe())
+            .await
+            .unwrap_or_default())
+    }
+
     /// Everything about the locks on `key` (of every kind: a reentrant, a fair, a read or
     /// write lock) on `backend` (`None`: the default backend). Empty when nothing holds or
     /// waits for it. Read-only: one script call.

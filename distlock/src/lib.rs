@@ -150,7 +150,7 @@ pub use distlock_macros::distributed_lock;
 pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
 pub use fence::fence;
 pub use guard::LockGuard;
-pub use inspect::{Holder, LockInfo, Waiter};
+pub use inspect::{Holder, LockInfo, ServerReport, Waiter};
 pub use lease::{Lease, LockKind, OnLost};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};

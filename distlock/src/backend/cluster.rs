@@ -124,6 +124,56 @@ impl Cluster {
         .await
     }
 
+    /// One command on a random node.
+    async fn on_any_node(&self, cmd: redis::Cmd) -> Result<Value, DriverError> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            "command timed out",
+            self.response_timeout,
+            conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)),
+        )
+        .await
+    }
+
+    /// Version, eviction policy and cluster state, as a random node reports them.
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        let text = |v: Value| {
+            redis::from_redis_value::<String>(v)
+                .map_err(|e| DriverError::redis(&self.address, e.into()))
+        };
+        let info = text(
+            self.on_any_node(redis::cmd("INFO").arg("server").clone())
+                .await?,
+        )?;
+        let cluster = text(
+            self.on_any_node(redis::cmd("CLUSTER").arg("INFO").clone())
+                .await?,
+        )?;
+        let policy = self
+            .on_any_node(
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("maxmemory-policy")
+                    .clone(),
+            )
+            .await
+            .ok()
+            .and_then(|v| redis::from_redis_value::<Vec<String>>(v).ok())
+            .and_then(|p| p.into_iter().nth(1));
+        let state = cluster
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster_state:"))
+            .map(|s| s.trim().to_owned());
+        Ok(crate::inspect::ServerReport::new(
+            &self.address,
+            &info,
+            policy,
+            state,
+        ))
+    }
+
     /// The names of the keys matching `pattern` on every master (`CLUSTER NODES`, then
     /// SCAN on each), at most `limit`.
     pub(crate) async fn scan(

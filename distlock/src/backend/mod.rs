@@ -308,6 +308,21 @@ impl Backend {
         Some(r.map_err(self.fail(None)))
     }
 
+    /// Each server's version, eviction policy (and cluster state), or why it could not be
+    /// asked; `None` on the memory backend.
+    pub(crate) async fn probe(
+        &self,
+    ) -> Option<Vec<Result<crate::inspect::ServerReport, LockError>>> {
+        let r = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => vec![s.probe().await],
+            Driver::Cluster(c) => vec![c.probe().await],
+            Driver::Sentinel(m) => vec![m.probe().await],
+            Driver::Quorum(q) => q.probe().await,
+        };
+        Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
+    }
+
     /// The address each reply of [`Backend::run_script`] came from.
     pub(crate) fn script_addresses(&self) -> Vec<String> {
         match &self.driver {

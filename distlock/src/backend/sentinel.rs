@@ -278,6 +278,11 @@ impl SentinelMaster {
         self.checked(self.current().server.run(call, "script timed out").await)
     }
 
+    /// Version and eviction policy of the current master.
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        self.checked(self.current().server.probe().await)
+    }
+
     /// SCAN the current master.
     pub(crate) async fn scan(
         &self,

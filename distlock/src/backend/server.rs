@@ -226,6 +226,35 @@ impl Server {
         Ok(n)
     }
 
+    /// The server's version and eviction policy (`None` where it would not say).
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        let mut conn = self.conn.clone();
+        let info: String = bounded(
+            &self.address,
+            "INFO timed out",
+            self.response_timeout,
+            redis::cmd("INFO").arg("server").query_async(&mut conn),
+        )
+        .await?;
+        let policy: Option<Vec<String>> = bounded(
+            &self.address,
+            "CONFIG GET timed out",
+            self.response_timeout,
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async(&mut conn),
+        )
+        .await
+        .ok();
+        Ok(crate::inspect::ServerReport::new(
+            &self.address,
+            &info,
+            policy.and_then(|p| p.into_iter().nth(1)),
+            None,
+        ))
+    }
+
     /// The names of the keys matching `pattern` (SCAN, never KEYS), at most `limit`.
     pub(crate) async fn scan(
         &self,

@@ -301,6 +301,18 @@ impl QuorumDriver {
         self.nodes.iter().map(|n| n.address.clone()).collect()
     }
 
+    /// Each node's version and eviction policy, or why it could not be asked.
+    pub(crate) async fn probe(&self) -> Vec<Result<crate::inspect::ServerReport, DriverError>> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            out.push(match node.server() {
+                Ok(server) => server.probe().await,
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
     /// The keys matching `pattern` on any node (SCAN on each connected node; fails only
     /// when no node answered), at most `limit`.
     pub(crate) async fn scan(
