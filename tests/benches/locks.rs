@@ -162,6 +162,70 @@ async fn sequential(
     (median(f), median(d), median(r), median(o))
 }
 
+/// The cost of holder information on a shared, noisy machine: batches of 200 sequential
+/// pairs alternating between the two registries (30 each), and 1 s runs of 64 tasks
+/// alternating (4 each); medians.
+async fn holder_info_cost(on: &Registry, off: &Registry) -> ((f64, f64), (f64, f64)) {
+    const BATCH: usize = 200;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for round in 0..30 {
+        for (reg, out, label) in [(on, &mut a, "hi-on"), (off, &mut b, "hi-off")] {
+            let start = Instant::now();
+            for i in 0..BATCH {
+                let g = reg
+                    .lock(format!("{label}:{round}:{i}"))
+                    .lease(Lease::Auto)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                g.release().await.expect("release");
+            }
+            out.push(start.elapsed().as_secs_f64() * 1e6 / BATCH as f64);
+        }
+    }
+    let (mut c, mut d) = (Vec::new(), Vec::new());
+    for round in 0..4 {
+        c.push(concurrent_pairs_for(&format!("hi-on:c{round}"), on, Duration::from_secs(1)).await);
+        d.push(
+            concurrent_pairs_for(&format!("hi-off:c{round}"), off, Duration::from_secs(1)).await,
+        );
+    }
+    ((median(a), median(b)), (median(c), median(d)))
+}
+
+async fn concurrent_pairs_for(label: &str, reg: &Registry, run_for: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let (stop, count, reg, label) =
+            (stop.clone(), count.clone(), reg.clone(), label.to_string());
+        handles.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let g = reg
+                    .lock(format!("{label}:{t}:{i}"))
+                    .lease(Lease::Auto)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                g.release().await.expect("release");
+                i += 1;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = count.load(Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    for h in handles {
+        h.await.expect("task");
+    }
+    n as f64 / secs
+}
+
 /// Pairs per second over `CONCURRENT_FOR` with `TASKS` tasks on distinct keys.
 async fn concurrent_pairs(label: &str, reg: Option<&Registry>, floor: Option<&Floor>) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
@@ -390,6 +454,27 @@ async fn main() {
         "distlock, holder_info=false",
         op,
         op / fp
+    );
+    println!();
+
+    let ((seq_on, seq_off), (par_on, par_off)) = holder_info_cost(&reg, &reg_off).await;
+    println!(
+        "holder information (holder_info = true, the default, vs false), alternating, medians:"
+    );
+    println!("  {:<28} {:>10} {:>10} {:>8}", "", "on", "off", "on/off");
+    println!(
+        "  {:<28} {:>10.1} {:>10.1} {:>8.2}",
+        "lock+unlock us/pair",
+        seq_on,
+        seq_off,
+        seq_on / seq_off
+    );
+    println!(
+        "  {:<28} {:>10.0} {:>10.0} {:>8.2}",
+        format!("{TASKS} tasks pairs/s"),
+        par_on,
+        par_off,
+        par_on / par_off
     );
     println!();
 

@@ -462,3 +462,25 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::masters;
+
+    #[test]
+    fn live_masters_from_cluster_nodes() {
+        let nodes = "\
+07c3 127.0.0.1:17001@27001 myself,master - 0 0 1 connected 0-5460
+67ed 127.0.0.1:17004@27004 slave 07c3 0 1 4 connected
+292f 127.0.0.1:17002@27002 master - 0 1 2 connected 5461-10922
+e7d1 127.0.0.1:17003@27003 master,fail - 0 1 3 disconnected
+";
+        assert_eq!(
+            masters(nodes),
+            vec![
+                ("127.0.0.1".to_string(), 17001),
+                ("127.0.0.1".to_string(), 17002)
+            ]
+        );
+    }
+}
