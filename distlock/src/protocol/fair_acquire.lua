@@ -66,7 +66,6 @@ local token = redis.call('incr', KEYS[4])
 redis.call('hset', lock, owner, 1)
 redis.call('pexpire', lock, lease)
 if KEYS[5] then
-  redis.call('del', KEYS[5])
   redis.call('hset', KEYS[5], owner, ARGV[4] .. '\t' .. now .. '\t' .. token)
   redis.call('pexpire', KEYS[5], lease)
 end
