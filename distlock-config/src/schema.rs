@@ -39,6 +39,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "tls_cert",
     "tls_key",
     "tls_insecure_skip_verify",
+    "holder_info",
 ];
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
@@ -170,6 +171,7 @@ struct RawBackend {
     retry_delay: Option<Duration>,
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
+    holder_info: Option<bool>,
     tls: RawTls,
 }
 
@@ -218,17 +220,18 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const T: [&str; 6] = [
+        const T: [&str; 7] = [
             "response_timeout",
             "connect_timeout",
             "tls_ca",
             "tls_cert",
             "tls_key",
             "tls_insecure_skip_verify",
+            "holder_info",
         ];
         match self {
-            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5]],
-            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5]],
+            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6]],
+            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6]],
             ModeKind::Sentinel => &[
                 "master_name",
                 "sentinels",
@@ -240,6 +243,7 @@ impl ModeKind {
                 T[3],
                 T[4],
                 T[5],
+                T[6],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -252,6 +256,7 @@ impl ModeKind {
                 T[3],
                 T[4],
                 T[5],
+                T[6],
             ],
             ModeKind::Memory => &[],
         }
@@ -469,6 +474,7 @@ impl Cx<'_> {
                 "tls_insecure_skip_verify" => {
                     raw.tls.tls_insecure_skip_verify = Some((self.boolean(&field, value)?, at))
                 }
+                "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
                 _ => {}
             }
         }
@@ -522,6 +528,7 @@ impl Cx<'_> {
             tls_cert: raw.tls.tls_cert.map(|(p, _)| p),
             tls_key: raw.tls.tls_key.map(|(p, _)| p),
             tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
+            holder_info: raw.holder_info.unwrap_or(true),
         })
     }
 

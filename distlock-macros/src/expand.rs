@@ -367,7 +367,11 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
     let body = Ident::new("__distlock_body", Span::mixed_site());
 
     let key = key_expr(key);
-    let mut builder = quote!(::distlock::Lock::new(#key));
+    let mut builder = quote!(::distlock::Lock::new(#key).site(::core::concat!(
+        ::core::module_path!(),
+        "::",
+        #function
+    )));
     if let Some(b) = &args.backend {
         builder.extend(quote!(.backend(#b)));
     }

@@ -78,6 +78,8 @@ pub(crate) struct LeaseState {
     pub(crate) outermost: bool,
     /// When it was acquired.
     pub(crate) acquired_at: Instant,
+    /// The lock site, as the metrics label it.
+    pub(crate) site: &'static str,
     state: AtomicU8,
     /// When the lease ends as far as this process knows (nanos on `clock`): the send time
     /// of the acquisition or of the last confirmed renewal, plus the lease's validity.
@@ -104,6 +106,7 @@ impl LeaseState {
         outermost: bool,
         lease_len: Duration,
         expires_at: Instant,
+        site: &'static str,
     ) -> Arc<LeaseState> {
         let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(LeaseState {
@@ -117,6 +120,7 @@ impl LeaseState {
             auto,
             outermost,
             acquired_at: Instant::now(),
+            site,
             state: AtomicU8::new(HELD),
             expires_at: AtomicU64::new(to_nanos(expires_at)),
             margin: lost_margin(lease_len),
@@ -160,7 +164,8 @@ impl LeaseState {
         {
             return false;
         }
-        tracing::warn!(backend = %self.backend, key = %self.keys.user, reason = %reason, "distlock: lease lost");
+        tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
+        crate::metrics::lost(&self.backend, self.site);
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
         self.changed.notify_waiters();
@@ -175,7 +180,9 @@ impl LeaseState {
             return false;
         }
         if was == HELD && self.outermost {
-            crate::holds::record(&self.backend, self.acquired_at.elapsed());
+            let held = self.acquired_at.elapsed();
+            crate::holds::record(&self.backend, held);
+            crate::metrics::held(&self.backend, self.site, held);
         }
         if self.auto {
             self.leases.map().remove(&self.id);

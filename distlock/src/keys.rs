@@ -21,6 +21,20 @@ pub(crate) struct LockKeys {
     pub fence: String,
     /// The pub/sub channel a release is published on.
     pub channel: String,
+    /// Holder information (`[backends.NAME] holder_info`, on by default): the hash
+    /// `PREFIX{KEY}[:fair|:rw]:info` (owner id -> `host\tpid\tsite\tsince_ms\ttoken`) the
+    /// acquire scripts write and release deletes, and this holder's `host\tpid\tsite`.
+    /// `None`: the backend does not record holders.
+    pub info: Option<InfoKey>,
+}
+
+/// Where a lock's holder information lives, and what this holder writes there.
+#[derive(Debug, Clone)]
+pub(crate) struct InfoKey {
+    /// `PREFIX{KEY}:info` (`:fair:info`, `:rw:info` for those kinds).
+    pub key: String,
+    /// `host\tpid\tsite`.
+    pub holder: std::sync::Arc<str>,
 }
 
 impl LockKeys {
@@ -55,6 +69,7 @@ impl LockKeys {
             hash,
             user: key,
             kind: LockKind::Reentrant,
+            info: None,
         })
     }
 
@@ -78,6 +93,20 @@ impl LockKeys {
         keys.channel = format!("{}:released", keys.hash);
         keys.kind = kind;
         Ok(keys)
+    }
+
+    /// The holder information hash of this lock (whether or not it is recorded).
+    pub(crate) fn info_key(&self) -> String {
+        format!("{}:info", self.hash)
+    }
+
+    /// Record holder information as `holder` (`host\tpid\tsite`).
+    pub(crate) fn with_holder(mut self, holder: std::sync::Arc<str>) -> LockKeys {
+        self.info = Some(InfoKey {
+            key: self.info_key(),
+            holder,
+        });
+        self
     }
 
     /// The other Redis keys of a fair or read-write lock (all derived from `hash`, so in its

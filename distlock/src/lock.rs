@@ -50,10 +50,30 @@ pub struct Lock {
     kind: LockKind,
     on_lost: OnLost,
     registry: Option<Registry>,
+    site: LockSite,
+}
+
+/// Where a lock is taken: the `#[distributed_lock]` function, or the `file:line` of
+/// `Lock::new` / `Registry::lock`. Holder information and metrics name it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LockSite {
+    Caller(&'static std::panic::Location<'static>),
+    Named(&'static str),
+}
+
+impl std::fmt::Display for LockSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockSite::Caller(l) => write!(f, "{}:{}", l.file(), l.line()),
+            LockSite::Named(n) => f.write_str(n),
+        }
+    }
 }
 
 impl Lock {
-    /// A lock on `key`, on the default backend of the global registry.
+    /// A lock on `key`, on the default backend of the global registry. The lock site
+    /// (shown by `distlock list` and in metrics) is the `file:line` of this call.
+    #[track_caller]
     pub fn new(key: impl Into<String>) -> Lock {
         Lock {
             key: key.into(),
@@ -63,14 +83,30 @@ impl Lock {
             kind: LockKind::Reentrant,
             on_lost: OnLost::Cancel,
             registry: None,
+            site: LockSite::Caller(std::panic::Location::caller()),
         }
     }
 
+    #[track_caller]
     pub(crate) fn with_registry(key: String, registry: Registry) -> Lock {
         Lock {
             registry: Some(registry),
             ..Lock::new(key)
         }
+    }
+
+    /// Name the lock site: what holder information (`distlock list`, [`Registry::inspect`])
+    /// and the metrics' `site` label show instead of the `file:line` of `Lock::new`.
+    /// `#[distributed_lock]` sets it to the function's path. Keep the number of distinct
+    /// names small (a metrics label): a place in the code, never a key.
+    ///
+    /// ```
+    /// let lock = distlock::Lock::new("order:42").site("checkout::pay");
+    /// # drop(lock);
+    /// ```
+    pub fn site(mut self, name: &'static str) -> Lock {
+        self.site = LockSite::Named(name);
+        self
     }
 
     /// Use the backend of this name (`[backends.NAME]`) instead of the default.
@@ -143,7 +179,23 @@ impl Lock {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        acquire(backend, self.key, self.kind, wait, lease).await
+        let site = crate::metrics::site_label(self.site);
+        let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
+        let name = backend.name.clone();
+        let start = Instant::now();
+        let r = tracing::Instrument::instrument(
+            acquire(backend, self.key, self.kind, wait, lease, self.site, site),
+            span,
+        )
+        .await;
+        let outcome = match &r {
+            Ok(g) if g.state.outermost => crate::metrics::Outcome::Acquired,
+            Ok(_) => crate::metrics::Outcome::Reentered,
+            Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+            Err(_) => crate::metrics::Outcome::Error,
+        };
+        crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        r
     }
 
     /// Try once: `Ok(None)` when another owner holds the lock.
@@ -221,8 +273,13 @@ async fn acquire(
     kind: LockKind,
     wait: Duration,
     lease: Lease,
+    site: LockSite,
+    label: &'static str,
 ) -> Result<LockGuard, LockError> {
-    let keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
+    let mut keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
+    if backend.holder_info {
+        keys = keys.with_holder(crate::inspect::holder_text(site));
+    }
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
@@ -350,6 +407,7 @@ async fn acquire(
                     true,
                     lease_len,
                     expires_at,
+                    label,
                 );
                 return Ok(LockGuard {
                     state,
@@ -377,6 +435,7 @@ async fn acquire(
                     false,
                     lease_len,
                     expires_at,
+                    label,
                 );
                 return Ok(LockGuard {
                     state,
@@ -457,6 +516,7 @@ async fn acquire(
             Some(_) => {
                 if let Some(n) = notified {
                     let _asleep = Asleep::new(&backend.waiting);
+                    let _gauge = crate::metrics::Waiting::new(&backend.name, label);
                     tokio::select! {
                         _ = n => {}
                         _ = tokio::time::sleep_until(until) => {}

@@ -111,7 +111,8 @@ impl Registry {
         SCOPED.scope(self.clone(), fut)
     }
 
-    /// A lock on `key` in this registry.
+    /// A lock on `key` in this registry (its site: the `file:line` of this call).
+    #[track_caller]
     pub fn lock(&self, key: impl Into<String>) -> Lock {
         Lock::with_registry(key.into(), self.clone())
     }

@@ -53,10 +53,14 @@ async fn renew_all(backend: &Backend) -> bool {
         let results = backend.renew_each(&items, lease_len).await;
         let now = Instant::now();
         let mut failures = 0usize;
+        let mut renewed = 0u64;
         let mut last_error = None;
         for (lease, result) in chunk.iter().zip(results) {
             match result {
-                Ok(true) => lease.renewed_until(sent + backend.validity(lease_len)),
+                Ok(true) => {
+                    renewed += 1;
+                    lease.renewed_until(sent + backend.validity(lease_len));
+                }
                 Ok(false) => {
                     lease.mark_lost("the lock was gone when the watchdog renewed it".into());
                 }
@@ -71,6 +75,7 @@ async fn renew_all(backend: &Backend) -> bool {
                 }
             }
         }
+        crate::metrics::renewals(&backend.name, renewed, failures as u64);
         if let Some(e) = last_error {
             failed = true;
             tracing::warn!(backend = %backend.name, leases = chunk.len(), failures, error = %e,

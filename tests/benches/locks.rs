@@ -113,8 +113,13 @@ fn pct(times: &mut [Duration], p: f64) -> Duration {
     times[((times.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> (f64, f64, f64) {
-    let (mut f, mut d, mut r) = (Vec::new(), Vec::new(), Vec::new());
+async fn sequential(
+    reg: &Registry,
+    reg_off: &Registry,
+    floor: &Floor,
+    rs: &rslock::LockManager,
+) -> (f64, f64, f64, f64) {
+    let (mut f, mut d, mut r, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
@@ -136,6 +141,18 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
 
         let start = Instant::now();
         for i in 0..SEQ_PAIRS {
+            let g = reg_off
+                .lock(format!("seq-off:{round}:{i}"))
+                .lease(Lease::Auto)
+                .acquire()
+                .await
+                .expect("acquire");
+            g.release().await.expect("release");
+        }
+        o.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
+
+        let start = Instant::now();
+        for i in 0..SEQ_PAIRS {
             let key = format!("rslock:seq:{round}:{i}");
             let l = rs
                 .lock(key.as_bytes(), Duration::from_secs(30))
@@ -145,7 +162,71 @@ async fn sequential(reg: &Registry, floor: &Floor, rs: &rslock::LockManager) -> 
         }
         r.push(start.elapsed().as_secs_f64() * 1e6 / SEQ_PAIRS as f64);
     }
-    (median(f), median(d), median(r))
+    (median(f), median(d), median(r), median(o))
+}
+
+/// The cost of holder information on a shared, noisy machine: batches of 200 sequential
+/// pairs alternating between the two registries (30 each), and 1 s runs of 64 tasks
+/// alternating (4 each); medians.
+async fn holder_info_cost(on: &Registry, off: &Registry) -> ((f64, f64), (f64, f64)) {
+    const BATCH: usize = 200;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for round in 0..30 {
+        for (reg, out, label) in [(on, &mut a, "hi-on"), (off, &mut b, "hi-off")] {
+            let start = Instant::now();
+            for i in 0..BATCH {
+                let g = reg
+                    .lock(format!("{label}:{round}:{i}"))
+                    .lease(Lease::Auto)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                g.release().await.expect("release");
+            }
+            out.push(start.elapsed().as_secs_f64() * 1e6 / BATCH as f64);
+        }
+    }
+    let (mut c, mut d) = (Vec::new(), Vec::new());
+    for round in 0..4 {
+        c.push(concurrent_pairs_for(&format!("hi-on:c{round}"), on, Duration::from_secs(1)).await);
+        d.push(
+            concurrent_pairs_for(&format!("hi-off:c{round}"), off, Duration::from_secs(1)).await,
+        );
+    }
+    ((median(a), median(b)), (median(c), median(d)))
+}
+
+async fn concurrent_pairs_for(label: &str, reg: &Registry, run_for: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let (stop, count, reg, label) =
+            (stop.clone(), count.clone(), reg.clone(), label.to_string());
+        handles.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let g = reg
+                    .lock(format!("{label}:{t}:{i}"))
+                    .lease(Lease::Auto)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                g.release().await.expect("release");
+                i += 1;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = count.load(Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    for h in handles {
+        h.await.expect("task");
+    }
+    n as f64 / secs
 }
 
 /// Pairs per second over `CONCURRENT_FOR` with `TASKS` tasks on distinct keys.
@@ -333,12 +414,17 @@ async fn main() {
     ))
     .await
     .expect("connect");
+    let reg_off = Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"30s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nholder_info = false\n"
+    ))
+    .await
+    .expect("connect");
     let floor = Floor::new(&url).await;
     let rs = rslock::LockManager::new(vec![url.clone()]);
 
     println!("distlock benchmark: one loopback redis-server ({url}), tokio multi-thread runtime, 2 workers");
     println!();
-    let (f, d, r) = sequential(&reg, &floor, &rs).await;
+    let (f, d, r, o) = sequential(&reg, &reg_off, &floor, &rs).await;
     println!("lock+unlock, uncontended, sequential ({SEQ_PAIRS} pairs x {ROUNDS} rounds, median):");
     println!("  {:<28} {:>10} {:>8}", "", "us/pair", "x floor");
     println!(
@@ -346,18 +432,53 @@ async fn main() {
         "floor (2 x raw EVALSHA)", f, 1.0
     );
     println!("  {:<28} {:>10.1} {:>8.2}", "distlock", d, d / f);
+    println!(
+        "  {:<28} {:>10.1} {:>8.2}",
+        "distlock, holder_info=false",
+        o,
+        o / f
+    );
     println!("  {:<28} {:>10.1} {:>8.2}", "rslock", r, r / f);
     println!();
 
     let fp = concurrent_pairs("floor:c", None, Some(&floor)).await;
     let dp = concurrent_pairs("dl:c", Some(&reg), None).await;
+    let op = concurrent_pairs("dl-off:c", Some(&reg_off), None).await;
     let fp2 = concurrent_pairs("floor:c2", None, Some(&floor)).await;
     let dp2 = concurrent_pairs("dl:c2", Some(&reg), None).await;
-    let (fp, dp) = ((fp + fp2) / 2.0, (dp + dp2) / 2.0);
+    let op2 = concurrent_pairs("dl-off:c2", Some(&reg_off), None).await;
+    let (fp, dp, op) = ((fp + fp2) / 2.0, (dp + dp2) / 2.0, (op + op2) / 2.0);
     println!("{TASKS} tasks on distinct keys, one connection, {CONCURRENT_FOR:?} x 2 runs each:");
     println!("  {:<28} {:>10} {:>8}", "", "pairs/s", "/ floor");
     println!("  {:<28} {:>10.0} {:>8.2}", "floor", fp, 1.0);
     println!("  {:<28} {:>10.0} {:>8.2}", "distlock", dp, dp / fp);
+    println!(
+        "  {:<28} {:>10.0} {:>8.2}",
+        "distlock, holder_info=false",
+        op,
+        op / fp
+    );
+    println!();
+
+    let ((seq_on, seq_off), (par_on, par_off)) = holder_info_cost(&reg, &reg_off).await;
+    println!(
+        "holder information (holder_info = true, the default, vs false), alternating, medians:"
+    );
+    println!("  {:<28} {:>10} {:>10} {:>8}", "", "on", "off", "on/off");
+    println!(
+        "  {:<28} {:>10.1} {:>10.1} {:>8.2}",
+        "lock+unlock us/pair",
+        seq_on,
+        seq_off,
+        seq_on / seq_off
+    );
+    println!(
+        "  {:<28} {:>10.0} {:>10.0} {:>8.2}",
+        format!("{TASKS} tasks pairs/s"),
+        par_on,
+        par_off,
+        par_on / par_off
+    );
     println!();
 
     let mut t = hand_off(&reg, HANDOFFS).await;

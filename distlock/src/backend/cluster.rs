@@ -124,6 +124,115 @@ impl Cluster {
         .await
     }
 
+    /// One command on a random node.
+    async fn on_any_node(&self, cmd: redis::Cmd) -> Result<Value, DriverError> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            "command timed out",
+            self.response_timeout,
+            conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)),
+        )
+        .await
+    }
+
+    /// Version, eviction policy and cluster state, as a random node reports them.
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        let text = |v: Value| {
+            redis::from_redis_value::<String>(v)
+                .map_err(|e| DriverError::redis(&self.address, e.into()))
+        };
+        let info = text(
+            self.on_any_node(redis::cmd("INFO").arg("server").clone())
+                .await?,
+        )?;
+        let cluster = text(
+            self.on_any_node(redis::cmd("CLUSTER").arg("INFO").clone())
+                .await?,
+        )?;
+        let policy = self
+            .on_any_node(
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("maxmemory-policy")
+                    .clone(),
+            )
+            .await
+            .ok()
+            .and_then(|v| redis::from_redis_value::<Vec<String>>(v).ok())
+            .and_then(|p| p.into_iter().nth(1));
+        let state = cluster
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster_state:"))
+            .map(|s| s.trim().to_owned());
+        Ok(crate::inspect::ServerReport::new(
+            &self.address,
+            &info,
+            policy,
+            state,
+        ))
+    }
+
+    /// The names of the keys matching `pattern` on every master (`CLUSTER NODES`, then
+    /// SCAN on each), at most `limit`.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let mut conn = self.conn.clone();
+        let nodes = bounded(
+            &self.address,
+            "CLUSTER NODES timed out",
+            self.response_timeout,
+            conn.route_command(
+                redis::cmd("CLUSTER").arg("NODES").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            ),
+        )
+        .await?;
+        let text: String = redis::from_redis_value(nodes)
+            .map_err(|e| DriverError::redis(&self.address, e.into()))?;
+        let mut out = Vec::new();
+        for (host, port) in masters(&text) {
+            let address = format!("{host}:{port}");
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                });
+                let reply = bounded(
+                    &address,
+                    "SCAN timed out",
+                    self.response_timeout,
+                    conn.route_command(cmd, routing),
+                )
+                .await?;
+                let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
+                    .map_err(|e| DriverError::redis(&address, e.into()))?;
+                out.extend(keys);
+                cursor = next;
+                if out.len() >= limit {
+                    out.truncate(limit);
+                    return Ok(out);
+                }
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
         DriverError::Unexpected {
             address: self.address.clone(),
@@ -210,6 +319,25 @@ impl Cluster {
 
 /// Connect the subscriber's own cluster connection (RESP3, pushes to this module) and start
 /// serving `hub`'s subscription requests. It ends when the hub is dropped.
+/// The masters (`host`, `port`) a `CLUSTER NODES` reply lists as live.
+fn masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let _id = fields.next()?;
+            let addr = fields.next()?;
+            let flags = fields.next()?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            let addr = addr.split('@').next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect()
+}
+
 async fn spawn_subscriber(
     backend: Arc<str>,
     hub: &Arc<Hub>,
@@ -332,5 +460,27 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::masters;
+
+    #[test]
+    fn live_masters_from_cluster_nodes() {
+        let nodes = "\
+07c3 127.0.0.1:17001@27001 myself,master - 0 0 1 connected 0-5460
+67ed 127.0.0.1:17004@27004 slave 07c3 0 1 4 connected
+292f 127.0.0.1:17002@27002 master - 0 1 2 connected 5461-10922
+e7d1 127.0.0.1:17003@27003 master,fail - 0 1 3 disconnected
+";
+        assert_eq!(
+            masters(nodes),
+            vec![
+                ("127.0.0.1".to_string(), 17001),
+                ("127.0.0.1".to_string(), 17002)
+            ]
+        );
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct Backend {
     pub(crate) waiting: AtomicUsize,
     /// The runtime `init` ran on: background releases and tasks go there.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Record holder information next to each lock (`holder_info`; never on memory).
+    pub(crate) holder_info: bool,
     driver: Driver,
 }
 
@@ -131,6 +133,7 @@ impl Backend {
             leases: Arc::new(Leases::default()),
             waiting: AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
+            holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
             driver,
         }))
     }
@@ -280,6 +283,48 @@ impl Backend {
             Driver::Quorum(q) => q.next_sequence(key, ttl).await,
         };
         r.map_err(self.fail(Some(key)))
+    }
+
+    /// The Redis keys matching `pattern` (SCAN; on a cluster every master, on redlock/multi
+    /// every node), at most `limit`; `None` on the memory backend.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Option<Result<Vec<String>, LockError>> {
+        let r = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => s.scan(pattern, limit).await,
+            Driver::Cluster(c) => c.scan(pattern, limit).await,
+            Driver::Sentinel(m) => m.scan(pattern, limit).await,
+            Driver::Quorum(q) => q.scan(pattern, limit).await,
+        };
+        Some(r.map_err(self.fail(None)))
+    }
+
+    /// Each server's version, eviction policy (and cluster state), or why it could not be
+    /// asked; `None` on the memory backend.
+    pub(crate) async fn probe(
+        &self,
+    ) -> Option<Vec<Result<crate::inspect::ServerReport, LockError>>> {
+        let r = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => vec![s.probe().await],
+            Driver::Cluster(c) => vec![c.probe().await],
+            Driver::Sentinel(m) => vec![m.probe().await],
+            Driver::Quorum(q) => q.probe().await,
+        };
+        Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
+    }
+
+    /// The address each reply of [`Backend::run_script`] came from.
+    pub(crate) fn script_addresses(&self) -> Vec<String> {
+        match &self.driver {
+            Driver::Quorum(q) => q.node_addresses(),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                vec![self.address.clone()]
+            }
+        }
     }
 
     /// The in-process store, on a memory backend (`crate::fence` keeps its values there).

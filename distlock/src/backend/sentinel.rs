@@ -279,6 +279,20 @@ impl SentinelMaster {
         self.checked(self.current().server.run(call, "script timed out").await)
     }
 
+    /// Version and eviction policy of the current master.
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        self.checked(self.current().server.probe().await)
+    }
+
+    /// SCAN the current master.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        self.checked(self.current().server.scan(pattern, limit).await)
+    }
+
     pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
         self.checked(self.current().server.next_sequence(key, ttl).await)
     }

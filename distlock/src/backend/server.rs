@@ -226,6 +226,67 @@ impl Server {
         Ok(n)
     }
 
+    /// The server's version and eviction policy (`None` where it would not say).
+    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+        let mut conn = self.conn.clone();
+        let info: String = bounded(
+            &self.address,
+            "INFO timed out",
+            self.response_timeout,
+            redis::cmd("INFO").arg("server").query_async(&mut conn),
+        )
+        .await?;
+        let policy: Option<Vec<String>> = bounded(
+            &self.address,
+            "CONFIG GET timed out",
+            self.response_timeout,
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async(&mut conn),
+        )
+        .await
+        .ok();
+        Ok(crate::inspect::ServerReport::new(
+            &self.address,
+            &info,
+            policy.and_then(|p| p.into_iter().nth(1)),
+            None,
+        ))
+    }
+
+    /// The names of the keys matching `pattern` (SCAN, never KEYS), at most `limit`.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let (next, keys): (u64, Vec<String>) = bounded(
+                &self.address,
+                "SCAN timed out",
+                self.response_timeout,
+                cmd.query_async(&mut conn),
+            )
+            .await?;
+            out.extend(keys);
+            cursor = next;
+            if cursor == 0 || out.len() >= limit {
+                out.truncate(limit);
+                return Ok(out);
+            }
+        }
+    }
+
     /// `INCRBY key by`: raises a node's fencing counter that lags behind the token a quorum
     /// acquisition handed out (counters only ever grow, so overshooting is harmless).
     pub(crate) async fn incr_by(&self, key: &str, by: u64) -> Result<u64, DriverError> {

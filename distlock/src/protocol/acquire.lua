@@ -9,19 +9,23 @@
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
 -- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- KEYS[3], ARGV[5] (optional, holder information on) the info hash, and this holder's
+--   `host\tpid\tsite`: a new holder's entry (with the server TIME in ms and the token
+--   appended); the hash always has the lock's expiry (renew.lua, release.lua and
+--   force_release.lua keep it so), so it never outlives the lock.
 -- Returns: {1, token} newly acquired (run again: the same, with the counter's current
 --   value); {2, 0} re-entered by the same owner (the expiry is only ever extended);
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
 local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
-if redis.call('hexists', lock, level) == 1 then
-  if nested then return {2, 0} end
-  return {1, tonumber(redis.call('get', fence))}
-end
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
+end
+if redis.call('hexists', lock, level) == 1 then
+  if nested then return {2, 0} end
+  return {1, tonumber(redis.call('get', fence))}
 end
 if nested then
   if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
@@ -30,6 +34,7 @@ if nested then
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
+  if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return {2, 0}
 end
 if redis.call('exists', lock) == 1 then
@@ -38,4 +43,9 @@ end
 local token = next_token(fence)
 redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
+if KEYS[3] then
+  local t = redis.call('time')
+  redis.call('hset', KEYS[3], owner, ARGV[5] .. '\t' .. (t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. token)
+  redis.call('pexpire', KEYS[3], lease)
+end
 return {1, token}

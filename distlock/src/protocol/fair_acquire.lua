@@ -11,6 +11,7 @@
 -- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[4] level id (one per acquisition; see acquire.lua)
 -- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- KEYS[5], ARGV[6] (optional) holder information, as in acquire.lua
 -- Returns: as acquire.lua (and as safe to run twice); a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
@@ -32,6 +33,7 @@ if nested then
   redis.call('hincrby', lock, owner, 1)
   redis.call('hset', lock, level, 1)
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
   return {2, 0}
 end
 local t = redis.call('time')
@@ -77,4 +79,8 @@ end
 local token = next_token(KEYS[4])
 redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
+if KEYS[5] then
+  redis.call('hset', KEYS[5], owner, ARGV[6] .. '\t' .. now .. '\t' .. token)
+  redis.call('pexpire', KEYS[5], lease)
+end
 return {1, token}

@@ -40,6 +40,8 @@ pub(crate) enum Script {
     Fence,
     /// `crate::fence`: read a fenced value.
     FenceGet,
+    /// `crate::inspect`: read a lock's state, of every kind (read-only).
+    Inspect,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
@@ -47,7 +49,7 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 12] = [
+    pub(crate) const ALL: [Script; 13] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -60,11 +62,12 @@ impl Script {
         Script::FairCancel,
         Script::Fence,
         Script::FenceGet,
+        Script::Inspect,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 12]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 13]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -80,6 +83,7 @@ impl Script {
                 Script::FairCancel => include_str!("fair_cancel.lua").to_owned(),
                 Script::Fence => include_str!("fence.lua").to_owned(),
                 Script::FenceGet => include_str!("fence_get.lua").to_owned(),
+                Script::Inspect => include_str!("inspect.lua").to_owned(),
             })
         });
         &SOURCES[self as usize]
@@ -87,7 +91,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 12]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 13]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -233,6 +237,10 @@ impl Call {
                 .arg(wait),
         };
         call.keys.push(keys.fence.clone());
+        if let Some(info) = &keys.info {
+            call.keys.push(info.key.clone());
+            call = call.arg(&*info.holder);
+        }
         call
     }
 
@@ -269,6 +277,7 @@ impl Call {
                 .arg(&keys.channel)
                 .arg(publish.verb()),
         }
+        .with_info_key(keys)
     }
 
     /// What a release call's reply means.
@@ -293,6 +302,7 @@ impl Call {
                 .arg(millis(lease))
                 .arg(rw_mode(keys.kind)),
         }
+        .with_info_key(keys)
     }
 
     /// What a renew (or cancel, or force-release) call's reply means: whether it did it.
@@ -320,10 +330,48 @@ impl Call {
     }
 
     /// Delete a lock whoever holds it (with the other keys of fair and read-write locks).
+    /// The holder information goes too, recorded or not (another process may record it).
     pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
-        Call::new(Script::ForceRelease, keys)
+        let mut call = Call::new(Script::ForceRelease, keys)
             .arg(&keys.channel)
-            .arg(publish.verb())
+            .arg(publish.verb());
+        call.keys.push(keys.info_key());
+        call
+    }
+
+    /// The read-only call that returns everything about the locks of every kind on
+    /// `reentrant`'s key (`inspect.lua`); `reentrant` names the reentrant lock's keys.
+    pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError> {
+        let kinds = |kind| LockKeys::for_kind(prefix, key.to_owned(), kind);
+        let (r, fair, rw) = (
+            kinds(LockKind::Reentrant)?,
+            kinds(LockKind::Fair)?,
+            kinds(LockKind::Read)?,
+        );
+        let [queue, waiters] = fair.extra();
+        let [readers, writers] = rw.extra();
+        let keys = vec![
+            r.hash.clone(),
+            r.info_key(),
+            fair.hash.clone(),
+            queue,
+            waiters,
+            fair.info_key(),
+            rw.hash.clone(),
+            readers,
+            writers,
+            rw.info_key(),
+            r.fence.clone(),
+        ];
+        Ok(Call::raw(Script::Inspect, keys, Vec::new()))
+    }
+
+    /// Append the holder information hash as the last key, when it is recorded.
+    fn with_info_key(mut self, keys: &LockKeys) -> Call {
+        if let Some(info) = &keys.info {
+            self.keys.push(info.key.clone());
+        }
+        self
     }
 
     /// Keep only the lock's main key (the scripts shared with the reentrant lock).

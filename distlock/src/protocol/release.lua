@@ -7,6 +7,7 @@
 -- ARGV[2] channel
 -- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
 -- ARGV[4] level id of the acquisition released
+-- KEYS[2] (optional) the holder information hash, deleted with the lock
 -- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly
 --   (also when this level was released already); 0 freed (then the release is published
 --   on the channel).
@@ -21,5 +22,6 @@ if left > 0 then
   return left
 end
 redis.call('del', lock)
+if KEYS[2] then redis.call('del', KEYS[2]) end
 redis.call(ARGV[3], ARGV[2], owner)
 return 0

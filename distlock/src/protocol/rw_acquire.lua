@@ -9,6 +9,8 @@
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
 -- ARGV[4] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
+-- KEYS[5], ARGV[5] (optional) holder information: the info hash gets one entry per holder
+--   (`host\tpid\tsite\tsince_ms\ttoken`) and the expiry of the rw hash
 -- Returns: as acquire.lua.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
@@ -22,6 +24,12 @@ if not wait or wait < 0 or wait > 31536000000 then
   return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[4]))
 end
 local function left(t) return math.max(t - now, 1) end
+local function note(token)
+  if not KEYS[5] then return end
+  if token then redis.call('hset', KEYS[5], owner, ARGV[5] .. '\t' .. now .. '\t' .. token) end
+  local p = redis.call('pttl', rw)
+  if p > 0 then redis.call('pexpire', KEYS[5], p) end
+end
 if mode == 'read' then
   local rc = 'r:' .. owner
   if redis.call('hexists', rw, rc) == 1 then
@@ -29,6 +37,7 @@ if mode == 'read' then
     local e = tonumber(redis.call('zscore', readers, owner) or 0)
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
+    note(nil)
     return {2, 0}
   end
   if writer and writer ~= owner then return {0, left(wexp)} end
@@ -40,6 +49,7 @@ if mode == 'read' then
   redis.call('hset', rw, rc, 1)
   redis.call('zadd', readers, now + lease, owner)
   touch()
+  note(token)
   return {1, token}
 end
 if writer == owner then
@@ -49,6 +59,7 @@ if writer == owner then
     redis.call('hset', rw, 'wexp', wexp)
   end
   touch()
+  note(nil)
   return {2, 0}
 end
 local busy = nil
@@ -65,4 +76,5 @@ writer, wexp = owner, now + lease
 redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp)
 redis.call('zrem', writers, owner)
 touch()
+note(token)
 return {1, token}

@@ -8,6 +8,7 @@
 -- ARGV[2] 'read' or 'write'
 -- ARGV[3] channel
 -- ARGV[4] the publish verb: 'spublish' or 'publish'
+-- KEYS[4] (optional) the holder information hash: the owner's entry goes when it lets go
 -- Returns: as release.lua.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
@@ -23,6 +24,9 @@ if mode == 'write' then
   redis.call('hdel', rw, 'writer', 'wcount', 'wexp')
   writer = false
   touch()
+  if KEYS[4] and redis.call('hexists', rw, 'r:' .. owner) == 0 then
+    redis.call('hdel', KEYS[4], owner)
+  end
   announce()
   return 0
 end
@@ -33,5 +37,8 @@ if n > 0 then return n end
 redis.call('hdel', rw, rc)
 redis.call('zrem', readers, owner)
 touch()
+if KEYS[4] and writer ~= owner then
+  redis.call('hdel', KEYS[4], owner)
+end
 if not writer and redis.call('zcard', readers) == 0 then announce() end
 return 0

@@ -7,6 +7,7 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
+-- KEYS[4] (optional) the holder information hash, given the rw hash's expiry
 -- Returns: 1 renewed; 0 gone.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
@@ -27,4 +28,8 @@ else
   if tonumber(e) < now + lease then redis.call('zadd', readers, now + lease, owner) end
 end
 touch()
+if KEYS[4] then
+  local p = redis.call('pttl', rw)
+  if p > 0 then redis.call('pexpire', KEYS[4], p) end
+end
 return 1

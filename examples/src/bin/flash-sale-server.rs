@@ -22,6 +22,8 @@
 //!   404 {"error": "no_such_voucher"}
 //! GET /vouchers/{id}  200 {"id": 1, "stock": .., "initial_stock": ..}
 //! GET /health         200 ok
+//! GET /metrics        200 distlock's metrics (acquisitions, wait and hold times, leases
+//!                     lost, renewals, waiters) in the Prometheus text format
 //! ```
 //!
 //! `--unlocked` runs the same steps without the lock, to see what it prevents (duplicate
@@ -317,6 +319,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             std::process::exit(2);
         }
     };
+    // distlock reports through the `metrics` facade; this process exports Prometheus text.
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("installing the metrics recorder: {e}"))?;
     distlock::init_from_path(&args.config)
         .await
         .map_err(|e| format!("distlock init from {}: {e}", args.config.display()))?;
@@ -341,6 +347,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .route("/orders", post(create_order))
         .route("/vouchers/{id}", get(voucher))
         .route("/health", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let prometheus = prometheus.clone();
+                async move { prometheus.render() }
+            }),
+        )
         .with_state(shop);
     eprintln!(
         "flash-sale-server: listening on http://{addr} (db {}, config {}{})",

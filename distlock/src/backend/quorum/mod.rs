@@ -301,6 +301,52 @@ impl QuorumDriver {
             .join(",")
     }
 
+    /// The nodes' addresses, in configuration order (the order of `run_on_all`'s replies).
+    pub(crate) fn node_addresses(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.address.clone()).collect()
+    }
+
+    /// Each node's version and eviction policy, or why it could not be asked.
+    pub(crate) async fn probe(&self) -> Vec<Result<crate::inspect::ServerReport, DriverError>> {
+        let mut out = Vec::new();
+        for node in &self.nodes {
+            out.push(match node.server() {
+                Ok(server) => server.probe().await,
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
+    /// The keys matching `pattern` on any node (SCAN on each connected node; fails only
+    /// when no node answered), at most `limit`.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, DriverError> {
+        let mut found = std::collections::BTreeSet::new();
+        let mut failure = None;
+        let mut answered = false;
+        for node in &self.nodes {
+            let r = match node.server() {
+                Ok(server) => server.scan(pattern, limit).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(keys) => {
+                    answered = true;
+                    found.extend(keys);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        match failure {
+            Some(e) if !answered => Err(e),
+            _ => Ok(found.into_iter().take(limit).collect()),
+        }
+    }
+
     /// The part of a lease that clock drift may eat: `lease × drift_factor + 2 ms`.
     fn drift(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.options.drift_factor) + Duration::from_millis(2)

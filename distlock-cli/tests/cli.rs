@@ -1,0 +1,496 @@
+//! The `distlock` binary run as a user runs it, against the shared single test server
+//! (`scripts/test.sh` starts it; `DISTLOCK_TEST_SINGLE`). The other process holding locks
+//! is `distlock run` itself (every kind, with `--kind`), or this test process through the
+//! library.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::{LockKind, Registry};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// A configuration file for the single test server, with keys under a prefix of this test.
+struct Setup {
+    path: PathBuf,
+    toml: String,
+}
+
+impl Setup {
+    fn new(test: &str) -> Setup {
+        let url = distlock_tests::single_url();
+        let prefix = format!("cli-{}-{test}:", std::process::id());
+        let toml = format!(
+            "[defaults]\nwatchdog_timeout = \"1s\"\nwait = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+        );
+        let path =
+            std::env::temp_dir().join(format!("distlock-cli-{}-{test}.toml", std::process::id()));
+        std::fs::write(&path, &toml).expect("write config");
+        Setup { path, toml }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--config").arg(&self.path).args(args);
+        c.env_remove("DISTLOCK_CONFIG");
+        c
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run distlock")
+    }
+
+    /// `distlock run --kind KIND KEY -- sh -c 'echo HELD $TOKEN; exec sleep 60'`, returned
+    /// once it holds the lock (`wait_held`), or at once.
+    fn hold(&self, kind: &str, key: &str, wait_held: bool) -> (Child, Option<u64>) {
+        let mut child = self
+            .cmd(&[
+                "run",
+                "--kind",
+                kind,
+                "--grace",
+                "2s",
+                key,
+                "--",
+                "sh",
+                "-c",
+                "echo HELD $DISTLOCK_FENCING_TOKEN; exec sleep 60",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn distlock run");
+        if !wait_held {
+            return (child, None);
+        }
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read HELD");
+        let token = line
+            .strip_prefix("HELD ")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("expected `HELD <token>`, got {line:?}"));
+        (child, Some(token))
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.output(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON output")
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Wait (at most `limit`) for a child's exit status.
+fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn check_reports_good_and_broken_backends() {
+    let setup = Setup::new("check");
+    let out = setup.output(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("main") && stdout.contains("ok"), "{stdout}");
+
+    // A second backend nobody listens on: that row fails, naming backend and address.
+    let port = distlock_tests::allocate_port();
+    let broken = format!(
+        "{}[backends.gone]\nmode = \"single\"\nurl = \"redis://127.0.0.1:{port}\"\nconnect_timeout = \"300ms\"\n",
+        setup.toml
+    );
+    std::fs::write(&setup.path, broken).unwrap();
+    let out = setup.output(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("gone"))
+        .expect("a row for `gone`");
+    assert!(
+        row.contains("FAILED") && row.contains(&format!("127.0.0.1:{port}")),
+        "{row}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("main") && l.contains(" ok")),
+        "{stdout}"
+    );
+
+    // A configuration that does not parse: exit 1 naming the file's line and field.
+    std::fs::write(&setup.path, "[backends.x]\nmode = \"nope\"\n").unwrap();
+    let out = setup.output(&["check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("mode"), "{stderr}");
+}
+
+#[test]
+fn list_and_show_locks_of_every_kind_held_by_another_process() {
+    let setup = Setup::new("list");
+    let mut children = Vec::new();
+    let mut pids = Vec::new();
+    for (kind, key) in [
+        ("reentrant", "job:r"),
+        ("fair", "job:f"),
+        ("read", "job:rd"),
+        ("write", "job:w"),
+    ] {
+        let (child, token) = setup.hold(kind, key, true);
+        assert!(token.unwrap() >= 1);
+        pids.push((key, kind, child.id()));
+        children.push(child);
+    }
+    // One waiter each on the fair and the write lock.
+    for (kind, key) in [("fair", "job:f"), ("write", "job:w")] {
+        let (child, _) = setup.hold(kind, key, false);
+        children.push(child);
+    }
+    let host = hostname();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let list = loop {
+        let list = setup.json(&["list", "job:*", "--json"]);
+        let waiting = |key: &str| {
+            list.as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["key"] == key && l["waiters"].as_array().is_some_and(|w| w.len() == 1))
+        };
+        if waiting("job:f") && waiting("job:w") {
+            break list;
+        }
+        assert!(Instant::now() < deadline, "waiters never showed: {list:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let locks = list.as_array().unwrap();
+    assert_eq!(locks.len(), 4, "{list:#}");
+    for (key, kind, pid) in &pids {
+        let l = locks
+            .iter()
+            .find(|l| l["key"] == *key)
+            .unwrap_or_else(|| panic!("{key} listed: {list:#}"));
+        assert_eq!(l["kind"], *kind, "{l:#}");
+        assert!(l["ttl_ms"].as_u64().unwrap() > 0, "{l:#}");
+        assert!(l["token"].as_u64().unwrap() >= 1, "{l:#}");
+        let holders = l["holders"].as_array().unwrap();
+        assert_eq!(holders.len(), 1, "{l:#}");
+        assert_eq!(holders[0]["pid"], *pid, "{l:#}");
+        assert_eq!(holders[0]["host"], host.as_str(), "{l:#}");
+        assert_eq!(holders[0]["site"], "distlock run", "{l:#}");
+        assert!(holders[0]["since"].as_u64().unwrap() > 0, "{l:#}");
+    }
+
+    // show: the same for one key; the table names host and pid too.
+    let shown = setup.json(&["show", "job:w", "--json"]);
+    assert_eq!(shown[0]["kind"], "write");
+    assert_eq!(shown[0]["waiters"].as_array().unwrap().len(), 1);
+    let out = setup.output(&["show", "job:r"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&format!("{host}:{}", pids[0].2)), "{table}");
+    assert!(table.starts_with("KEY"), "{table}");
+
+    // Clean up: force-release everything until every `run` has ended with 74 (lease
+    // lost): the waiters get their lock after the first round and lose it in a later one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut running = children;
+    while !running.is_empty() {
+        for key in ["job:r", "job:f", "job:rd", "job:w"] {
+            let out = setup.output(&["unlock", key, "--yes"]);
+            assert!(out.status.success());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        running.retain_mut(|c| match c.try_wait().expect("try_wait") {
+            Some(status) => {
+                assert_eq!(status.code(), Some(74));
+                false
+            }
+            None => true,
+        });
+        if Instant::now() > deadline {
+            for c in &mut running {
+                let _ = c.kill();
+            }
+            panic!("{} `distlock run` processes did not end", running.len());
+        }
+    }
+}
+
+#[test]
+fn unlock_frees_the_lock_and_the_holder_finds_it_lost() {
+    let setup = Setup::new("unlock");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let guard = rt.block_on(registry.lock("stuck").acquire()).unwrap();
+
+    // Without --yes it asks; "n" keeps the lock.
+    let mut child = setup
+        .cmd(&["unlock", "stuck"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(guard.is_held());
+
+    let out = setup.output(&["unlock", "stuck", "--yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{}:{}", hostname(), std::process::id())),
+        "prints who held it: {stdout}"
+    );
+    assert!(stdout.contains("released"), "{stdout}");
+    let lost =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(10), guard.lost()).await });
+    assert!(
+        matches!(lost, Ok(distlock::LockError::LeaseLost { .. })),
+        "{lost:?}"
+    );
+    let shown = setup.json(&["show", "stuck", "--json"]);
+    assert_eq!(shown, serde_json::json!([]));
+    // The lock is free again.
+    let again = rt
+        .block_on(
+            registry
+                .lock("stuck")
+                .kind(LockKind::Reentrant)
+                .try_acquire(),
+        )
+        .unwrap();
+    assert!(again.is_some());
+}
+
+#[test]
+fn run_passes_exit_code_and_token_and_refuses_when_busy() {
+    let setup = Setup::new("run");
+    let out = setup.output(&[
+        "run",
+        "cron",
+        "--",
+        "sh",
+        "-c",
+        "echo $DISTLOCK_FENCING_TOKEN; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    let first: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a token");
+    assert!(first >= 1);
+    let out = setup.output(&[
+        "run",
+        "cron",
+        "--",
+        "sh",
+        "-c",
+        "echo $DISTLOCK_FENCING_TOKEN",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(second > first, "tokens grow: {first} then {second}");
+
+    // Busy: another holder; after --wait, exit 75 without running the command.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let guard = rt.block_on(registry.lock("cron").acquire()).unwrap();
+    let out = setup.output(&[
+        "run", "cron", "--wait", "200ms", "--", "sh", "-c", "echo RAN",
+    ]);
+    assert_eq!(out.status.code(), Some(75));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"));
+    rt.block_on(guard.release()).unwrap();
+}
+
+#[test]
+fn run_kills_the_child_when_the_lease_is_lost() {
+    let setup = Setup::new("lost");
+    let marker = std::env::temp_dir().join(format!("distlock-cli-lost-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let script = format!(
+        "trap 'echo TERM > {}; exit 0' TERM; echo HELD $DISTLOCK_FENCING_TOKEN; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut child = setup
+        .cmd(&["run", "--grace", "2s", "nightly", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("HELD "), "{line:?}");
+    let out = setup.output(&["unlock", "nightly", "--yes"]);
+    assert!(out.status.success());
+    // The watchdog (lease 1s) finds the lock gone within about a third of the lease.
+    let status = wait_exit(&mut child, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(74));
+    let got = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(got.trim(), "TERM", "the child got SIGTERM");
+    let _ = std::fs::remove_file(&marker);
+}
+
+/// `EXISTS name` on the single test server.
+fn exists(name: &str) -> bool {
+    let addr = distlock_tests::addr_of(&distlock_tests::single_url());
+    match distlock_tests::resp_command(&addr, &["EXISTS", name]) {
+        Ok(distlock_tests::RespValue::Integer(n)) => n == 1,
+        other => panic!("EXISTS {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
+    let setup = Setup::new("info");
+    let prefix = format!("cli-{}-info:", std::process::id());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    for (kind, suffix) in [
+        (LockKind::Reentrant, ""),
+        (LockKind::Fair, ":fair"),
+        (LockKind::Read, ":rw"),
+        (LockKind::Write, ":rw"),
+    ] {
+        let info = format!("{prefix}{{k}}{suffix}:info");
+        let outer = rt
+            .block_on(registry.lock("k").kind(kind).acquire())
+            .unwrap();
+        assert!(exists(&info), "{kind:?}: {info} written with the lock");
+        // Re-entered: one holder, count 2.
+        let inner = rt
+            .block_on(outer.scope(registry.lock("k").kind(kind).acquire()))
+            .unwrap();
+        let shown = rt.block_on(registry.inspect("k", None)).unwrap();
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert_eq!(shown[0].kind, kind);
+        assert_eq!(shown[0].holders[0].count, 2, "{shown:?}");
+        assert_eq!(shown[0].holders[0].pid, Some(std::process::id()));
+        assert_eq!(shown[0].holders[0].token, Some(outer.fencing_token()));
+        assert!(
+            shown[0].holders[0]
+                .site
+                .as_deref()
+                .unwrap()
+                .contains("cli.rs:"),
+            "{shown:?}"
+        );
+        rt.block_on(inner.release()).unwrap();
+        assert!(exists(&info));
+        rt.block_on(outer.release()).unwrap();
+        assert!(!exists(&info), "{kind:?}: {info} deleted with the lock");
+    }
+
+    // holder_info = false: holders are listed without host and pid, nothing else written.
+    let off = setup.toml.replace(
+        "mode = \"single\"",
+        "mode = \"single\"\nholder_info = false",
+    );
+    let registry = rt.block_on(Registry::from_str(&off)).unwrap();
+    let guard = rt.block_on(registry.lock("k").acquire()).unwrap();
+    assert!(!exists(&format!("{prefix}{{k}}:info")));
+    let shown = rt.block_on(registry.inspect("k", None)).unwrap();
+    assert_eq!(shown[0].holders.len(), 1);
+    assert_eq!(shown[0].holders[0].host, None);
+    rt.block_on(guard.release()).unwrap();
+}
+
+#[test]
+fn list_on_a_cluster_and_show_on_redlock() {
+    let nodes = |urls: Vec<String>| {
+        urls.iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let prefix = format!("cli-{}-topo:", std::process::id());
+    let toml = format!(
+        "[defaults]\nbackend = \"c\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{}]\n[backends.r]\nmode = \"redlock\"\nnodes = [{}]\n",
+        nodes(distlock_tests::cluster_urls()),
+        nodes(distlock_tests::redlock_urls())
+    );
+    let setup = Setup::new("topo");
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    // Enough keys to land on every master.
+    let keys: Vec<String> = (0..24).map(|i| format!("slot:{i}")).collect();
+    let guards: Vec<_> = keys
+        .iter()
+        .map(|k| rt.block_on(registry.lock(k.clone()).acquire()).unwrap())
+        .collect();
+    let list = setup.json(&["list", "slot:*", "--backend", "c", "--json"]);
+    let listed: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = keys.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(listed, want);
+    for l in list.as_array().unwrap() {
+        assert_eq!(l["holders"][0]["pid"], std::process::id());
+    }
+    for g in guards {
+        rt.block_on(g.release()).unwrap();
+    }
+
+    let guard = rt
+        .block_on(registry.lock("quorum-job").backend("r").acquire())
+        .unwrap();
+    let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
+    assert_eq!(shown.as_array().unwrap().len(), 1, "{shown:#}");
+    assert_eq!(shown[0]["holders"][0]["pid"], std::process::id());
+    assert_eq!(shown[0]["kind"], "reentrant");
+    let listed = setup.json(&["list", "--backend", "r", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["key"] == "quorum-job"),
+        "{listed:#}"
+    );
+    rt.block_on(guard.release()).unwrap();
+    let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
+    assert_eq!(shown, serde_json::json!([]));
+}

@@ -1,0 +1,594 @@
+//! Who holds a lock: the holder information the acquire scripts record next to each lock
+//! (`PREFIX{KEY}:info`, `:fair:info`, `:rw:info`: owner id -> `host\tpid\tsite\tsince\ttoken`,
+//! under the lock's hash tag, written in the acquiring script, deleted by the release that
+//! frees the lock and by a forced release, expiring with the lock), and the read-only
+//! inspection behind `distlock list`/`show`: [`Registry::inspect`] and [`Registry::list`].
+//!
+//! On a redlock or multi backend every node is asked and the first node (in configuration
+//! order) on which the lock is held is reported, with its address in
+//! [`LockInfo::address`]; the nodes' views can differ while a quorum acquisition or release
+//! is under way. A memory backend has no inspection (its locks live in one process).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::keys::LockKeys;
+use crate::lock::LockSite;
+use crate::protocol::Call;
+use crate::registry::Registry;
+use crate::{LockError, LockKind};
+
+/// Most Redis key names one [`Registry::list`] looks at.
+const SCAN_LIMIT: usize = 100_000;
+
+/// One held (or waited-for) lock, as [`Registry::inspect`] and [`Registry::list`] see it.
+///
+/// ```
+/// # fn show(info: &distlock::LockInfo) {
+/// for h in &info.holders {
+///     println!("{} ({}) held by {:?} pid {:?} at {:?}", info.key, info.kind.name(), h.host, h.pid, h.site);
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The key, as given to `Lock::new`.
+    pub key: String,
+    /// Reentrant, fair, read (readers hold it) or write (a writer holds it).
+    pub kind: LockKind,
+    /// The backend's name.
+    pub backend: String,
+    /// The server that answered (on redlock/multi: the node reported).
+    pub address: String,
+    /// What is left of the lease (the longest of the holders'); `None` when not held.
+    pub ttl: Option<Duration>,
+    /// The last fencing token handed out for this key (`PREFIX{KEY}:fence`).
+    pub token: Option<u64>,
+    /// Who holds it (several readers for a read lock).
+    pub holders: Vec<Holder>,
+    /// Who waits, in order (fair locks: the queue; write locks: waiting writers).
+    pub waiters: Vec<Waiter>,
+}
+
+/// One holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner id (hex), as stored in Redis.
+    pub owner: String,
+    /// Reentrancy count.
+    pub count: u64,
+    /// The holder's host name (`None`: holder information is off on its backend).
+    pub host: Option<String>,
+    /// The holder's process id.
+    pub pid: Option<u32>,
+    /// The lock site: the `#[distributed_lock]` function, or `file:line` of `Lock::new`.
+    pub site: Option<String>,
+    /// When it was acquired: milliseconds since the Unix epoch, by the server's clock.
+    pub since_ms: Option<u64>,
+    /// How long it has held the lock, by the server's clock (now − `since_ms`).
+    pub held_for: Option<Duration>,
+    /// The fencing token this holder got.
+    pub token: Option<u64>,
+}
+
+/// One waiter of a fair or write lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// The owner id (hex).
+    pub owner: String,
+    /// How much longer it waits at most.
+    pub wait_left: Duration,
+}
+
+/// What one server of a backend says about itself ([`Registry::probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerReport {
+    /// `host:port` (a cluster: its configured nodes).
+    pub address: String,
+    /// `redis_version` from `INFO server`.
+    pub version: Option<String>,
+    /// `maxmemory-policy` (`None`: `CONFIG GET` is not permitted). Anything but
+    /// `noeviction` (or a `volatile-*` policy, which spares keys without expiry only) can
+    /// evict a held lock under memory pressure.
+    pub eviction: Option<String>,
+    /// A cluster's `cluster_state` (`ok` or `fail`).
+    pub cluster_state: Option<String>,
+}
+
+impl ServerReport {
+    pub(crate) fn new(
+        address: &str,
+        info: &str,
+        eviction: Option<String>,
+        cluster_state: Option<String>,
+    ) -> ServerReport {
+        ServerReport {
+            address: address.to_owned(),
+            version: info
+                .lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .map(|v| v.trim().to_owned()),
+            eviction,
+            cluster_state,
+        }
+    }
+}
+
+/// `host\tpid` of this process, computed once.
+static PROCESS: LazyLock<String> =
+    LazyLock::new(|| format!("{}\t{}", hostname(), std::process::id()));
+
+/// This host's name: the kernel's, else `$HOSTNAME`, else `unknown`.
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// What a holder records: `host\tpid\tsite`.
+pub(crate) fn holder_text(site: LockSite) -> Arc<str> {
+    let site = site.to_string().replace(['\t', '\n'], " ");
+    Arc::from(format!("{}\t{site}", *PROCESS))
+}
+
+impl Registry {
+    /// Ask every server of `backend` (`None`: the default) its version, eviction policy
+    /// and, on a cluster, its state: one entry per server (redlock/multi: per node), or
+    /// the error that server gave. Empty on a memory backend. `distlock check` shows it.
+    ///
+    /// ```no_run
+    /// # async fn f(registry: distlock::Registry) -> Result<(), distlock::LockError> {
+    /// for server in registry.probe(None).await? {
+    ///     match server {
+    ///         Ok(s) => println!("{} redis {:?} eviction {:?}", s.address, s.version, s.eviction),
+    ///         Err(e) => println!("{e}"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn probe(
+        &self,
+        backend: Option<&str>,
+    ) -> Result<Vec<Result<ServerReport, LockError>>, LockError> {
+        let backend = self.backend(backend)?;
+        Ok(crate::runtime::entered(backend.probe())
+            .await
+            .unwrap_or_default())
+    }
+
+    /// Everything about the locks on `key` (of every kind: a reentrant, a fair, a read or
+    /// write lock) on `backend` (`None`: the default backend). Empty when nothing holds or
+    /// waits for it. Read-only: one script call.
+    ///
+    /// ```no_run
+    /// # async fn f(registry: distlock::Registry) -> Result<(), distlock::LockError> {
+    /// for info in registry.inspect("order:42", None).await? {
+    ///     println!("{:?} {} holders, ttl {:?}", info.kind, info.holders.len(), info.ttl);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(
+        &self,
+        key: &str,
+        backend: Option<&str>,
+    ) -> Result<Vec<LockInfo>, LockError> {
+        let backend = self.backend(backend)?;
+        crate::runtime::entered(inspect_on(&backend, key)).await
+    }
+
+    /// The locks held or waited for on `backend` (`None`: the default) whose key matches
+    /// `pattern` (a glob: `*` any run, `?` one character; `None`: all), sorted by key.
+    /// Uses SCAN (never KEYS): on a cluster on every master, on redlock/multi on every
+    /// node; looks at most 100 000 key names.
+    ///
+    /// ```no_run
+    /// # async fn f(registry: distlock::Registry) -> Result<(), distlock::LockError> {
+    /// for info in registry.list(Some("order:*"), None).await? {
+    ///     println!("{} {}", info.key, info.kind.name());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(
+        &self,
+        pattern: Option<&str>,
+        backend: Option<&str>,
+    ) -> Result<Vec<LockInfo>, LockError> {
+        let backend = self.backend(backend)?;
+        crate::runtime::entered(async {
+            let glob = pattern.unwrap_or("*");
+            let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
+            let names = match backend.scan(&scan, SCAN_LIMIT).await {
+                Some(r) => r?,
+                None => return Err(no_inspection(&backend.name)),
+            };
+            let keys: BTreeSet<String> = names
+                .iter()
+                .filter_map(|n| user_key(&backend.prefix, n))
+                .filter(|k| glob_match(glob.as_bytes(), k.as_bytes()))
+                .collect();
+            let mut out = Vec::new();
+            for key in keys {
+                out.extend(inspect_on(&backend, &key).await?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn no_inspection(backend: &str) -> LockError {
+    LockError::Unsupported {
+        backend: backend.to_owned(),
+        what: "inspecting locks on mode = \"memory\" (its locks live in one process)".into(),
+    }
+}
+
+async fn inspect_on(
+    backend: &crate::backend::Backend,
+    key: &str,
+) -> Result<Vec<LockInfo>, LockError> {
+    let call = Call::inspect(&backend.prefix, key)?;
+    let Some((replies, _)) = backend.run_script(key, &call).await else {
+        return Err(no_inspection(&backend.name));
+    };
+    let addresses = backend.script_addresses();
+    let mut first_err = None;
+    let mut answered = None;
+    for (i, reply) in replies.into_iter().enumerate() {
+        let address = addresses
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| backend.address.clone());
+        match reply {
+            Ok(v) => {
+                let found = parse(key, &backend.name, &address, &v).ok_or_else(|| {
+                    LockError::Unsupported {
+                        backend: backend.name.to_string(),
+                        what: format!("{address}: unexpected reply to the inspect script: {v:?}"),
+                    }
+                })?;
+                if !found.is_empty() {
+                    return Ok(found);
+                }
+                answered = Some(found);
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match (answered, first_err) {
+        (Some(found), _) => Ok(found),
+        (None, Some(e)) => Err(e),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn array(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(a) => Some(a),
+        Value::Nil => Some(&[]),
+        _ => None,
+    }
+}
+
+/// A flat `field, value, ...` reply as pairs.
+fn pairs(v: &Value) -> Option<Vec<(String, String)>> {
+    array(v)?
+        .chunks(2)
+        .map(|c| Some((text(c.first()?)?, text(c.get(1)?)?)))
+        .collect()
+}
+
+/// `{pttl, hgetall}`.
+fn hash(v: &Value) -> Option<(i64, Vec<(String, String)>)> {
+    let a = array(v)?;
+    Some((int(a.first()?)?, pairs(a.get(1)?)?))
+}
+
+fn positive_ms(ms: i64) -> Option<Duration> {
+    u64::try_from(ms)
+        .ok()
+        .filter(|m| *m > 0)
+        .map(Duration::from_millis)
+}
+
+/// A holder with what its info entry says (`host\tpid\tsite\tsince\ttoken`).
+fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holder {
+    let entry = info
+        .iter()
+        .find(|(o, _)| o == owner)
+        .map(|(_, v)| v.as_str());
+    let mut h = Holder {
+        owner: owner.to_owned(),
+        count,
+        host: None,
+        pid: None,
+        site: None,
+        since_ms: None,
+        held_for: None,
+        token: None,
+    };
+    if let Some(entry) = entry {
+        let mut head = entry.splitn(3, '\t');
+        h.host = head.next().map(str::to_owned);
+        h.pid = head.next().and_then(|p| p.parse().ok());
+        if let Some(rest) = head.next() {
+            let mut tail = rest.rsplitn(3, '\t');
+            h.token = tail.next().and_then(|t| t.parse().ok());
+            h.since_ms = tail.next().and_then(|t| t.parse().ok());
+            h.site = tail.next().map(str::to_owned);
+            h.held_for = h
+                .since_ms
+                .and_then(|s| u64::try_from(now).ok()?.checked_sub(s))
+                .map(Duration::from_millis);
+        }
+    }
+    h
+}
+
+/// The inspect script's reply as the locks it shows (`None`: not that script's reply).
+fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
+    let a = array(v)?;
+    if a.len() != 12 {
+        return None;
+    }
+    let now = int(&a[0])?;
+    let token = int(&a[1]).and_then(|t| u64::try_from(t).ok());
+    let info = |kind, ttl, holders, waiters| LockInfo {
+        key: key.to_owned(),
+        kind,
+        backend: backend.to_owned(),
+        address: address.to_owned(),
+        ttl,
+        token,
+        holders,
+        waiters,
+    };
+    let count = |s: &str| s.parse::<u64>().unwrap_or(0);
+    let mut out = Vec::new();
+    // Reentrant.
+    let (pttl, fields) = hash(&a[2])?;
+    let rinfo = pairs(&a[3])?;
+    if !fields.is_empty() {
+        let holders = fields
+            .iter()
+            .map(|(o, c)| holder(o, count(c), &rinfo, now))
+            .collect();
+        out.push(info(
+            LockKind::Reentrant,
+            positive_ms(pttl),
+            holders,
+            Vec::new(),
+        ));
+    }
+    // Fair.
+    let (pttl, fields) = hash(&a[4])?;
+    let queue: Vec<String> = array(&a[5])?.iter().filter_map(text).collect();
+    let deadlines = pairs(&a[6])?;
+    let finfo = pairs(&a[7])?;
+    let waiters: Vec<Waiter> = queue
+        .iter()
+        .filter_map(|o| {
+            let d: i64 = deadlines.iter().find(|(w, _)| w == o)?.1.parse().ok()?;
+            Some(Waiter {
+                owner: o.clone(),
+                wait_left: positive_ms(d - now)?,
+            })
+        })
+        .collect();
+    if !fields.is_empty() || !waiters.is_empty() {
+        let holders = fields
+            .iter()
+            .map(|(o, c)| holder(o, count(c), &finfo, now))
+            .collect();
+        out.push(info(LockKind::Fair, positive_ms(pttl), holders, waiters));
+    }
+    // Read-write: the state hash, the readers' lease ends, the waiting writers' deadlines.
+    let (_, fields) = hash(&a[8])?;
+    let readers = pairs(&a[9])?;
+    let writers = pairs(&a[10])?;
+    let wrinfo = pairs(&a[11])?;
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(f, _)| f == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut waiting: Vec<(i64, Waiter)> = writers
+        .iter()
+        .filter_map(|(o, d)| {
+            let d: i64 = d.parse().ok()?;
+            Some((
+                d,
+                Waiter {
+                    owner: o.clone(),
+                    wait_left: positive_ms(d - now)?,
+                },
+            ))
+        })
+        .collect();
+    waiting.sort_by_key(|(d, _)| *d);
+    let mut waiting: Vec<Waiter> = waiting.into_iter().map(|(_, w)| w).collect();
+    let wexp: i64 = field("wexp").and_then(|w| w.parse().ok()).unwrap_or(0);
+    if let Some(writer) = field("writer").filter(|_| wexp > now) {
+        let count = field("wcount").map_or(0, count);
+        let holders = vec![holder(writer, count, &wrinfo, now)];
+        out.push(info(
+            LockKind::Write,
+            positive_ms(wexp - now),
+            holders,
+            std::mem::take(&mut waiting),
+        ));
+    }
+    let mut last = 0;
+    let live: Vec<Holder> = readers
+        .iter()
+        .filter_map(|(o, e)| {
+            let e: i64 = e.parse().ok()?;
+            if e <= now {
+                return None;
+            }
+            last = last.max(e);
+            let c = field(&format!("r:{o}")).map_or(0, count);
+            Some(holder(o, c, &wrinfo, now))
+        })
+        .collect();
+    if !live.is_empty() || !waiting.is_empty() {
+        out.push(info(LockKind::Read, positive_ms(last - now), live, waiting));
+    }
+    Some(out)
+}
+
+/// The user key a Redis key name of a lock's main state belongs to (`PREFIX{KEY}`,
+/// `PREFIX{KEY}:fair`, `PREFIX{KEY}:fair:queue`, `PREFIX{KEY}:rw`, `PREFIX{KEY}:rw:writers`;
+/// the `PREFIX{#HASH}KEY` form of keys with braces too), checked by computing the names back.
+fn user_key(prefix: &str, name: &str) -> Option<String> {
+    const SUFFIXES: [&str; 5] = [":fair:queue", ":rw:writers", ":fair", ":rw", ""];
+    let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
+    for suffix in SUFFIXES {
+        let Some(base) = name.strip_suffix(suffix) else {
+            continue;
+        };
+        let candidate = if rest.starts_with('#') {
+            base.split_once('}')?.1.to_owned()
+        } else {
+            match base
+                .strip_prefix(prefix)?
+                .strip_prefix('{')?
+                .strip_suffix('}')
+            {
+                Some(k) if !k.contains(['{', '}']) => k.to_owned(),
+                _ => continue,
+            }
+        };
+        if candidate.is_empty() {
+            continue;
+        }
+        if let Ok(keys) = LockKeys::new(prefix, candidate.clone()) {
+            if keys.hash == base {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+/// `*` and `?` glob match (no classes).
+fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == s[i]) {
+            p += 1;
+            i += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, i));
+            p += 1;
+        } else if let Some((sp, si)) = star {
+            p = sp + 1;
+            i = si + 1;
+            star = Some((sp, si + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|c| *c == b'*')
+}
+
+/// The key prefix as a literal in a SCAN MATCH pattern.
+fn escape_glob(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The user's glob inside the SCAN pattern: `[` and `\` escaped (only `*` and `?` are
+/// offered), braces widened to `*` (keys with braces are stored under another tag).
+fn glob_for_scan(glob: &str) -> String {
+    if glob.contains(['{', '}']) {
+        return "*".to_owned();
+    }
+    glob.replace('\\', "\\\\")
+        .replace('[', "\\[")
+        .replace(']', "\\]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_keys_round_trip() {
+        for key in ["order:42", "a{b}c", "x"] {
+            for kind in [LockKind::Reentrant, LockKind::Fair, LockKind::Read] {
+                let k = LockKeys::for_kind("lock:", key.into(), kind).unwrap();
+                assert_eq!(
+                    user_key("lock:", &k.hash).as_deref(),
+                    Some(key),
+                    "{}",
+                    k.hash
+                );
+                assert_eq!(user_key("lock:", &k.fence), None);
+                assert_eq!(user_key("lock:", &k.info_key()), None);
+            }
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"order:*", b"order:42"));
+        assert!(glob_match(b"*", b""));
+        assert!(glob_match(b"o?der*2", b"order:42"));
+        assert!(!glob_match(b"order:?", b"order:42"));
+    }
+
+    #[test]
+    fn holder_entries_parse() {
+        let info = vec![(
+            "o1".to_string(),
+            "h\t12\tsrc/a.rs:3\t1700000000000\t7".to_string(),
+        )];
+        let h = holder("o1", 2, &info, 1_700_000_000_500);
+        assert_eq!(h.host.as_deref(), Some("h"));
+        assert_eq!(h.pid, Some(12));
+        assert_eq!(h.site.as_deref(), Some("src/a.rs:3"));
+        assert_eq!(h.since_ms, Some(1_700_000_000_000));
+        assert_eq!(h.token, Some(7));
+        assert_eq!(h.held_for, Some(Duration::from_millis(500)));
+        assert_eq!(holder("o2", 1, &info, 0).host, None);
+    }
+}

@@ -1,0 +1,25 @@
+-- Read everything about one lock key, of every kind, without changing anything
+-- (`distlock list`/`show`, `Registry::inspect`).
+--
+-- KEYS[1] reentrant lock hash      KEYS[2] its holder information hash
+-- KEYS[3] fair lock hash           KEYS[4] fair queue list   KEYS[5] fair waiters zset
+-- KEYS[6] fair holder information  KEYS[7] rw hash           KEYS[8] rw readers zset
+-- KEYS[9] rw waiting writers zset  KEYS[10] rw holder information
+-- KEYS[11] fencing counter
+-- Returns: {now_ms, fence or false,
+--   {pttl, hgetall lock}, hgetall info,
+--   {pttl, hgetall fair}, lrange queue, zrange waiters withscores, hgetall fair info,
+--   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores, hgetall rw info}
+-- Expired read-write and fair entries are not purged here: the caller compares their
+-- deadlines with now_ms.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function hash(k) return {redis.call('pttl', k), redis.call('hgetall', k)} end
+return {
+  now, redis.call('get', KEYS[11]),
+  hash(KEYS[1]), redis.call('hgetall', KEYS[2]),
+  hash(KEYS[3]), redis.call('lrange', KEYS[4], 0, -1),
+  redis.call('zrange', KEYS[5], 0, -1, 'withscores'), redis.call('hgetall', KEYS[6]),
+  hash(KEYS[7]), redis.call('zrange', KEYS[8], 0, -1, 'withscores'),
+  redis.call('zrange', KEYS[9], 0, -1, 'withscores'), redis.call('hgetall', KEYS[10]),
+}
