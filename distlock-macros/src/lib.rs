@@ -59,7 +59,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument  | required | meaning |
 /// |-----------|----------|---------|
-/// | `key`     | yes | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called |
+/// | `key`     | yes | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called; at most 1024 bytes once rendered (else `LockError::InvalidKey`: mind keys built from user input) |
 /// | `wait`    | no  | longest wait to acquire, e.g. `"250ms"`, `"5s"`, `"1m30s"`; `"0s"` tries once. Default: `[defaults].wait` |
 /// | `lease`   | no  | `"auto"`: a watchdog renews the lease while the body runs; `"30s"`: a fixed lease, never renewed. Default: `[defaults].lease` |
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |

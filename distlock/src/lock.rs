@@ -50,7 +50,10 @@ pub struct Lock {
 }
 
 impl Lock {
-    /// A lock on `key`, on the default backend of the global registry.
+    /// A lock on `key`, on the default backend of the registry in force: the innermost
+    /// [`Registry::scope`] of this task, else the global one (`distlock::init`). Keys are
+    /// at most 1024 bytes (`LockError::InvalidKey` on acquiring beyond that); a key built
+    /// from request input can exceed it, and the axum mapping answers that 400.
     pub fn new(key: impl Into<String>) -> Lock {
         Lock {
             key: key.into(),
