@@ -59,7 +59,7 @@ use proc_macro::TokenStream;
 ///
 /// | argument  | required | meaning |
 /// |-----------|----------|---------|
-/// | `key`     | yes | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called; each value escapes `%` and the first character of the text after it as `%XX` (`"pair:<a>:<b>"` with `a = "1:2"` renders `pair:1%3A2:…`), so different arguments never render the same key; two placeholders need text between them |
+/// | `key`     | yes | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called; at most 1024 bytes once rendered (else `LockError::InvalidKey`); each value escapes `%` and the first character of the text after it as `%XX` (`"pair:<a>:<b>"` with `a = "1:2"` renders `pair:1%3A2:…`), so different arguments never render the same key; two placeholders need text between them |
 /// | `wait`    | no  | longest wait to acquire, e.g. `"250ms"`, `"5s"`, `"1m30s"`; `"0s"` tries once. Default: `[defaults].wait` |
 /// | `lease`   | no  | `"auto"`: a watchdog renews the lease while the body runs; `"30s"`: a fixed lease, never renewed. Default: `[defaults].lease` |
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |

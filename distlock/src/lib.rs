@@ -60,7 +60,7 @@
 //!
 //! Every `#[tokio::test]` runs on a runtime of its own. One global `init` shared by all of
 //! them (a `OnceCell`) works on every backend: distlock connects its backends on a
-//! background runtime of its own (one thread, `distlock-background`, started by the first
+//! background runtime of its own (threads named `distlock-background`, 2 to 4 of them, started by the first
 //! connect), where the connections, the watchdog, the wake-up subscribers and the
 //! releases of dropped guards live; a lock can be used from any runtime, also after the
 //! one that ran `init` has ended.

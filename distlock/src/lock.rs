@@ -71,8 +71,11 @@ impl std::fmt::Display for LockSite {
 }
 
 impl Lock {
-    /// A lock on `key`, on the default backend of the global registry. The lock site
-    /// (shown by `distlock list` and in metrics) is the `file:line` of this call.
+    /// A lock on `key`, on the default backend of the registry in force: the innermost
+    /// [`Registry::scope`] of this task, else the global one (`distlock::init`). Keys are
+    /// at most 1024 bytes (`LockError::InvalidKey` on acquiring beyond that); a key built
+    /// from request input can exceed it, and the axum mapping answers that 400. The lock
+    /// site (shown by `distlock list` and in metrics) is the `file:line` of this call.
     #[track_caller]
     pub fn new(key: impl Into<String>) -> Lock {
         Lock {

@@ -16,8 +16,8 @@ use crate::{InitError, Lock, LockError};
 ///
 /// A registry can be used from any Tokio runtime of the process, also after the runtime it
 /// was created on has shut down: its connections and background work (the watchdog, the
-/// subscribers, releases of dropped guards) live on distlock's own background runtime, one
-/// thread started when the first registry connects. See the README's "Testing" section.
+/// subscribers, releases of dropped guards) live on distlock's own background runtime
+/// (2 to 4 threads), started when the first registry connects. See the README's "Testing" section.
 ///
 /// [`Registry::scope`] makes a registry the one that `#[distributed_lock]` functions and
 /// `Lock::new` use inside a future, instead of the global one (tests with their own

@@ -1,5 +1,6 @@
-//! distlock's background runtime: one dedicated thread, started once per process when the
-//! first [`Registry`](crate::Registry) connects.
+//! distlock's background runtime: a few dedicated threads (as many as the machine has
+//! cores, at least 2 and at most 4), started once per process when the first
+//! [`Registry`](crate::Registry) connects.
 //!
 //! Backends are connected on it, so their connections' driver tasks, the watchdog, the
 //! subscribers and the background releases of dropped guards all live there, not on the
@@ -25,8 +26,13 @@ pub(crate) fn handle() -> std::io::Result<&'static Handle> {
     if let Some(rt) = RUNTIME.get() {
         return Ok(rt.handle());
     }
+    // More than one, so that one busy connection (or subscriber) does not hold up the
+    // others' replies and wake-ups; idle workers cost nothing.
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(workers)
         .thread_name("distlock-background")
         .enable_all()
         .build()?;

@@ -19,6 +19,7 @@
 //!   409 {"error": "lock_timeout", ..} + Retry-After   another request of this user holds the lock
 //!   409 {"error": "already_ordered", "order_id": ..}  this user has bought one
 //!   410 {"error": "sold_out"}
+//!   500 {"error": "lock_lease_lost", ..}              the lock was lost mid-request: outcome unknown
 //!   404 {"error": "no_such_voucher"}
 //! GET /vouchers/{id}  200 {"id": 1, "stock": .., "initial_stock": ..}
 //! GET /health         200 ok
@@ -151,8 +152,9 @@ async fn create_order(
 /// then finds its order: 409 already_ordered) rather than queueing; if the first takes
 /// longer, the second gets 409 lock_timeout with a Retry-After. `lease = "auto"`: the
 /// watchdog keeps the lock however long the database takes, and if the lease is lost the
-/// body is dropped at its next `.await` (the open transaction rolls back) and the request
-/// gets 503.
+/// body is dropped at its next `.await` (the open transaction rolls back: the body is
+/// cancel-safe) and the request gets 500 lock_lease_lost, "check its outcome before
+/// repeating it" (a transaction that committed just before the loss stays committed).
 #[distributed_lock(key = "order:<user_id>", wait = "100ms", lease = "auto")]
 async fn place_order(shop: &Shop, user_id: i64, voucher_id: i64) -> Result<i64, AppError> {
     // Check, then act: without the lock two requests of this user could both pass the check.
