@@ -9,14 +9,13 @@
 //! [`LockInfo::address`]; the nodes' views can differ while a quorum acquisition or release
 //! is under way. A memory backend has no inspection (its locks live in one process).
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, LazyLock};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::Value;
 
 use crate::keys::LockKeys;
-use crate::lock::LockSite;
 use crate::protocol::Call;
 use crate::registry::Registry;
 use crate::{LockError, LockKind};
@@ -135,10 +134,19 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// What a holder records: `host\tpid\tsite`.
-pub(crate) fn holder_text(site: LockSite) -> Arc<str> {
-    let site = site.to_string().replace(['\t', '\n'], " ");
-    Arc::from(format!("{}\t{site}", *PROCESS))
+/// What a holder at `site` (a site label) records: `host\tpid\tsite`, built once per site.
+pub(crate) fn holder_text(site: &'static str) -> Arc<str> {
+    /// By the label's address and length (labels are `'static` and few).
+    type Texts = HashMap<(usize, usize), Arc<str>>;
+    static TEXTS: Mutex<Option<Texts>> = Mutex::new(None);
+    let mut map = TEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    map.get_or_insert_with(HashMap::new)
+        .entry((site.as_ptr() as usize, site.len()))
+        .or_insert_with(|| {
+            let site = site.replace(['\t', '\n'], " ");
+            Arc::from(format!("{}\t{site}", *PROCESS))
+        })
+        .clone()
 }
 
 impl Registry {

@@ -187,7 +187,7 @@ impl Lock {
         let name = backend.name.clone();
         let start = Instant::now();
         let r = tracing::Instrument::instrument(
-            acquire(backend, self.key, self.kind, wait, lease, self.site, site),
+            acquire(backend, self.key, self.kind, wait, lease, site),
             span,
         )
         .await;
@@ -276,12 +276,11 @@ async fn acquire(
     kind: LockKind,
     wait: Duration,
     lease: Lease,
-    site: LockSite,
     label: &'static str,
 ) -> Result<LockGuard, LockError> {
     let mut keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
     if backend.holder_info {
-        keys = keys.with_holder(crate::inspect::holder_text(site));
+        keys = keys.with_holder(crate::inspect::holder_text(label));
     }
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
