@@ -364,6 +364,12 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
 }
 
 /// The inspect script's reply as the locks it shows (`None`: not that script's reply).
+/// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`);
+/// owners are the other fields.
+fn is_level_mark(field: &str) -> bool {
+    field.starts_with("l:")
+}
+
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
     let a = array(v)?;
     if a.len() != 12 {
@@ -389,6 +395,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     if !fields.is_empty() {
         let holders = fields
             .iter()
+            .filter(|(o, _)| !is_level_mark(o))
             .map(|(o, c)| holder(o, count(c), &rinfo, now))
             .collect();
         out.push(info(
@@ -416,6 +423,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     if !fields.is_empty() || !waiters.is_empty() {
         let holders = fields
             .iter()
+            .filter(|(o, _)| !is_level_mark(o))
             .map(|(o, c)| holder(o, count(c), &finfo, now))
             .collect();
         out.push(info(LockKind::Fair, positive_ms(pttl), holders, waiters));
