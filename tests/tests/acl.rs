@@ -32,6 +32,8 @@ pub const RIGHTS: &[&str] = &[
     "+hincrby",
     "+hmget",
     "+hset",
+    "+get",
+    "+set",
     "+lindex",
     "+lpop",
     "+lrem",

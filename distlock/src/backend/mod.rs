@@ -54,7 +54,8 @@ pub(crate) struct Backend {
     pub(crate) leases: Arc<Leases>,
     /// Tasks asleep waiting for a release now.
     pub(crate) waiting: AtomicUsize,
-    /// The runtime `init` ran on: background releases and tasks go there.
+    /// distlock's background runtime (the backend is connected on it): background
+    /// releases and tasks go there.
     pub(crate) runtime: tokio::runtime::Handle,
     /// Record holder information next to each lock (`holder_info`; never on memory).
     pub(crate) holder_info: bool,

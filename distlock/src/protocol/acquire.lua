@@ -45,7 +45,7 @@ redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
 if KEYS[3] then
   local t = redis.call('time')
-  redis.call('hset', KEYS[3], owner, ARGV[5] .. '\t' .. (t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. token)
+  redis.call('hset', KEYS[3], owner, ARGV[5] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
   redis.call('pexpire', KEYS[3], lease)
 end
 return {1, token}

@@ -80,7 +80,7 @@ local token = next_token(KEYS[4])
 redis.call('hset', lock, owner, 1, level, 1)
 redis.call('pexpire', lock, lease)
 if KEYS[5] then
-  redis.call('hset', KEYS[5], owner, ARGV[6] .. '\t' .. now .. '\t' .. token)
+  redis.call('hset', KEYS[5], owner, ARGV[6] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token))
   redis.call('pexpire', KEYS[5], lease)
 end
 return {1, token}

@@ -26,7 +26,7 @@ end
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
   if not KEYS[5] then return end
-  if token then redis.call('hset', KEYS[5], owner, ARGV[5] .. '\t' .. now .. '\t' .. token) end
+  if token then redis.call('hset', KEYS[5], owner, ARGV[5] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token)) end
   local p = redis.call('pttl', rw)
   if p > 0 then redis.call('pexpire', KEYS[5], p) end
 end
