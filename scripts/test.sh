@@ -67,6 +67,15 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v in
     echo "missing: PostgreSQL; installing with apt-get"
     install_postgres
 fi
+# openssl makes the TLS tests' certificates.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "missing: openssl; installing with apt-get"
+    command -v apt-get >/dev/null 2>&1 || die "openssl missing and apt-get not available: install openssl"
+    sudo_cmd=()
+    [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssl
+fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 redis-server --version
 redis-sentinel --version | sed 's/^/sentinel: /'
