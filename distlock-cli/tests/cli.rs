@@ -24,7 +24,7 @@ impl Setup {
         let url = distlock_tests::single_url();
         let prefix = format!("cli-{}-{test}:", std::process::id());
         let toml = format!(
-            "[defaults]\nwatchdog_timeout = \"1s\"\nwait = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+            "[defaults]\nwatchdog_timeout = \"1s\"\nwait = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nholder_info = true\n"
         );
         let path =
             std::env::temp_dir().join(format!("distlock-cli-{}-{test}.toml", std::process::id()));
@@ -420,10 +420,9 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
     }
 
     // holder_info = false: holders are listed without host and pid, nothing else written.
-    let off = setup.toml.replace(
-        "mode = \"single\"",
-        "mode = \"single\"\nholder_info = false",
-    );
+    let off = setup
+        .toml
+        .replace("holder_info = true", "holder_info = false");
     let registry = rt.block_on(Registry::from_str(&off)).unwrap();
     let guard = rt.block_on(registry.lock("k").acquire()).unwrap();
     assert!(!exists(&format!("{prefix}{{k}}:info")));
@@ -443,7 +442,7 @@ fn list_on_a_cluster_and_show_on_redlock() {
     };
     let prefix = format!("cli-{}-topo:", std::process::id());
     let toml = format!(
-        "[defaults]\nbackend = \"c\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{}]\n[backends.r]\nmode = \"redlock\"\nnodes = [{}]\n",
+        "[defaults]\nbackend = \"c\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{}]\nholder_info = true\n[backends.r]\nmode = \"redlock\"\nnodes = [{}]\nholder_info = true\n",
         nodes(distlock_tests::cluster_urls()),
         nodes(distlock_tests::redlock_urls())
     );

@@ -17,7 +17,7 @@
 //! url = "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"
 //! response_timeout = "2s"         # every mode but memory (default "2s")
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
-//! holder_info = true              # record who holds each lock; every mode but memory (default true)
+//! holder_info = true              # record who holds each lock; every mode but memory (default false)
 //!
 //! [backends.secure]               # TLS: rediss:// URLs (every mode but memory)
 //! mode = "single"
@@ -179,7 +179,7 @@ pub struct BackendConfig {
     /// warning is logged at every `init`.
     pub tls_insecure_skip_verify: bool,
     /// Record who holds each lock (host, pid, lock site, since, token) next to it, for
-    /// `distlock list`/`show` and `Registry::inspect` (`holder_info`, default `true`).
+    /// `distlock list`/`show` and `Registry::inspect` (`holder_info`, default `false`: it costs 10–20 % of lock+unlock throughput).
     pub holder_info: bool,
 }
 

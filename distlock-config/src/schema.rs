@@ -528,7 +528,7 @@ impl Cx<'_> {
             tls_cert: raw.tls.tls_cert.map(|(p, _)| p),
             tls_key: raw.tls.tls_key.map(|(p, _)| p),
             tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
-            holder_info: raw.holder_info.unwrap_or(true),
+            holder_info: raw.holder_info.unwrap_or(false),
         })
     }
 

@@ -21,7 +21,7 @@ pub(crate) struct LockKeys {
     pub fence: String,
     /// The pub/sub channel a release is published on.
     pub channel: String,
-    /// Holder information (`[backends.NAME] holder_info`, on by default): the hash
+    /// Holder information (`[backends.NAME] holder_info`, off by default): the hash
     /// `PREFIX{KEY}[:fair|:rw]:info` (owner id -> `host\tpid\tsite\tsince_ms\ttoken`) the
     /// acquire scripts write and release deletes, and this holder's `host\tpid\tsite`.
     /// `None`: the backend does not record holders.
