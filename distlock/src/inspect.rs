@@ -9,6 +9,7 @@
 //! [`LockInfo::address`]; the nodes' views can differ while a quorum acquisition or release
 //! is under way. A memory backend has no inspection (its locks live in one process).
 
+use crate::report::ServerReport;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -83,41 +84,6 @@ pub struct Waiter {
     pub owner: String,
     /// How much longer it waits at most.
     pub wait_left: Duration,
-}
-
-/// What one server of a backend says about itself ([`Registry::probe`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ServerReport {
-    /// `host:port` (a cluster: its configured nodes).
-    pub address: String,
-    /// `redis_version` from `INFO server`.
-    pub version: Option<String>,
-    /// `maxmemory-policy` (`None`: `CONFIG GET` is not permitted). Anything but
-    /// `noeviction` (or a `volatile-*` policy, which spares keys without expiry only) can
-    /// evict a held lock under memory pressure.
-    pub eviction: Option<String>,
-    /// A cluster's `cluster_state` (`ok` or `fail`).
-    pub cluster_state: Option<String>,
-}
-
-impl ServerReport {
-    pub(crate) fn new(
-        address: &str,
-        info: &str,
-        eviction: Option<String>,
-        cluster_state: Option<String>,
-    ) -> ServerReport {
-        ServerReport {
-            address: address.to_owned(),
-            version: info
-                .lines()
-                .find_map(|l| l.strip_prefix("redis_version:"))
-                .map(|v| v.trim().to_owned()),
-            eviction,
-            cluster_state,
-        }
-    }
 }
 
 /// `host\tpid` of this process, computed once.

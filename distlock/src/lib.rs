@@ -136,6 +136,7 @@ pub mod metrics;
 mod owner;
 mod protocol;
 mod registry;
+mod report;
 mod runtime;
 mod sites;
 mod watchdog;
@@ -150,10 +151,11 @@ pub use distlock_macros::distributed_lock;
 pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
 pub use fence::fence;
 pub use guard::LockGuard;
-pub use inspect::{Holder, LockInfo, ServerReport, Waiter};
+pub use inspect::{Holder, LockInfo, Waiter};
 pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
+pub use report::ServerReport;
 pub use sites::{sites, Site};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.

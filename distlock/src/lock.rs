@@ -14,6 +14,7 @@ use crate::keys::LockKeys;
 use crate::owner::{Hold, OwnerId};
 use crate::protocol::Attempt;
 use crate::registry::Registry;
+pub(crate) use crate::sites::LockSite;
 use crate::{Lease, LockError, LockKind, OnLost};
 
 /// A lock to acquire: a key, and how to wait and lease it.
@@ -51,23 +52,6 @@ pub struct Lock {
     on_lost: OnLost,
     registry: Option<Registry>,
     site: LockSite,
-}
-
-/// Where a lock is taken: the `#[distributed_lock]` function, or the `file:line` of
-/// `Lock::new` / `Registry::lock`. Holder information and metrics name it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LockSite {
-    Caller(&'static std::panic::Location<'static>),
-    Named(&'static str),
-}
-
-impl std::fmt::Display for LockSite {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LockSite::Caller(l) => write!(f, "{}:{}", l.file(), l.line()),
-            LockSite::Named(n) => f.write_str(n),
-        }
-    }
 }
 
 impl Lock {

@@ -56,3 +56,20 @@ inventory::collect!(Site);
 pub fn sites() -> impl Iterator<Item = &'static Site> {
     inventory::iter::<Site>.into_iter()
 }
+
+/// Where a lock is taken: the `#[distributed_lock]` function, or the `file:line` of
+/// `Lock::new` / `Registry::lock`. Holder information and metrics name it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LockSite {
+    Caller(&'static std::panic::Location<'static>),
+    Named(&'static str),
+}
+
+impl std::fmt::Display for LockSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockSite::Caller(l) => write!(f, "{}:{}", l.file(), l.line()),
+            LockSite::Named(n) => f.write_str(n),
+        }
+    }
+}

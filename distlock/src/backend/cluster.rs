@@ -138,7 +138,7 @@ impl Cluster {
     }
 
     /// Version, eviction policy and cluster state, as a random node reports them.
-    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
         let text = |v: Value| {
             redis::from_redis_value::<String>(v)
                 .map_err(|e| DriverError::redis(&self.address, e.into()))
@@ -166,7 +166,7 @@ impl Cluster {
             .lines()
             .find_map(|l| l.strip_prefix("cluster_state:"))
             .map(|s| s.trim().to_owned());
-        Ok(crate::inspect::ServerReport::new(
+        Ok(crate::report::ServerReport::new(
             &self.address,
             &info,
             policy,

@@ -307,7 +307,7 @@ impl Backend {
     /// asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
-    ) -> Option<Vec<Result<crate::inspect::ServerReport, LockError>>> {
+    ) -> Option<Vec<Result<crate::report::ServerReport, LockError>>> {
         let r = match &self.driver {
             Driver::Memory(_) => return None,
             Driver::Single(s) => vec![s.probe().await],

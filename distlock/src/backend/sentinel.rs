@@ -280,7 +280,7 @@ impl SentinelMaster {
     }
 
     /// Version and eviction policy of the current master.
-    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
         self.checked(self.current().server.probe().await)
     }
 

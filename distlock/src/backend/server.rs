@@ -227,7 +227,7 @@ impl Server {
     }
 
     /// The server's version and eviction policy (`None` where it would not say).
-    pub(crate) async fn probe(&self) -> Result<crate::inspect::ServerReport, DriverError> {
+    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
         let mut conn = self.conn.clone();
         let info: String = bounded(
             &self.address,
@@ -247,7 +247,7 @@ impl Server {
         )
         .await
         .ok();
-        Ok(crate::inspect::ServerReport::new(
+        Ok(crate::report::ServerReport::new(
             &self.address,
             &info,
             policy.and_then(|p| p.into_iter().nth(1)),

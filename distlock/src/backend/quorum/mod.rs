@@ -308,7 +308,7 @@ impl QuorumDriver {
     }
 
     /// Each node's version and eviction policy, or why it could not be asked.
-    pub(crate) async fn probe(&self) -> Vec<Result<crate::inspect::ServerReport, DriverError>> {
+    pub(crate) async fn probe(&self) -> Vec<Result<crate::report::ServerReport, DriverError>> {
         let mut out = Vec::new();
         for node in &self.nodes {
             out.push(match node.server() {
