@@ -34,28 +34,16 @@ use tokio::sync::mpsc;
 
 use super::conn::{addresses, Settings};
 use super::error::{bounded, DriverError};
+use super::link::Link;
 use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
-use crate::protocol::exec::{eval, load_all};
-use crate::protocol::{Attempt, Call, Publish, Released};
+use crate::owner::OwnerId;
+use crate::protocol::exec::load_all;
+use crate::protocol::{Call, Publish};
 
-/// A connection to a Redis Cluster speaking the lock protocol.
-#[derive(Clone)]
-pub(crate) struct Cluster {
-    conn: ClusterConnection,
-    /// The configured nodes, comma-separated.
-    address: String,
-    response_timeout: Duration,
-}
-
-impl std::fmt::Debug for Cluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster")
-            .field("address", &self.address)
-            .finish_non_exhaustive()
-    }
-}
+/// A connection to a Redis Cluster speaking the lock protocol (its address: the
+/// configured nodes, comma-separated).
+pub(crate) type Cluster = Link<ClusterConnection>;
 
 /// Connect to a Redis Cluster through any of `nodes` (the client discovers the rest), and
 /// start the wake-up subscriber.
@@ -76,10 +64,11 @@ pub(crate) async fn connect(
         client.get_async_connection(),
     )
     .await?;
-    let cluster = Cluster {
+    let cluster = Link {
         conn,
         address,
         response_timeout: settings.response_timeout,
+        publish: Publish::Sharded,
     };
     // A node down now only means its script cache is filled by EVAL later.
     let mut c = cluster.conn.clone();
@@ -107,23 +96,6 @@ pub(crate) async fn connect(
 }
 
 impl Cluster {
-    /// The configured nodes.
-    pub(crate) fn address(&self) -> &str {
-        &self.address
-    }
-
-    /// Run one call.
-    pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
-        let mut conn = self.conn.clone();
-        bounded(
-            &self.address,
-            what,
-            self.response_timeout,
-            eval(&mut conn, call),
-        )
-        .await
-    }
-
     /// One command on a random node.
     async fn on_any_node(&self, cmd: redis::Cmd) -> Result<Value, DriverError> {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -233,53 +205,6 @@ impl Cluster {
         Ok(out)
     }
 
-    fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
-        DriverError::Unexpected {
-            address: self.address.clone(),
-            reply,
-        }
-    }
-
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        hold: Hold,
-        lease: Duration,
-        wait: Duration,
-    ) -> Result<Attempt, DriverError> {
-        let call = Call::acquire(keys, hold, lease, wait);
-        let v = self.run(&call, "acquire timed out").await?;
-        call.attempt(&v).map_err(|r| self.unexpected(r))
-    }
-
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        hold: Hold,
-    ) -> Result<Released, DriverError> {
-        let call = Call::release(keys, hold, Publish::Sharded);
-        let v = self.run(&call, "release timed out").await?;
-        call.released(&v).map_err(|r| self.unexpected(r))
-    }
-
-    pub(crate) async fn cancel(
-        &self,
-        keys: &LockKeys,
-        owner: OwnerId,
-    ) -> Result<bool, DriverError> {
-        let Some(call) = Call::cancel(keys, owner, Publish::Sharded) else {
-            return Ok(false);
-        };
-        let v = self.run(&call, "cancel timed out").await?;
-        call.done(&v).map_err(|r| self.unexpected(r))
-    }
-
-    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
-        let call = Call::force_release(keys, Publish::Sharded);
-        let v = self.run(&call, "force release timed out").await?;
-        call.done(&v).map_err(|r| self.unexpected(r))
-    }
-
     /// Renew many leases, each on its own (sent concurrently; the multiplexed node
     /// connections pipeline them on the wire).
     pub(crate) async fn renew_each(
@@ -293,27 +218,6 @@ impl Cluster {
             call.done(&v).map_err(|r| self.unexpected(r))
         }))
         .await
-    }
-
-    /// `INCR key`, giving it `ttl` when new.
-    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("INCR")
-            .arg(key)
-            .cmd("EXPIRE")
-            .arg(key)
-            .arg(ttl.as_secs().max(1))
-            .arg("NX")
-            .ignore();
-        let mut conn = self.conn.clone();
-        let (n,): (u64,) = bounded(
-            &self.address,
-            "INCR timed out",
-            self.response_timeout,
-            pipe.query_async(&mut conn),
-        )
-        .await?;
-        Ok(n)
     }
 }
 

@@ -10,6 +10,7 @@
 mod cluster;
 mod conn;
 mod error;
+mod link;
 mod memory;
 mod quorum;
 mod sentinel;

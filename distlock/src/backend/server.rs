@@ -11,30 +11,17 @@ use redis::Value;
 
 use super::conn::Settings;
 use super::error::{bounded, DriverError};
+use super::link::Link;
 use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
-use crate::protocol::exec::{eval, eval_pipelined, load_all};
-use crate::protocol::{Attempt, Call, Publish, Released};
+use crate::owner::OwnerId;
+use crate::protocol::exec::{eval_pipelined, load_all};
+use crate::protocol::{Attempt, Call, Publish};
 
 /// Renewals sent in one pipeline.
 const RENEW_BATCH: usize = 512;
 
 /// A connection to one server, speaking the lock protocol.
-#[derive(Clone)]
-pub(crate) struct Server {
-    address: String,
-    conn: ConnectionManager,
-    response_timeout: Duration,
-}
-
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server")
-            .field("address", &self.address)
-            .field("response_timeout", &self.response_timeout)
-            .finish_non_exhaustive()
-    }
-}
+pub(crate) type Server = Link<ConnectionManager>;
 
 impl Server {
     /// Connect to the server of `client` (at `address`) and load the scripts.
@@ -44,10 +31,11 @@ impl Server {
         client: redis::Client,
     ) -> Result<Server, DriverError> {
         let conn = settings.manager(address, client, Duration::ZERO).await?;
-        let server = Server {
+        let server = Link {
             address: address.to_owned(),
             conn,
             response_timeout: settings.response_timeout,
+            publish: Publish::Plain,
         };
         let mut c = server.conn.clone();
         bounded(
@@ -60,47 +48,9 @@ impl Server {
         Ok(server)
     }
 
-    /// `host:port`.
-    pub(crate) fn address(&self) -> &str {
-        &self.address
-    }
-
     /// The connection, for commands outside the protocol (`ROLE`).
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.conn.clone()
-    }
-
-    /// Run one call.
-    pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
-        let mut conn = self.conn.clone();
-        bounded(
-            &self.address,
-            what,
-            self.response_timeout,
-            eval(&mut conn, call),
-        )
-        .await
-    }
-
-    fn unexpected(&self, reply: crate::protocol::UnexpectedReply) -> DriverError {
-        DriverError::Unexpected {
-            address: self.address.clone(),
-            reply,
-        }
-    }
-
-    /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
-    /// locks queue for that long).
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        hold: Hold,
-        lease: Duration,
-        wait: Duration,
-    ) -> Result<Attempt, DriverError> {
-        let call = Call::acquire(keys, hold, lease, wait);
-        let v = self.run(&call, "acquire timed out").await?;
-        call.attempt(&v).map_err(|r| self.unexpected(r))
     }
 
     /// Acquire, then `WAIT` for `needed` replicas (at most `timeout`), on `conn` (a
@@ -138,37 +88,6 @@ impl Server {
         Ok((attempt, acked))
     }
 
-    /// Release one level.
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        hold: Hold,
-    ) -> Result<Released, DriverError> {
-        let call = Call::release(keys, hold, Publish::Plain);
-        let v = self.run(&call, "release timed out").await?;
-        call.released(&v).map_err(|r| self.unexpected(r))
-    }
-
-    /// A fair or write waiter leaves the queue. Returns whether it was queued.
-    pub(crate) async fn cancel(
-        &self,
-        keys: &LockKeys,
-        owner: OwnerId,
-    ) -> Result<bool, DriverError> {
-        let Some(call) = Call::cancel(keys, owner, Publish::Plain) else {
-            return Ok(false);
-        };
-        let v = self.run(&call, "cancel timed out").await?;
-        call.done(&v).map_err(|r| self.unexpected(r))
-    }
-
-    /// Delete the lock whoever holds it. Returns whether there was one.
-    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
-        let call = Call::force_release(keys, Publish::Plain);
-        let v = self.run(&call, "force release timed out").await?;
-        call.done(&v).map_err(|r| self.unexpected(r))
-    }
-
     /// Renew many leases in pipelines: `v[i]` is whether `items[i]` was renewed (`false`:
     /// the lock was gone), or why that is not known. Each item is judged on its own reply.
     pub(crate) async fn renew_each(
@@ -203,27 +122,6 @@ impl Server {
             }
         }
         out
-    }
-
-    /// `INCR key`, giving it `ttl` when new (a plain counter, outside the lock layout).
-    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("INCR")
-            .arg(key)
-            .cmd("EXPIRE")
-            .arg(key)
-            .arg(ttl.as_secs().max(1))
-            .arg("NX")
-            .ignore();
-        let mut conn = self.conn.clone();
-        let (n,): (u64,) = bounded(
-            &self.address,
-            "INCR timed out",
-            self.response_timeout,
-            pipe.query_async(&mut conn),
-        )
-        .await?;
-        Ok(n)
     }
 
     /// The server's version and eviction policy (`None` where it would not say).

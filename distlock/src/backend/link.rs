@@ -1,0 +1,129 @@
+//! The one-call operations of the lock protocol over any Redis connection: a [`Link`] is a
+//! connection, the address errors name, the response timeout, and the publish verb of its
+//! topology. `server.rs` (one server: `Link<ConnectionManager>`) and `cluster.rs`
+//! (`Link<ClusterConnection>`) add what differs — connecting, pipelined or concurrent
+//! renewal, `WAIT`, inspection — and share these.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::Value;
+
+use super::error::{bounded, DriverError};
+use crate::keys::LockKeys;
+use crate::owner::{Hold, OwnerId};
+use crate::protocol::exec::eval;
+use crate::protocol::{Attempt, Call, Publish, Released, UnexpectedReply};
+
+/// A connection speaking the lock protocol.
+#[derive(Clone)]
+pub(crate) struct Link<C> {
+    pub(super) conn: C,
+    /// `host:port` (a cluster: its configured nodes), for errors.
+    pub(super) address: String,
+    pub(super) response_timeout: Duration,
+    /// How releases are announced on this topology.
+    pub(super) publish: Publish,
+}
+
+impl<C> std::fmt::Debug for Link<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("address", &self.address)
+            .field("response_timeout", &self.response_timeout)
+            .field("publish", &self.publish)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
+    /// `host:port`, or a cluster's configured nodes.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Run one call, bounded by the response timeout.
+    pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            what,
+            self.response_timeout,
+            eval(&mut conn, call),
+        )
+        .await
+    }
+
+    pub(super) fn unexpected(&self, reply: UnexpectedReply) -> DriverError {
+        DriverError::Unexpected {
+            address: self.address.clone(),
+            reply,
+        }
+    }
+
+    /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
+    /// locks queue for that long).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<Attempt, DriverError> {
+        let call = Call::acquire(keys, hold, lease, wait);
+        let v = self.run(&call, "acquire timed out").await?;
+        call.attempt(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Release one level.
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+    ) -> Result<Released, DriverError> {
+        let call = Call::release(keys, hold, self.publish);
+        let v = self.run(&call, "release timed out").await?;
+        call.released(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// A fair or write waiter leaves the queue. Returns whether it was queued.
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<bool, DriverError> {
+        let Some(call) = Call::cancel(keys, owner, self.publish) else {
+            return Ok(false);
+        };
+        let v = self.run(&call, "cancel timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// Delete the lock whoever holds it. Returns whether there was one.
+    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+        let call = Call::force_release(keys, self.publish);
+        let v = self.run(&call, "force release timed out").await?;
+        call.done(&v).map_err(|r| self.unexpected(r))
+    }
+
+    /// `INCR key`, giving it `ttl` when new (a plain counter, outside the lock layout).
+    pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, DriverError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR")
+            .arg(key)
+            .cmd("EXPIRE")
+            .arg(key)
+            .arg(ttl.as_secs().max(1))
+            .arg("NX")
+            .ignore();
+        let mut conn = self.conn.clone();
+        let (n,): (u64,) = bounded(
+            &self.address,
+            "INCR timed out",
+            self.response_timeout,
+            pipe.query_async(&mut conn),
+        )
+        .await?;
+        Ok(n)
+    }
+}
