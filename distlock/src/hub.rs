@@ -42,6 +42,9 @@ pub(crate) struct Hub {
     /// backend (redlock, multi) has a hub of its own, fed by that node's subscriber and
     /// relaying to the backend's hub, which the waiters watch.
     relay: Option<Weak<Hub>>,
+    /// How many times a subscriber connection of this hub (or of a node hub relaying to
+    /// it) was made, the command connection refreshed and the waiters woken.
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -51,6 +54,7 @@ impl Hub {
             channels: Mutex::new(HashMap::new()),
             subscriber: None,
             relay: None,
+            connections: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -75,6 +79,7 @@ impl Hub {
             channels: Mutex::new(HashMap::new()),
             subscriber: Some(tx),
             relay,
+            connections: std::sync::atomic::AtomicU64::new(0),
         });
         (hub, rx)
     }
@@ -118,6 +123,20 @@ impl Hub {
         if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
             target.deliver(name);
         }
+    }
+
+    /// A subscriber connection was made (and, after a reconnect, the command connection
+    /// refreshed).
+    pub(crate) fn connected(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
+            target.connected();
+        }
+    }
+
+    /// How many times [`Hub::connected`] was called.
+    pub(crate) fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Wake every waiter (after a reconnect, releases may have been missed).

@@ -182,6 +182,16 @@ impl Registry {
             .map(|b| b.waiting.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// How many times the backend's subscriber connection(s) were made (for tests that
+    /// wait for a reconnect instead of sleeping).
+    #[doc(hidden)]
+    pub fn subscriber_connections(&self, backend: &str) -> Option<u64> {
+        self.inner
+            .backends
+            .get(backend)
+            .map(|b| b.hub.connections())
+    }
+
     /// How many auto-leases the backend's watchdog renews now (for tests and benchmarks).
     #[doc(hidden)]
     pub fn watched_leases(&self, backend: &str) -> Option<usize> {

@@ -120,6 +120,7 @@ pub(crate) async fn connect(
         master.pubsub_connector(),
         settings.connect_timeout,
         Some(master.changes()),
+        Some(master.refresher()),
     );
     Ok((master, hub))
 }
@@ -300,6 +301,19 @@ impl SentinelMaster {
     /// Changes (a counter) every time the master is switched.
     fn changes(&self) -> watch::Receiver<u64> {
         self.epoch.subscribe()
+    }
+
+    /// The subscriber's reconnect hook: refresh the current master's command connection.
+    fn refresher(self: &Arc<Self>) -> super::subscriber::Reconnected {
+        let weak = Arc::downgrade(self);
+        Arc::new(move || {
+            let server = weak.upgrade().map(|m| m.current().server.clone());
+            Box::pin(async move {
+                if let Some(server) = server {
+                    super::subscriber::refresh(server)().await;
+                }
+            })
+        })
     }
 
     /// The subscriber's connector: a pub/sub connection to the current master.

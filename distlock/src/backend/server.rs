@@ -48,6 +48,18 @@ impl Server {
         Ok(server)
     }
 
+    /// PING, bounded by the response timeout (a failure makes the connection reconnect).
+    pub(crate) async fn ping(&self) -> Result<(), DriverError> {
+        let mut conn = self.conn.clone();
+        bounded(
+            &self.address,
+            "PING timed out",
+            self.response_timeout,
+            redis::cmd("PING").query_async::<()>(&mut conn),
+        )
+        .await
+    }
+
     /// The connection, for commands outside the protocol (`ROLE`).
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.conn.clone()

@@ -27,6 +27,7 @@ pub(crate) async fn connect(
         subscriber::connector(&url.address, client),
         settings.connect_timeout,
         None,
+        Some(subscriber::refresh(server.clone())),
     );
     Ok((server, hub))
 }

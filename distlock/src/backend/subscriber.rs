@@ -24,6 +24,36 @@ pub(crate) type Connector = Arc<
         + Sync,
 >;
 
+/// Run after the subscriber connected again (not the first time): it knows the server is
+/// back, so the command connection is made to reconnect now, before the waiters are woken
+/// and before the next request, instead of failing that request first.
+pub(crate) type Reconnected =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// A [`Reconnected`] hook for the command connection of `server`: PING it until it answers
+/// (the first PING may get the error of a reconnect attempt made while the server was
+/// down; that error starts a new attempt), at most three times.
+pub(crate) fn refresh(server: super::server::Server) -> Reconnected {
+    Arc::new(move || {
+        let server = server.clone();
+        Box::pin(async move {
+            let _ = refresh_now(&server).await;
+        })
+    })
+}
+
+/// PING `server` until it answers, at most three times; the last outcome.
+pub(crate) async fn refresh_now(server: &super::server::Server) -> Result<(), DriverError> {
+    let mut last = server.ping().await;
+    for _ in 1..3 {
+        if last.is_ok() {
+            break;
+        }
+        last = server.ping().await;
+    }
+    last
+}
+
 /// A connector to the fixed server of `client` (at `address`).
 pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
     let address: Arc<str> = Arc::from(address);
@@ -41,6 +71,8 @@ pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
 /// Spawn the subscriber of one backend (or one node). It ends when the hub is dropped.
 /// With `reset`, every change of it drops the connection and connects again (through
 /// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
+/// After every reconnect, `reconnected` runs (bounded by `connect_timeout`) before the
+/// waiters are woken.
 pub(crate) fn spawn(
     backend: Arc<str>,
     hub: &Arc<Hub>,
@@ -48,9 +80,18 @@ pub(crate) fn spawn(
     connect: Connector,
     connect_timeout: Duration,
     reset: Option<watch::Receiver<u64>>,
+    reconnected: Option<Reconnected>,
 ) {
     let hub = Arc::downgrade(hub);
-    tokio::spawn(run(backend, hub, requests, connect, connect_timeout, reset));
+    tokio::spawn(run(
+        backend,
+        hub,
+        requests,
+        connect,
+        connect_timeout,
+        reset,
+        reconnected,
+    ));
 }
 
 /// Resolves when `reset` changes; never without one (or once its sender is gone).
@@ -73,7 +114,9 @@ async fn run(
     connect: Connector,
     connect_timeout: Duration,
     mut reset: Option<watch::Receiver<u64>>,
+    reconnected: Option<Reconnected>,
 ) {
+    let mut first = true;
     let mut backoff = Backoff::reconnect();
     let mut pending: Vec<SubscribeRequest> = Vec::new();
     // After a failure, the pause before the next connection (every reconnect backs off:
@@ -129,7 +172,13 @@ async fn run(
                 c.confirm();
             }
         }
+        if !std::mem::replace(&mut first, false) {
+            if let Some(hook) = &reconnected {
+                let _ = tokio::time::timeout(connect_timeout, hook()).await;
+            }
+        }
         if let Some(h) = hub.upgrade() {
+            h.connected();
             h.wake_all();
         }
         tracing::debug!(backend = %backend, channels = channels.len(), "distlock: subscriber connected");

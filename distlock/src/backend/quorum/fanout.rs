@@ -17,21 +17,23 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::super::subscriber;
+use super::node::{self, Node};
 use crate::hub::{Channel, Hub, SubscribeRequest, Watch, SWEEP_EVERY};
 
-/// Start one subscriber per node (`clients`: `(address, client)`), each with a hub relaying
-/// to `hub`, and the fan-out task taking `hub`'s `requests`; a request is answered once
+/// Start one subscriber per node (`clients`: `(node, client)`), each with a hub relaying
+/// to `hub` and refreshing its node's command connection when it reconnects, and the fan-out task taking `hub`'s `requests`; a request is answered once
 /// `needed` nodes confirmed it (waiting at most `patience`).
 pub(super) fn spawn(
     backend: &Arc<str>,
     hub: &Arc<Hub>,
     requests: mpsc::UnboundedReceiver<SubscribeRequest>,
-    clients: Vec<(String, redis::Client)>,
+    clients: Vec<(Arc<Node>, redis::Client)>,
     needed: usize,
     patience: Duration,
 ) {
     let mut node_hubs = Vec::with_capacity(clients.len());
-    for (address, client) in clients {
+    for (node, client) in clients {
+        let address = node.address.clone();
         let (node_hub, node_requests) = Hub::relaying_to(hub);
         subscriber::spawn(
             Arc::from(format!("{backend} (node {address})")),
@@ -40,6 +42,7 @@ pub(super) fn spawn(
             subscriber::connector(&address, client),
             patience,
             None,
+            Some(node::refresher(Arc::downgrade(&node))),
         );
         node_hubs.push(node_hub);
     }

@@ -272,7 +272,11 @@ pub(crate) async fn connect(
         backend,
         &hub,
         requests,
-        clients,
+        nodes
+            .iter()
+            .cloned()
+            .zip(clients.into_iter().map(|(_, c)| c))
+            .collect(),
         n - quorum + 1,
         settings.connect_timeout,
     );

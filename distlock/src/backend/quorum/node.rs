@@ -92,6 +92,23 @@ impl Node {
     }
 }
 
+/// The node subscriber's reconnect hook: the node is back, so refresh its command
+/// connection (if it has one yet) and take it into acquisitions again.
+pub(super) fn refresher(node: Weak<Node>) -> super::super::subscriber::Reconnected {
+    Arc::new(move || {
+        let node = node.clone();
+        Box::pin(async move {
+            let Some(server) = node.upgrade().and_then(|n| n.server().ok().cloned()) else {
+                return;
+            };
+            let r = super::super::subscriber::refresh_now(&server).await;
+            if let Some(n) = node.upgrade() {
+                n.answered(&r);
+            }
+        })
+    })
+}
+
 /// Connect to a node that was down at start-up, retrying with backoff until it answers (or
 /// the backend is gone). After that its connection reconnects by itself.
 pub(super) fn spawn_connect(
