@@ -18,6 +18,7 @@
 //! response_timeout = "2s"         # every mode but memory (default "2s")
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
 //! holder_info = true              # record who holds each lock; every mode but memory (default false)
+//! required = true                 # false: init succeeds while it is down (default true)
 //!
 //! [backends.secure]               # TLS: rediss:// URLs (every mode but memory)
 //! mode = "single"
@@ -181,6 +182,12 @@ pub struct BackendConfig {
     /// Record who holds each lock (host, pid, lock site, since, token) next to it, for
     /// `distlock list`/`show` and `Registry::inspect` (`holder_info`, default `false`: it costs 10–20 % of lock+unlock throughput).
     pub holder_info: bool,
+    /// `init` fails when this backend cannot be reached (`required`, default `true`).
+    /// With `false`, `init` succeeds without it (logging a warning), it is connected in
+    /// the background (retrying with backoff, 50 ms doubling up to 30 s), and until then
+    /// every lock on it fails at once with a `Backend` error of kind `Connection` naming
+    /// the backend, the address and why it cannot be reached.
+    pub required: bool,
 }
 
 /// `mode = "..."` and the fields that mode takes.

@@ -40,6 +40,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "tls_key",
     "tls_insecure_skip_verify",
     "holder_info",
+    "required",
 ];
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
@@ -172,6 +173,7 @@ struct RawBackend {
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
     holder_info: Option<bool>,
+    required: Option<bool>,
     tls: RawTls,
 }
 
@@ -220,7 +222,7 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const T: [&str; 7] = [
+        const T: [&str; 8] = [
             "response_timeout",
             "connect_timeout",
             "tls_ca",
@@ -228,10 +230,11 @@ impl ModeKind {
             "tls_key",
             "tls_insecure_skip_verify",
             "holder_info",
+            "required",
         ];
         match self {
-            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6]],
-            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6]],
+            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]],
+            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]],
             ModeKind::Sentinel => &[
                 "master_name",
                 "sentinels",
@@ -244,6 +247,7 @@ impl ModeKind {
                 T[4],
                 T[5],
                 T[6],
+                T[7],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -257,6 +261,7 @@ impl ModeKind {
                 T[4],
                 T[5],
                 T[6],
+                T[7],
             ],
             ModeKind::Memory => &[],
         }
@@ -475,6 +480,7 @@ impl Cx<'_> {
                     raw.tls.tls_insecure_skip_verify = Some((self.boolean(&field, value)?, at))
                 }
                 "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
+                "required" => raw.required = Some(self.boolean(&field, value)?),
                 _ => {}
             }
         }
@@ -529,6 +535,7 @@ impl Cx<'_> {
             tls_key: raw.tls.tls_key.map(|(p, _)| p),
             tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
             holder_info: raw.holder_info.unwrap_or(false),
+            required: raw.required.unwrap_or(true),
         })
     }
 

@@ -2,12 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use distlock_config::{Config, Defaults};
 
 use crate::backend::Backend;
-use crate::{InitError, Lock, LockError};
+use crate::{BackendError, InitError, Lock, LockError};
 
 /// Connected backends by name, with the configuration's defaults.
 ///
@@ -41,7 +41,61 @@ pub struct Registry {
 
 struct Inner {
     defaults: Defaults,
-    backends: HashMap<String, Arc<Backend>>,
+    backends: HashMap<String, Slot>,
+}
+
+/// One configured backend: connected, or (`required = false`, down at `init`) being
+/// connected in the background.
+enum Slot {
+    Ready(Arc<Backend>),
+    Connecting(Arc<Pending>),
+}
+
+/// A backend being connected in the background.
+struct Pending {
+    name: String,
+    mode: distlock_config::Mode,
+    backend: OnceLock<Arc<Backend>>,
+    /// The address and why the last attempt failed.
+    down: Mutex<(String, BackendError)>,
+}
+
+impl Slot {
+    /// The backend, once connected.
+    fn get(&self) -> Option<&Arc<Backend>> {
+        match self {
+            Slot::Ready(b) => Some(b),
+            Slot::Connecting(p) => p.backend.get(),
+        }
+    }
+
+    /// The backend, or why it is not connected yet.
+    fn backend(&self) -> Result<Arc<Backend>, LockError> {
+        match self {
+            Slot::Ready(b) => Ok(b.clone()),
+            Slot::Connecting(p) => match p.backend.get() {
+                Some(b) => Ok(b.clone()),
+                None => {
+                    let down = p.down.lock().unwrap_or_else(|e| e.into_inner());
+                    Err(LockError::Backend {
+                        backend: p.name.clone(),
+                        address: down.0.clone(),
+                        key: None,
+                        source: down.1.clone(),
+                    })
+                }
+            },
+        }
+    }
+
+    /// Whether the backend offers `kind` (one still being connected: by its mode).
+    fn supports(&self, kind: crate::LockKind) -> Result<(), LockError> {
+        match (self, self.get()) {
+            (_, Some(b)) => b.supports(kind),
+            (Slot::Connecting(p), None) => crate::backend::mode_offers(&p.name, &p.mode, kind),
+            (Slot::Ready(b), None) => b.supports(kind),
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -139,14 +193,13 @@ impl Registry {
         let Some(name) = name.or(self.inner.defaults.backend.as_deref()) else {
             return Err(LockError::NoDefaultBackend { known: known() });
         };
-        self.inner
-            .backends
-            .get(name)
-            .cloned()
-            .ok_or_else(|| LockError::NoSuchBackend {
+        match self.inner.backends.get(name) {
+            Some(slot) => slot.backend(),
+            None => Err(LockError::NoSuchBackend {
                 backend: name.to_owned(),
                 known: known(),
-            })
+            }),
+        }
     }
 
     /// Check every `#[distributed_lock]` site against this registry's backends; returns one
@@ -154,11 +207,14 @@ impl Registry {
     pub fn check_sites(&self) -> Result<(), InitError> {
         let mut bad = Vec::new();
         for site in crate::sites() {
-            // The same checks a call makes: the backend exists and offers the kind.
-            if let Err(e) = self
-                .backend(site.backend)
-                .and_then(|b| b.supports(site.kind))
-            {
+            // The same checks a call makes: the backend exists and offers the kind (a
+            // backend still being connected is judged by its configured mode).
+            let name = site.backend.or(self.inner.defaults.backend.as_deref());
+            let checked = match name.and_then(|n| self.inner.backends.get(n)) {
+                Some(slot) => slot.supports(site.kind),
+                None => self.backend(site.backend).map(drop),
+            };
+            if let Err(e) = checked {
                 bad.push(format!(
                     "{} ({}:{}): {e}",
                     site.function, site.file, site.line
@@ -179,6 +235,7 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
+            .and_then(Slot::get)
             .map(|b| b.waiting.load(std::sync::atomic::Ordering::Relaxed))
     }
 
@@ -189,17 +246,24 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
+            .and_then(Slot::get)
             .map(|b| b.hub.connections())
     }
 
     /// How many auto-leases the backend's watchdog renews now (for tests and benchmarks).
     #[doc(hidden)]
     pub fn watched_leases(&self, backend: &str) -> Option<usize> {
-        self.inner.backends.get(backend).map(|b| b.leases.len())
+        self.inner
+            .backends
+            .get(backend)
+            .and_then(Slot::get)
+            .map(|b| b.leases.len())
     }
 }
 
-/// Connect every backend of `config`, on the runtime this runs on.
+/// Connect every backend of `config`, on the runtime this runs on. A backend with
+/// `required = false` that cannot be reached is left to a background task that keeps
+/// connecting; any other failure fails the whole registry.
 async fn connect_here(config: Config) -> Result<Registry, InitError> {
     let connecting = config
         .backends
@@ -207,11 +271,36 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
         .map(|b| Backend::connect(b, &config.defaults));
     let connected = futures_util::future::join_all(connecting).await;
     let mut backends = HashMap::new();
-    for backend in connected {
-        let backend = backend.map_err(not_redis)?;
-        crate::watchdog::spawn(&backend);
-        tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
-        backends.insert(backend.name.to_string(), backend);
+    for (cfg, backend) in config.backends.values().zip(connected) {
+        let slot = match backend.map_err(not_redis) {
+            Ok(backend) => {
+                crate::watchdog::spawn(&backend);
+                tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
+                Slot::Ready(backend)
+            }
+            Err(InitError::Connect {
+                backend,
+                address,
+                source,
+            }) if !cfg.required && source.is_transient() => {
+                tracing::warn!(backend = %backend, address = %address, error = %source,
+                    "distlock: backend unreachable; starting without it (required = false) and connecting in the background; locks on it fail until then");
+                let pending = Arc::new(Pending {
+                    name: backend,
+                    mode: cfg.mode.clone(),
+                    backend: OnceLock::new(),
+                    down: Mutex::new((address, source)),
+                });
+                keep_connecting(
+                    Arc::downgrade(&pending),
+                    cfg.clone(),
+                    config.defaults.clone(),
+                );
+                Slot::Connecting(pending)
+            }
+            Err(e) => return Err(e),
+        };
+        backends.insert(cfg.name.clone(), slot);
     }
     Ok(Registry {
         inner: Arc::new(Inner {
@@ -219,6 +308,52 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
             backends,
         }),
     })
+}
+
+/// Connect the backend of `slot` in the background (50 ms doubling up to 30 s between
+/// attempts) until it is connected or the registry is gone.
+fn keep_connecting(
+    slot: std::sync::Weak<Pending>,
+    cfg: distlock_config::BackendConfig,
+    defaults: Defaults,
+) {
+    tokio::spawn(async move {
+        let mut backoff = crate::backoff::Backoff::new(
+            std::time::Duration::from_millis(50),
+            std::time::Duration::from_secs(30),
+        );
+        loop {
+            tokio::time::sleep(backoff.pause()).await;
+            if slot.strong_count() == 0 {
+                return;
+            }
+            match Backend::connect(&cfg, &defaults).await.map_err(not_redis) {
+                Ok(backend) => {
+                    let Some(slot) = slot.upgrade() else { return };
+                    crate::watchdog::spawn(&backend);
+                    tracing::info!(backend = %backend.name, address = %backend.address,
+                        "distlock: backend connected (it was unreachable at init)");
+                    let _ = slot.backend.set(backend);
+                    return;
+                }
+                Err(InitError::Connect {
+                    address, source, ..
+                }) => {
+                    let Some(slot) = slot.upgrade() else { return };
+                    tracing::debug!(backend = %slot.name, address = %address, error = %source,
+                        "distlock: backend still unreachable");
+                    *slot.down.lock().unwrap_or_else(|e| e.into_inner()) = (address, source);
+                }
+                Err(e) => {
+                    // The server answers but cannot be used (not Redis, refused TLS or
+                    // AUTH): keep trying, as it may be fixed; say why at every attempt.
+                    let Some(slot) = slot.upgrade() else { return };
+                    tracing::warn!(backend = %slot.name, error = %e,
+                        "distlock: backend reachable but not usable");
+                }
+            }
+        }
+    });
 }
 
 /// A connection error whose cause is an answer that is not a Redis reply becomes

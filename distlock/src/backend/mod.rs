@@ -63,6 +63,35 @@ pub(crate) struct Backend {
     driver: Driver,
 }
 
+/// Whether a backend of `mode` offers lock kind `kind` (known before it is connected).
+pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
+    let quorum = match mode {
+        Mode::Redlock { .. } => Some("redlock"),
+        Mode::Multi { .. } => Some("multi"),
+        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
+    };
+    offers(name, quorum, kind)
+}
+
+/// Fair and read-write locks need one master or one cluster slot: a quorum backend
+/// (`quorum`: its mode's name) offers only reentrant locks.
+fn offers(name: &str, quorum: Option<&'static str>, kind: LockKind) -> Result<(), LockError> {
+    match (quorum, kind) {
+        (_, LockKind::Reentrant) | (None, LockKind::Fair | LockKind::Read | LockKind::Write) => {
+            Ok(())
+        }
+        (Some(mode), LockKind::Fair | LockKind::Read | LockKind::Write) => {
+            Err(LockError::Unsupported {
+                backend: name.to_owned(),
+                what: format!(
+                    "lock kind `{}` on mode = \"{mode}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
+                    kind.name(),
+                ),
+            })
+        }
+    }
+}
+
 impl Backend {
     /// Connect to the backend a configuration describes, and start its subscriber.
     pub(crate) async fn connect(
@@ -161,23 +190,13 @@ impl Backend {
     /// backend (redlock, multi) would have to agree on a queue or a reader set across
     /// independent masters, which this protocol does not do.
     pub(crate) fn supports(&self, kind: LockKind) -> Result<(), LockError> {
-        match (&self.driver, kind) {
-            (_, LockKind::Reentrant)
-            | (
-                Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_),
-                LockKind::Fair | LockKind::Read | LockKind::Write,
-            ) => Ok(()),
-            (Driver::Quorum(q), LockKind::Fair | LockKind::Read | LockKind::Write) => {
-                Err(LockError::Unsupported {
-                    backend: self.name.to_string(),
-                    what: format!(
-                        "lock kind `{}` on mode = \"{}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
-                        kind.name(),
-                        q.mode_name()
-                    ),
-                })
+        let quorum = match &self.driver {
+            Driver::Quorum(q) => Some(q.mode_name()),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                None
             }
-        }
+        };
+        offers(&self.name, quorum, kind)
     }
 
     /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
