@@ -38,6 +38,8 @@
 //! sentinels = ["redis://10.0.1.1:26379", "redis://10.0.1.2:26379"]
 //! sync_replicas = 1               # WAIT for this many replicas (default 0)
 //! sync_timeout = "1s"             # (default "1s")
+//! master_password = "${MASTER_PASSWORD}"   # the master's, when not the sentinels' (default: theirs)
+//! master_username = "app"         # with it, the master's ACL user (default: the sentinels')
 //!
 //! [backends.quorum]               # a majority of independent masters ("multi": all of them)
 //! mode = "redlock"
@@ -216,6 +218,12 @@ pub enum Mode {
         sync_replicas: u32,
         /// How long to WAIT for them (default `"1s"`).
         sync_timeout: Duration,
+        /// The ACL user for the master and replicas (`master_username`), when it differs
+        /// from the sentinels'; default: the sentinel URL's user.
+        master_username: Option<String>,
+        /// The password for the master and replicas (`master_password`), when it differs
+        /// from the sentinels'; default: the sentinel URL's password.
+        master_password: Option<Secret>,
     },
     /// A majority of independent masters.
     #[non_exhaustive]
@@ -272,6 +280,35 @@ impl Mode {
             Mode::Multi { .. } => "multi",
             Mode::Memory => "memory",
         }
+    }
+}
+
+/// A password: kept out of `Debug` (which shows `Secret(***)`); [`Secret::expose`] gives
+/// the value to whoever must send it.
+///
+/// ```
+/// let s = distlock_config::Secret::new("hunter2".to_owned());
+/// assert_eq!(format!("{s:?}"), "Secret(***)");
+/// assert_eq!(s.expose(), "hunter2");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap `value`.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The secret itself (to send it; never to print it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
     }
 }
 

@@ -41,6 +41,8 @@ const BACKEND_FIELDS: &[&str] = &[
     "tls_insecure_skip_verify",
     "holder_info",
     "required",
+    "master_username",
+    "master_password",
 ];
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
@@ -164,6 +166,8 @@ struct RawBackend {
     url: Option<RedisUrl>,
     nodes: Option<Vec<RedisUrl>>,
     master_name: Option<String>,
+    master_username: Option<String>,
+    master_password: Option<crate::Secret>,
     sentinels: Option<Vec<RedisUrl>>,
     sync_replicas: Option<u32>,
     sync_timeout: Option<Duration>,
@@ -240,6 +244,8 @@ impl ModeKind {
                 "sentinels",
                 "sync_replicas",
                 "sync_timeout",
+                "master_username",
+                "master_password",
                 T[0],
                 T[1],
                 T[2],
@@ -458,6 +464,10 @@ impl Cx<'_> {
                     }
                     raw.master_name = Some(master);
                 }
+                "master_username" => raw.master_username = Some(self.string(&field, value)?),
+                "master_password" => {
+                    raw.master_password = Some(crate::Secret::new(self.string(&field, value)?))
+                }
                 "sync_replicas" => raw.sync_replicas = Some(self.count(&field, value)?),
                 "drift_factor" => raw.drift_factor = Some(self.drift_factor(&field, value)?),
                 "retry_delay" => raw.retry_delay = Some(self.duration(&field, value)?),
@@ -512,6 +522,8 @@ impl Cx<'_> {
                 sentinels: raw.sentinels.ok_or_else(|| missing("sentinels"))?,
                 sync_replicas: raw.sync_replicas.unwrap_or(0),
                 sync_timeout: raw.sync_timeout.unwrap_or(DEFAULT_SYNC_TIMEOUT),
+                master_username: raw.master_username,
+                master_password: raw.master_password,
             },
             ModeKind::Redlock => Mode::Redlock {
                 nodes: raw.nodes.ok_or_else(|| missing("nodes"))?,

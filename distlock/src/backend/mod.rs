@@ -130,14 +130,20 @@ impl Backend {
                 sentinels,
                 sync_replicas,
                 sync_timeout,
+                master_username,
+                master_password,
                 ..
             } => {
                 let sync = (*sync_replicas > 0).then_some(sentinel::SyncReplicas {
                     needed: *sync_replicas,
                     timeout: *sync_timeout,
                 });
+                let auth = sentinel::MasterAuth {
+                    username: master_username.as_deref(),
+                    password: master_password.as_ref().map(|p| p.expose()),
+                };
                 let (master, hub) =
-                    sentinel::connect(&name, master_name, sentinels, sync, &settings)
+                    sentinel::connect(&name, master_name, sentinels, auth, sync, &settings)
                         .await
                         .map_err(fail)?;
                 let address = format!("{master_name} via {}", conn::addresses(sentinels));

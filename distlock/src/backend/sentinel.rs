@@ -101,17 +101,34 @@ impl std::fmt::Debug for SentinelMaster {
     }
 }
 
+/// The credentials for the master (and the replicas it may be replaced by) where they
+/// differ from the sentinels' (`master_username`, `master_password`); `None`: the first
+/// sentinel URL's.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MasterAuth<'a> {
+    pub(crate) username: Option<&'a str>,
+    pub(crate) password: Option<&'a str>,
+}
+
 /// Resolve the master of `master_name` through `sentinels`, connect to it, start following
 /// it, and start the wake-up subscriber on it.
 pub(crate) async fn connect(
     backend: &Arc<str>,
     master_name: &str,
     sentinels: &[RedisUrl],
+    auth: MasterAuth<'_>,
     sync: Option<SyncReplicas>,
     settings: &Settings,
 ) -> Result<(Arc<SentinelMaster>, Arc<Hub>), DriverError> {
-    let master =
-        SentinelMaster::connect(backend.clone(), master_name, sentinels, sync, settings).await?;
+    let master = SentinelMaster::connect(
+        backend.clone(),
+        master_name,
+        sentinels,
+        auth,
+        sync,
+        settings,
+    )
+    .await?;
     let (hub, requests) = Hub::subscribed();
     subscriber::spawn(
         backend.clone(),
@@ -130,6 +147,7 @@ impl SentinelMaster {
         backend: Arc<str>,
         master_name: &str,
         sentinels: &[RedisUrl],
+        auth: MasterAuth<'_>,
         sync: Option<SyncReplicas>,
         settings: &Settings,
     ) -> Result<Arc<SentinelMaster>, DriverError> {
@@ -146,6 +164,14 @@ impl SentinelMaster {
             detail: "the configuration lists no sentinels".into(),
         })?;
         let master_info = settings.info(first)?;
+        let mut redis = master_info.redis_settings().clone();
+        if let Some(user) = auth.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = auth.password {
+            redis = redis.set_password(password);
+        }
+        let master_info = master_info.set_redis_settings(redis);
         let (epoch, _) = watch::channel(0);
         let mut resolver = Resolver {
             master_name,
