@@ -430,3 +430,119 @@ impl TlsCluster {
         self.nodes.iter().map(TlsRedis::url).collect()
     }
 }
+
+/// A private sentinel group over TLS only: a master and a replica replicating over TLS
+/// (`--tls-replication yes`) and one `redis-sentinel` with a TLS port only, which reaches
+/// the master over TLS; killed on drop.
+#[derive(Debug)]
+pub struct TlsSentinel {
+    /// The first master.
+    pub master: TlsRedis,
+    /// Its replica.
+    pub replica: TlsRedis,
+    /// The sentinel's TLS port.
+    pub sentinel_port: u16,
+    sentinel_dir: PathBuf,
+    sentinel: Option<Child>,
+}
+
+impl TlsSentinel {
+    /// The name the sentinel knows the master by.
+    pub const MASTER_NAME: &'static str = "distlock-tls";
+
+    /// Start the master, the replica and the sentinel, and wait until the sentinel sees
+    /// the replica (at most 20 s).
+    ///
+    /// # Panics
+    /// If a process cannot start or the group is not ready in time.
+    pub fn start(certs: &Certs) -> TlsSentinel {
+        let master = TlsRedis::start(
+            certs,
+            "server",
+            ClientAuth::No,
+            &["--tls-replication", "yes"],
+        );
+        let master_port = master.port().to_string();
+        let replica = TlsRedis::start(
+            certs,
+            "server",
+            ClientAuth::No,
+            &[
+                "--tls-replication",
+                "yes",
+                "--replicaof",
+                "127.0.0.1",
+                &master_port,
+            ],
+        );
+        let port = allocate_port();
+        let dir = temp_dir("tls-sentinel");
+        let conf = dir.join("sentinel.conf");
+        fs::write(
+            &conf,
+            format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir \"{dir}\"\n\
+                 tls-cert-file \"{cert}\"\ntls-key-file \"{key}\"\ntls-ca-cert-file \"{ca}\"\n\
+                 tls-auth-clients no\ntls-replication yes\n\
+                 sentinel resolve-hostnames no\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 3000\n",
+                dir = dir.display(),
+                cert = certs.path("server.pem").display(),
+                key = certs.path("server.key").display(),
+                ca = certs.path("ca.pem").display(),
+                name = Self::MASTER_NAME,
+            ),
+        )
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", conf.display()));
+        let log = File::create(dir.join("sentinel.log")).expect("sentinel log");
+        let log2 = log.try_clone().expect("sentinel log");
+        let bin =
+            std::env::var("DISTLOCK_REDIS_SENTINEL").unwrap_or_else(|_| "redis-sentinel".into());
+        let child = Command::new(&bin)
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run `{bin}`: {e}; install redis-sentinel (scripts/test.sh does it)")
+            });
+        let group = TlsSentinel {
+            master,
+            replica,
+            sentinel_port: port,
+            sentinel_dir: dir,
+            sentinel: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let info = tls_cli(certs, port, &["SENTINEL", "REPLICAS", Self::MASTER_NAME]);
+            if info.contains(&group.replica.port().to_string()) && info.contains("slave") {
+                return group;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the TLS sentinel does not see the replica after 20 s: {info}\n{}",
+                fs::read_to_string(group.sentinel_dir.join("sentinel.log")).unwrap_or_default()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `rediss://127.0.0.1:PORT` of the sentinel.
+    pub fn sentinel_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.sentinel_port)
+    }
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.sentinel.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.sentinel_dir);
+    }
+}

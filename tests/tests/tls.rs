@@ -192,3 +192,62 @@ async fn cluster_over_tls() {
     readers_overlap(&reg).await;
     fair_in_order(&reg).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_follows_a_failover() {
+    let certs = Certs::generate();
+    let group = distlock_tests::tls::TlsSentinel::start(&certs);
+    let config = format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [\"{}\"]\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n{}",
+        distlock_tests::tls::TlsSentinel::MASTER_NAME,
+        group.sentinel_url(),
+        ca(&certs, "ca.pem"),
+    );
+    let reg = Registry::from_str(&config)
+        .await
+        .unwrap_or_else(|e| panic!("sentinel over TLS: {e}"));
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    let mut times = hand_off(&reg, 20).await;
+    let p50 = percentile(&mut times, 0.5);
+    assert!(p50 < Duration::from_millis(50), "wake-up p50 {p50:?}");
+    auto_lease_outlives_watchdog(&reg).await;
+    fencing_tokens_grow(&reg).await;
+    readers_overlap(&reg).await;
+
+    // Fail over (the replica becomes the master, over TLS): locks go on there.
+    let out = distlock_tests::tls::tls_cli(
+        &certs,
+        group.sentinel_port,
+        &[
+            "SENTINEL",
+            "FAILOVER",
+            distlock_tests::tls::TlsSentinel::MASTER_NAME,
+        ],
+    );
+    assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
+    let replica = group.replica.addr();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reports = reg.probe(None).await.expect("probe");
+        if reports
+            .iter()
+            .any(|r| matches!(r, Ok(r) if r.address == replica))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "distlock did not follow the failover to {replica} within 20 s: {reports:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let guard = reg
+        .lock("tls:failover")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("after the failover: {e}"));
+    assert!(guard.fencing_token() >= 1);
+    guard.release().await.unwrap();
+}
