@@ -1,0 +1,658 @@
+//! The performance targets, each a ratio measured in this one run, printed as one table.
+//!
+//! Run: `scripts/bench.sh` (starts the shared loopback servers, runs this in release mode,
+//! stops them). Asserts nothing: it reports.
+//!
+//! The floor is **Redisson's protocol sent raw**: its lock script (EXISTS/HEXISTS, HINCRBY,
+//! PEXPIRE) and its unlock script (the unlock latch GET, HEXISTS, HINCRBY, DEL, PUBLISH,
+//! latch SET), as distlock writes them in `protocol/redisson/`, by EVALSHA over one
+//! multiplexed TCP_NODELAY connection, without the fencing counter, without a watchdog,
+//! and without the latch's follow-up DEL (so the floor is, if anything, cheaper than
+//! Redisson). distlock runs with everything on: fencing tokens, the watchdog (auto lease),
+//! reentrancy marks, wake-up subscription on contention.
+//!
+//! Every comparison alternates its contenders in batches (A B A B …) and reports medians,
+//! so a noisy neighbour on the machine hits both sides alike.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use distlock::{distributed_lock, Lease, LockError, Registry};
+use redis::aio::MultiplexedConnection;
+
+const TASKS: usize = 64;
+const LEASES: usize = 100_000;
+
+// ------------------------------------------------------------------ the floor
+
+const REDISSON_LOCK: &str = include_str!("../../distlock/src/protocol/redisson/lock.lua");
+const REDISSON_UNLOCK: &str = include_str!("../../distlock/src/protocol/redisson/unlock.lua");
+
+#[derive(Clone)]
+struct Floor {
+    conn: MultiplexedConnection,
+    lock_sha: String,
+    unlock_sha: String,
+}
+
+impl Floor {
+    async fn new(url: &str) -> Floor {
+        let info = redis::IntoConnectionInfo::into_connection_info(url).expect("url");
+        let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let load = |src: &'static str| {
+            let mut c = redis::cmd("SCRIPT");
+            c.arg("LOAD").arg(src);
+            c
+        };
+        let lock_sha: String = load(REDISSON_LOCK)
+            .query_async(&mut conn)
+            .await
+            .expect("load");
+        let unlock_sha: String = load(REDISSON_UNLOCK)
+            .query_async(&mut conn)
+            .await
+            .expect("load");
+        Floor {
+            conn,
+            lock_sha,
+            unlock_sha,
+        }
+    }
+
+    async fn pair(&self, key: &str, owner: &str) {
+        let mut conn = self.conn.clone();
+        let v: Vec<i64> = redis::cmd("EVALSHA")
+            .arg(&self.lock_sha)
+            .arg(1)
+            .arg(key)
+            .arg(30_000)
+            .arg(owner)
+            .query_async(&mut conn)
+            .await
+            .expect("floor lock");
+        assert_eq!(v.first(), Some(&1), "{v:?}");
+        let r: i64 = redis::cmd("EVALSHA")
+            .arg(&self.unlock_sha)
+            .arg(3)
+            .arg(key)
+            .arg(format!("redisson_lock__channel:{{{key}}}"))
+            .arg(format!("redisson_unlock_latch:{{{key}}}:{owner}"))
+            .arg(0)
+            .arg(30_000)
+            .arg(owner)
+            .arg("publish")
+            .arg(1_000)
+            .query_async(&mut conn)
+            .await
+            .expect("floor unlock");
+        assert_eq!(r, 1);
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}:{nanos}", std::process::id())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn pct(times: &mut [Duration], p: f64) -> Duration {
+    times.sort();
+    times[((times.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn list(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn registry(backend: &str) -> Registry {
+    Registry::from_str(&format!("[backends.main]\n{backend}"))
+        .await
+        .unwrap_or_else(|e| panic!("{backend}: {e}"))
+}
+
+/// What one batch of a comparison runs.
+#[derive(Clone)]
+enum Contender {
+    Floor(Floor),
+    Lock(Registry),
+    Attribute,
+    Run(Registry),
+}
+
+impl Contender {
+    async fn pair(&self, key: String, owner: &str) {
+        match self {
+            Contender::Floor(f) => f.pair(&key, owner).await,
+            Contender::Lock(reg) => {
+                let g = reg
+                    .lock(key)
+                    .lease(Lease::Auto)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                g.release().await.expect("release");
+            }
+            Contender::Attribute => attributed(key).await.expect("attribute"),
+            Contender::Run(reg) => reg
+                .lock(key)
+                .lease(Lease::Auto)
+                .run(body())
+                .await
+                .expect("run")
+                .expect("body"),
+        }
+    }
+}
+
+/// The body both the attribute and `Lock::run` run.
+async fn body() -> Result<(), LockError> {
+    std::hint::black_box(());
+    Ok(())
+}
+
+#[distributed_lock(key = "attr:<key>", lease = "auto")]
+async fn attributed(key: String) -> Result<(), LockError> {
+    body().await
+}
+
+/// Median µs per sequential lock+unlock pair of each contender, in `batches` alternating
+/// batches of `pairs`.
+async fn sequential(contenders: &[Contender], batches: usize, pairs: usize) -> Vec<f64> {
+    let base = unique();
+    let owner = format!("{:032x}:1", rand::random::<u128>());
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    for b in 0..batches {
+        for (c, out) in contenders.iter().zip(per.iter_mut()) {
+            let start = Instant::now();
+            for i in 0..pairs {
+                c.pair(format!("t:seq:{base}:{b}:{i}:{}", out.len()), &owner)
+                    .await;
+            }
+            out.push(start.elapsed().as_secs_f64() * 1e6 / pairs as f64);
+        }
+    }
+    per.into_iter().map(median).collect()
+}
+
+/// Pairs per second of `TASKS` tasks on distinct keys for `run_for`.
+async fn concurrent(c: &Contender, run_for: Duration) -> f64 {
+    let base = unique();
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let (c, stop, count, base) = (c.clone(), stop.clone(), count.clone(), base.clone());
+        handles.push(tokio::spawn(async move {
+            let owner = format!("{:032x}:1", rand::random::<u128>());
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                c.pair(format!("t:c:{base}:{t}:{i}"), &owner).await;
+                i += 1;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let start = Instant::now();
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    let n = count.load(Ordering::Relaxed);
+    let secs = start.elapsed().as_secs_f64();
+    for h in handles {
+        h.await.expect("task");
+    }
+    n as f64 / secs
+}
+
+/// Release → the waiter holds the lock, `rounds` times.
+async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
+    let key = format!("t:handoff:{}", unique());
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let (r2, k2) = (reg.clone(), key.clone());
+        let waiter = tokio::spawn(async move {
+            let g = r2
+                .lock(k2)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .expect("waiter");
+            let t = Instant::now();
+            g.release().await.expect("release");
+            t
+        });
+        while reg.waiting("main") == Some(0) {
+            tokio::task::yield_now().await;
+        }
+        let released = Instant::now();
+        held.release().await.expect("release");
+        times.push(
+            waiter
+                .await
+                .expect("waiter")
+                .saturating_duration_since(released),
+        );
+    }
+    times
+}
+
+fn cpu_seconds() -> f64 {
+    // utime + stime of this process, from /proc/self/stat (clock ticks, 100 per second).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn rss_bytes() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        * 1024.0
+}
+
+/// `LEASES` auto leases held on a private server with the default watchdog_timeout (30 s,
+/// renewed every 10 s): (client CPU % of one core over two renewal rounds, client memory
+/// added in bytes, leases still held at the end).
+async fn many_leases() -> (f64, f64, usize) {
+    let server = distlock_tests::RedisProcess::start();
+    let reg = registry(&format!("mode = \"single\"\nurl = \"{}\"\n", server.url())).await;
+    let base = unique();
+    let rss0 = rss_bytes();
+    let per_task = LEASES / TASKS + 1;
+    let mut handles = Vec::new();
+    for t in 0..TASKS {
+        let (reg, base) = (reg.clone(), base.clone());
+        handles.push(tokio::spawn(async move {
+            let mut guards = Vec::with_capacity(per_task);
+            for i in 0..per_task {
+                if t * per_task + i >= LEASES {
+                    break;
+                }
+                guards.push(
+                    reg.lock(format!("t:wd:{base}:{t}:{i}"))
+                        .lease(Lease::Auto)
+                        .acquire()
+                        .await
+                        .expect("acquire"),
+                );
+            }
+            guards
+        }));
+    }
+    let mut guards = Vec::with_capacity(LEASES);
+    for h in handles {
+        guards.extend(h.await.expect("task"));
+    }
+    let rss1 = rss_bytes();
+    let window = Duration::from_secs(21);
+    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    tokio::time::sleep(window).await;
+    let cpu = (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64() * 100.0;
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    drop(guards);
+    drop(reg);
+    (cpu, rss1 - rss0, held)
+}
+
+struct Row {
+    metric: String,
+    measured: String,
+    target: &'static str,
+    ok: bool,
+}
+
+fn row(
+    rows: &mut Vec<Row>,
+    metric: impl Into<String>,
+    measured: String,
+    target: &'static str,
+    ok: bool,
+) {
+    let r = Row {
+        metric: metric.into(),
+        measured,
+        target,
+        ok,
+    };
+    println!(
+        "  {:<62} {:>24}  {:<12} {}",
+        r.metric,
+        r.measured,
+        r.target,
+        if r.ok { "met" } else { "NOT MET" }
+    );
+    rows.push(r);
+}
+
+// ------------------------------------------------------------------ main
+
+/// Whether the row group `name` runs: every group without arguments, else only those
+/// named (`cargo bench --bench targets -- concurrent handoff`): sequential, concurrent,
+/// topologies, latency, handoff, attribute, tls, leases, profile-distlock.
+fn wanted(name: &str) -> bool {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if args.is_empty() {
+        name != "profile-distlock"
+    } else {
+        args.iter().any(|a| a == name)
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let single_url = distlock_tests::single_url();
+    let single = registry(&format!("mode = \"single\"\nurl = \"{single_url}\"\n")).await;
+    distlock::init_with(single.clone()).expect("init");
+    let floor = Floor::new(&single_url).await;
+    let mut rows = Vec::new();
+    println!(
+        "distlock performance targets: loopback redis-server 7.0, release build, tokio 2 workers"
+    );
+    println!("floor = Redisson's lock/unlock scripts by raw EVALSHA, one multiplexed connection, no fencing");
+    println!();
+    println!(
+        "  {:<62} {:>24}  {:<12} {}",
+        "metric", "measured", "target", ""
+    );
+
+    if wanted("sequential") {
+        // 1. lock+unlock sequential vs the floor.
+        let seq = sequential(
+            &[
+                Contender::Floor(floor.clone()),
+                Contender::Lock(single.clone()),
+            ],
+            12,
+            400,
+        )
+        .await;
+        let r = seq[1] / seq[0];
+        row(
+            &mut rows,
+            "lock+unlock sequential, x floor",
+            format!("{:.1} vs {:.1} us = {r:.2}x", seq[1], seq[0]),
+            "<= 1.05x",
+            r <= 1.05,
+        );
+    }
+
+    if wanted("concurrent") {
+        // 2. 64 tasks on distinct keys vs the floor (fencing on).
+        let (mut f, mut d) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            f.push(
+                concurrent(
+                    &Contender::Floor(floor.clone()),
+                    Duration::from_millis(1500),
+                )
+                .await,
+            );
+            d.push(
+                concurrent(
+                    &Contender::Lock(single.clone()),
+                    Duration::from_millis(1500),
+                )
+                .await,
+            );
+        }
+        let (f, d) = (median(f), median(d));
+        row(
+            &mut rows,
+            format!("{TASKS} tasks, distinct keys, pairs/s / floor (fencing on)"),
+            format!("{d:.0} / {f:.0} = {:.2}", d / f),
+            ">= 0.90",
+            d / f >= 0.90,
+        );
+    }
+
+    if wanted("topologies") {
+        // 3-4. sentinel and cluster vs single.
+        let sentinel = registry(&format!(
+            "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]\n",
+            distlock_tests::sentinel_master_name(),
+            list(&distlock_tests::sentinel_urls())
+        ))
+        .await;
+        let cluster = registry(&format!(
+            "mode = \"cluster\"\nnodes = [{}]\n",
+            list(&distlock_tests::cluster_urls())
+        ))
+        .await;
+        // The sentinel backend against a single backend on the very master the sentinels
+        // name (same server, same replica attached): only the library's paths differ.
+        let sentinels = distlock_tests::sentinel_urls();
+        let master = distlock_tests::topology::sentinel_master_addr(
+            &distlock_tests::addr_of(&sentinels[0]),
+            &distlock_tests::sentinel_master_name(),
+        )
+        .expect("the sentinels name a master");
+        let on_master = registry(&format!("mode = \"single\"\nurl = \"redis://{master}\"\n")).await;
+        let topo = sequential(
+            &[
+                Contender::Lock(single.clone()),
+                Contender::Lock(sentinel.clone()),
+                Contender::Lock(cluster.clone()),
+                Contender::Lock(on_master.clone()),
+            ],
+            10,
+            300,
+        )
+        .await;
+        row(
+            &mut rows,
+            "sentinel lock+unlock, x single on the same master",
+            format!(
+                "{:.1} vs {:.1} us = {:.2}x",
+                topo[1],
+                topo[3],
+                topo[1] / topo[3]
+            ),
+            "<= 1.05x",
+            topo[1] / topo[3] <= 1.05,
+        );
+        row(
+            &mut rows,
+            "cluster lock+unlock, x single",
+            format!(
+                "{:.1} vs {:.1} us = {:.2}x",
+                topo[2],
+                topo[0],
+                topo[2] / topo[0]
+            ),
+            "<= 1.25x",
+            topo[2] / topo[0] <= 1.25,
+        );
+        drop((sentinel, cluster, on_master));
+    }
+
+    if wanted("latency") {
+        // 5-6. redlock over 5 and multi over 3 vs single, 1 ms added each way per node.
+        let nodes = distlock_tests::redlock_urls();
+        let mut upstreams: Vec<String> = nodes.iter().map(|u| distlock_tests::addr_of(u)).collect();
+        upstreams.push(distlock_tests::addr_of(&single_url));
+        let proxies = distlock_tests::proxy::Proxies::start(&upstreams);
+        for p in proxies.all() {
+            p.set_latency(Duration::from_millis(1));
+        }
+        let via = |addr: &str| proxies.of(addr).url();
+        let slow_single = registry(&format!(
+            "mode = \"single\"\nurl = \"{}\"\n",
+            via(&distlock_tests::addr_of(&single_url))
+        ))
+        .await;
+        let proxied: Vec<String> = nodes
+            .iter()
+            .map(|u| via(&distlock_tests::addr_of(u)))
+            .collect();
+        let redlock = registry(&format!(
+            "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"50ms\"\n",
+            list(&proxied)
+        ))
+        .await;
+        let multi = registry(&format!(
+            "mode = \"multi\"\nnodes = [{}]\nnode_timeout = \"50ms\"\n",
+            list(&proxied[..3])
+        ))
+        .await;
+        let q = sequential(
+            &[
+                Contender::Lock(slow_single.clone()),
+                Contender::Lock(redlock.clone()),
+                Contender::Lock(multi.clone()),
+            ],
+            6,
+            40,
+        )
+        .await;
+        row(
+            &mut rows,
+            "redlock over 5, +1 ms each way per node, x single (same)",
+            format!("{:.0} vs {:.0} us = {:.2}x", q[1], q[0], q[1] / q[0]),
+            "<= 1.3x",
+            q[1] / q[0] <= 1.3,
+        );
+        row(
+            &mut rows,
+            "multi over 3, +1 ms each way per node, x single (same)",
+            format!("{:.0} vs {:.0} us = {:.2}x", q[2], q[0], q[2] / q[0]),
+            "<= 1.3x",
+            q[2] / q[0] <= 1.3,
+        );
+        drop((slow_single, redlock, multi, proxies));
+    }
+
+    if wanted("handoff") {
+        // 7. hand-off.
+        let mut t = hand_off(&single, 300).await;
+        let (p50, max) = (pct(&mut t, 0.5), pct(&mut t, 1.0));
+        row(
+            &mut rows,
+            "hand-off release -> waiter holds it, single, p50 / max (300)",
+            format!("{p50:.2?} / {max:.2?}"),
+            "<0.3ms / <2ms",
+            p50 < Duration::from_micros(300) && max < Duration::from_millis(2),
+        );
+    }
+
+    if wanted("attribute") {
+        // 8. the attribute vs Lock::run.
+        let a = sequential(
+            &[Contender::Attribute, Contender::Run(single.clone())],
+            12,
+            300,
+        )
+        .await;
+        let apart = (a[0] / a[1] - 1.0).abs();
+        row(
+            &mut rows,
+            "#[distributed_lock] fn vs the same body under Lock::run",
+            format!(
+                "{:.1} vs {:.1} us = {:.1}% apart",
+                a[0],
+                a[1],
+                apart * 100.0
+            ),
+            "<= 2% apart",
+            apart <= 0.02,
+        );
+    }
+
+    if wanted("tls") {
+        // 9. TLS vs plaintext, one private server each, same settings.
+        let certs = distlock_tests::tls::Certs::generate();
+        let tls_server = distlock_tests::tls::TlsRedis::start(
+            &certs,
+            "server",
+            distlock_tests::tls::ClientAuth::No,
+            &[],
+        );
+        let plain_server = distlock_tests::RedisProcess::start();
+        let tls = registry(&format!(
+            "mode = \"single\"\nurl = \"{}\"\ntls_ca = \"{}\"\n",
+            tls_server.url(),
+            certs.file("ca.pem")
+        ))
+        .await;
+        let plain = registry(&format!(
+            "mode = \"single\"\nurl = \"{}\"\n",
+            plain_server.url()
+        ))
+        .await;
+        let s = sequential(
+            &[Contender::Lock(plain.clone()), Contender::Lock(tls.clone())],
+            10,
+            300,
+        )
+        .await;
+        row(
+            &mut rows,
+            "lock+unlock over TLS, x plaintext (report)",
+            format!("{:.1} vs {:.1} us = {:.2}x", s[1], s[0], s[1] / s[0]),
+            "report",
+            true,
+        );
+        drop((tls, plain, tls_server, plain_server));
+    }
+
+    if wanted("leases") {
+        // 10. 100k auto leases.
+        let (cpu, bytes, held) = many_leases().await;
+        row(
+            &mut rows,
+            format!("{LEASES} auto leases (watchdog 30s): client CPU, % of a core"),
+            format!("{cpu:.2}%"),
+            "<= 5%",
+            cpu <= 5.0,
+        );
+        row(
+            &mut rows,
+            format!("{LEASES} auto leases: client memory added (per lease)"),
+            format!("{:.1} MB ({:.0} B)", bytes / 1e6, bytes / LEASES as f64),
+            "<= 100 MB",
+            bytes <= 100e6,
+        );
+        row(
+            &mut rows,
+            format!("{LEASES} auto leases still held after two renewal rounds"),
+            format!("{held}"),
+            "all",
+            held == LEASES,
+        );
+    }
+
+    // Only with `-- profile-distlock`: 20 s of distlock's 64-task loop, for `perf record`.
+    if wanted("profile-distlock") {
+        let n = concurrent(&Contender::Lock(single.clone()), Duration::from_secs(20)).await;
+        println!("profile run: {n:.0} pairs/s");
+    }
+
+    let met = rows.iter().filter(|r| r.ok).count();
+    println!();
+    println!("{met} of {} rows met", rows.len());
+}
