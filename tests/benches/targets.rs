@@ -376,10 +376,7 @@ async fn main() {
     );
     println!("floor = Redisson's lock/unlock scripts by raw EVALSHA, one multiplexed connection, no fencing");
     println!();
-    println!(
-        "  {:<62} {:>24}  {:<12} {}",
-        "metric", "measured", "target", ""
-    );
+    println!("  {:<62} {:>24}  {:<12}", "metric", "measured", "target");
 
     if wanted("sequential") {
         // 1. lock+unlock sequential vs the floor.
