@@ -23,11 +23,8 @@ local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
-if redis.call('hexists', lock, level) == 1 then
-  if nested then return {2, 0} end
-  return {1, tonumber(redis.call('get', fence))}
-end
 if nested then
+  if redis.call('hexists', lock, level) == 1 then return {2, 0} end
   if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
   redis.call('hincrby', lock, owner, 1)
   redis.call('hset', lock, level, 1)
@@ -37,7 +34,12 @@ if nested then
   if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return {2, 0}
 end
+-- A lock that does not exist cannot carry this level's mark: the common case costs one
+-- EXISTS, and only an existing lock is looked at for a first run of this acquisition.
 if redis.call('exists', lock) == 1 then
+  if redis.call('hexists', lock, level) == 1 then
+    return {1, tonumber(redis.call('get', fence))}
+  end
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)

@@ -13,7 +13,8 @@ local function next_token(fence)
   if token == 1 then
     local t = redis.call('time')
     token = (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)) * 1000 + 1
-    redis.call('set', fence, token)
+    redis.call('set', fence, token, 'px', 86400000)
+    return token
   end
   redis.call('pexpire', fence, 86400000)
   return token
