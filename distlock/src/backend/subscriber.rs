@@ -14,7 +14,9 @@ use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// The subscriber PINGs its server this often; with `connect_timeout` for the answer, a
 /// dead connection is found within `PING_EVERY + connect_timeout` (7 s by default), and
-/// the waiters are woken to try again.
+/// the waiters are woken to try again. Every other request of the subscriber (SUBSCRIBE,
+/// UNSUBSCRIBE) gets `connect_timeout` for its answer too: a connection that dies while
+/// one is under way is given up as fast (README, "Connections").
 const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
@@ -51,6 +53,19 @@ pub(crate) fn spawn(
 ) {
     let hub = Arc::downgrade(hub);
     tokio::spawn(run(backend, hub, requests, connect, connect_timeout, reset));
+}
+
+/// A request of the subscriber, given `limit` for its answer: a connection that went silent
+/// (half-open: no FIN, no RST) would keep it waiting forever.
+async fn answered(
+    limit: Duration,
+    request: impl std::future::Future<Output = redis::RedisResult<()>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
 }
 
 /// Resolves when `reset` changes; never without one (or once its sender is gone).
@@ -120,7 +135,7 @@ async fn run(
         drop(h);
         if !channels.is_empty() {
             let names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
-            if let Err(e) = sink.subscribe(&names).await {
+            if let Err(e) = answered(connect_timeout, sink.subscribe(&names)).await {
                 tracing::warn!(backend = %backend, error = %e, "distlock: re-subscribing failed");
                 delay = Some(backoff.pause());
                 continue;
@@ -145,7 +160,8 @@ async fn run(
         'connected: loop {
             while let Some(r) = todo.pop() {
                 if !r.channel.is_confirmed() {
-                    if let Err(e) = sink.subscribe(&r.channel.name).await {
+                    if let Err(e) = answered(connect_timeout, sink.subscribe(&r.channel.name)).await
+                    {
                         tracing::warn!(backend = %backend, error = %e, "distlock: subscribe failed");
                         pending.push(r);
                         failed = true;
@@ -177,7 +193,7 @@ async fn run(
                     let idle = h.sweep();
                     drop(h);
                     if !idle.is_empty() {
-                        if let Err(e) = sink.unsubscribe(&idle).await {
+                        if let Err(e) = answered(connect_timeout, sink.unsubscribe(&idle)).await {
                             tracing::warn!(backend = %backend, error = %e, "distlock: unsubscribe failed");
                             failed = true;
                             break 'connected;
