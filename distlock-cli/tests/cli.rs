@@ -518,10 +518,11 @@ fn watch_frames(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
         let mut frame = String::new();
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if line.starts_with("distlock watch") && !frame.is_empty() {
-                if tx.send(std::mem::take(&mut frame)).is_err() {
-                    return;
-                }
+            if line.starts_with("distlock watch")
+                && !frame.is_empty()
+                && tx.send(std::mem::take(&mut frame)).is_err()
+            {
+                return;
             }
             frame.push_str(&line);
             frame.push('\n');
