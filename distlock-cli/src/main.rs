@@ -6,7 +6,7 @@
 //! distlock [--config FILE] show KEY [--backend B] [--json]
 //! distlock [--config FILE] unlock KEY [--backend B] [--yes]
 //! distlock [--config FILE] run KEY [--wait D] [--lease auto|D] [--backend B] -- CMD ARGS...
-//! distlock [--config FILE] watch [PATTERN] [--backend B] [--interval D]
+//! distlock [--config FILE] watch [PATTERN] [--backend B] [--interval D] [--count N]
 //! ```
 //!
 //! The configuration is the TOML file of the application (`--config`, else
@@ -109,6 +109,9 @@ enum Command {
         /// Refresh interval, 100ms to 1h (default 1s).
         #[arg(long, default_value = "1s", value_parser = interval)]
         interval: Duration,
+        /// Stop after N refreshes (default: until Ctrl-C). For scripts and tests.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
     },
 }
 
@@ -230,7 +233,8 @@ async fn dispatch(config: PathBuf, command: Command) -> Result<ExitCode, String>
             pattern,
             backend,
             interval,
-        } => watch(&config, pattern, backend, interval).await,
+            count,
+        } => watch(&config, pattern, backend, interval, count).await,
     }
 }
 
@@ -588,9 +592,13 @@ async fn watch(
     pattern: Option<String>,
     backend: Option<String>,
     interval: Duration,
+    count: Option<u64>,
 ) -> Result<ExitCode, String> {
     let registry = connect(config).await?;
+    // On a terminal the screen is cleared before every refresh; otherwise (a pipe, a file)
+    // the refreshes follow each other as plain text, without escape sequences.
     let tty = std::io::stdout().is_terminal();
+    let mut shown = 0u64;
     loop {
         let listed = registry.list(pattern.as_deref(), backend.as_deref()).await;
         if tty {
@@ -606,6 +614,10 @@ async fn watch(
             Err(e) => println!("error: {e}"),
         }
         let _ = std::io::stdout().flush();
+        shown += 1;
+        if count.is_some_and(|n| shown >= n) {
+            return Ok(ExitCode::SUCCESS);
+        }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),

@@ -326,6 +326,9 @@ fn run_passes_exit_code_and_token_and_refuses_when_busy() {
     assert_eq!(out.status.code(), Some(0));
     let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert!(second > first, "tokens grow: {first} then {second}");
+    // A child ended by a signal: 128 + the signal, as a shell reports it.
+    let out = setup.output(&["run", "cron", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
 
     // Busy: another holder; after --wait, exit 75 without running the command.
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -367,6 +370,253 @@ fn run_kills_the_child_when_the_lease_is_lost() {
     let got = std::fs::read_to_string(&marker).unwrap_or_default();
     assert_eq!(got.trim(), "TERM", "the child got SIGTERM");
     let _ = std::fs::remove_file(&marker);
+}
+
+/// `kill -SIG pid` (SIGSTOP/SIGCONT of the `distlock` process under test).
+fn send_signal(sig: &str, pid: u32) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) STATE ...`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Start `distlock run --grace GRACE KEY -- sh -c SCRIPT` where SCRIPT prints
+/// `HELD <token> <pid of the shell>` first; returns the process, the token and the pid.
+fn run_printing_held(setup: &Setup, key: &str, grace: &str, script: &str) -> (Child, u64, u32) {
+    let script =
+        format!("{script}; echo HELD $DISTLOCK_FENCING_TOKEN $$; while :; do sleep 0.05; done");
+    let mut child = setup
+        .cmd(&["run", "--grace", grace, key, "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    match fields.as_slice() {
+        ["HELD", token, pid] => (child, token.parse().unwrap(), pid.parse().unwrap()),
+        _ => panic!("expected `HELD <token> <pid>`, got {line:?}"),
+    }
+}
+
+/// SIGSTOP the `distlock run` process until its lease (auto, watchdog_timeout 1s) has
+/// expired on the server and another holder took the lock, then SIGCONT it: it must find
+/// its lease lost and stop its child. Returns the other holder's guard (still held) and
+/// how long `run` took from SIGCONT to its exit.
+fn stop_past_the_lease(
+    setup: &Setup,
+    rt: &tokio::runtime::Runtime,
+    registry: &Registry,
+    key: &str,
+    cli: &mut Child,
+    cli_token: u64,
+) -> (distlock::LockGuard, Duration) {
+    // The token the child sees is the lock's.
+    let shown = setup.json(&["show", key, "--json"]);
+    assert_eq!(shown[0]["token"], cli_token, "{shown:#}");
+    assert_eq!(shown[0]["holders"][0]["pid"], cli.id(), "{shown:#}");
+
+    send_signal("STOP", cli.id());
+    // Its watchdog cannot renew: the lease runs out on the server, and another holder
+    // takes the lock (polled: the expiry is the server's).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let other = loop {
+        if let Some(g) = rt.block_on(registry.lock(key).try_acquire()).unwrap() {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped holder's lease never expired"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(other.fencing_token() > cli_token);
+    assert!(cli.try_wait().unwrap().is_none(), "stopped, not exited");
+
+    send_signal("CONT", cli.id());
+    let resumed = Instant::now();
+    let status = wait_exit(cli, Duration::from_secs(20));
+    let took = resumed.elapsed();
+    assert_eq!(status.code(), Some(74), "exit 74: the lease was lost");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(cli.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
+
+    // `run` released nothing of the new holder's.
+    assert!(other.is_held());
+    let shown = setup.json(&["show", key, "--json"]);
+    assert_eq!(shown[0]["token"], other.fencing_token(), "{shown:#}");
+    assert_eq!(
+        shown[0]["holders"][0]["pid"],
+        std::process::id(),
+        "{shown:#}"
+    );
+    (other, took)
+}
+
+#[test]
+fn run_stopped_past_its_lease_terms_the_child_and_exits_74() {
+    let setup = Setup::new("sigstop");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let marker = std::env::temp_dir().join(format!("distlock-cli-sigstop-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let (mut cli, token, shell) = run_printing_held(
+        &setup,
+        "nightly",
+        "10s",
+        &format!("trap 'echo TERM > {}; exit 0' TERM", marker.display()),
+    );
+    let (other, took) = stop_past_the_lease(&setup, &rt, &registry, "nightly", &mut cli, token);
+    // The child stopped on SIGTERM, well before the 10 s grace.
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "TERM",
+        "the child got SIGTERM"
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(!alive(shell));
+    rt.block_on(other.release()).unwrap();
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn run_stopped_past_its_lease_kills_a_child_that_ignores_sigterm() {
+    let setup = Setup::new("sigkill");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let (mut cli, token, shell) = run_printing_held(&setup, "nightly", "1s", "trap '' TERM");
+    let (other, took) = stop_past_the_lease(&setup, &rt, &registry, "nightly", &mut cli, token);
+    // SIGTERM was ignored: SIGKILL came after the 1 s grace.
+    assert!(took >= Duration::from_secs(1), "took {took:?}");
+    assert!(!alive(shell), "the child {shell} was killed");
+    rt.block_on(other.release()).unwrap();
+}
+
+/// Frames of `distlock watch` output (each starts with its `distlock watch` header line),
+/// read on a thread.
+fn watch_frames(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut frame = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("distlock watch")
+                && !frame.is_empty()
+                && tx.send(std::mem::take(&mut frame)).is_err()
+            {
+                return;
+            }
+            frame.push_str(&line);
+            frame.push('\n');
+        }
+        let _ = tx.send(frame);
+    });
+    rx
+}
+
+/// The next frame of `frames` for which `want` holds (within 20 s).
+fn frame_where(
+    frames: &std::sync::mpsc::Receiver<String>,
+    all: &mut String,
+    what: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match frames.recv_timeout(left) {
+            Ok(frame) => {
+                all.push_str(&frame);
+                if want(&frame) {
+                    return frame;
+                }
+            }
+            Err(e) => panic!("no watch frame with {what} ({e}); output so far:\n{all}"),
+        }
+    }
+}
+
+/// The table row of `key` in a frame.
+fn row_of<'a>(frame: &'a str, key: &str) -> Option<&'a str> {
+    frame
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(key))
+}
+
+#[test]
+fn watch_follows_holders_and_waiters_live_in_plain_text() {
+    let setup = Setup::new("watch");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let host = hostname();
+    // This process holds a fair lock; a `distlock run` process waits for it.
+    let guard = rt
+        .block_on(registry.lock("job:q").kind(LockKind::Fair).acquire())
+        .unwrap();
+    let (mut waiter, _) = setup.hold("fair", "job:q", false);
+
+    let mut watch = setup
+        .cmd(&["watch", "job:*", "--interval", "200ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let frames = watch_frames(&mut watch);
+    let mut all = String::new();
+    let me = format!("{host}:{}", std::process::id());
+    let held = frame_where(&frames, &mut all, "job:q held with one waiter", |f| {
+        row_of(f, "job:q").is_some_and(|r| r.contains(&me) && r.ends_with(" 1"))
+    });
+    assert!(held.lines().nth(1).unwrap().starts_with("KEY"), "{held}");
+    let row = row_of(&held, "job:q").unwrap();
+    assert!(row.contains("fair") && row.contains("cli.rs:"), "{row}");
+
+    // Released: the waiter holds it now, nobody waits.
+    rt.block_on(guard.release()).unwrap();
+    let them = format!("{host}:{} distlock run", waiter.id());
+    frame_where(&frames, &mut all, "job:q passed to the waiter", |f| {
+        row_of(f, "job:q").is_some_and(|r| r.contains(&them) && r.ends_with(" 0"))
+    });
+
+    // The waiter's lock force-released and its `run` ended: the key leaves the view.
+    let out = setup.output(&["unlock", "job:q", "--yes"]);
+    assert!(out.status.success());
+    assert_eq!(
+        wait_exit(&mut waiter, Duration::from_secs(15)).code(),
+        Some(74)
+    );
+    frame_where(&frames, &mut all, "job:q gone", |f| {
+        f.contains("KEY") && row_of(f, "job:q").is_none()
+    });
+    let _ = watch.kill();
+    let _ = watch.wait();
+    // Not a terminal: plain text, no escape sequences (colour, screen clearing).
+    assert!(!all.contains('\u{1b}'), "escape sequences in:\n{all}");
+
+    // --count N: N refreshes, then exit 0.
+    let out = setup.output(&["watch", "job:*", "--interval", "100ms", "--count", "2"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("distlock watch").count(), 2, "{text}");
+    assert!(!text.contains('\u{1b}'), "{text}");
 }
 
 /// `EXISTS name` on the single test server.

@@ -25,13 +25,23 @@
 //! keeps renewing it, so the recent hold time is usually the better estimate; a stuck
 //! holder with a fixed lease is bounded by its lease.
 //!
-//! The body is a small JSON object: `{"error": CODE, "key": KEY, "backend": NAME, "message": TEXT}`
-//! (`key` and `backend` when the error names them; `retry_after_secs` with a `Retry-After`).
-//! Bodies of 409, 503, 400 and `LeaseLost` carry a message for the client (the 400 one
-//! says why the key was refused, without repeating it); other 500 bodies say "internal lock
-//! error", and the full error is logged with `tracing::error!` instead, so configuration
-//! details (backend addresses, names) do not leak to clients. The error itself is also put
-//! in the response's extensions, for middleware.
+//! The body is a small JSON object: `{"error": CODE, "message": TEXT}`, with
+//! `"retry_after_secs": N` when there is a `Retry-After`, e.g.
+//! `{"error":"lock_timeout","message":"the lock is held by another request; try again later","retry_after_secs":3}`.
+//! **The body names neither the lock key nor the backend**: the key is rendered from the
+//! request (`order:<email>` carries personal data into whatever logs and caches the
+//! response passes through) and backend names and addresses are configuration. Both stay
+//! in the service's own records: 5xx errors are logged in full with `tracing::error!`,
+//! 409 and 400 with `tracing::debug!` (target `distlock::web`), and the lock's tracing span
+//! carries the key. Bodies of 409, 503, 400 and `LeaseLost` carry a message for the client
+//! (the 400 one says why the key was refused, without repeating it); other 500 bodies say
+//! "internal lock error". The error itself is also put in the response's extensions, for
+//! middleware.
+//!
+//! **Opt-in, for services whose keys are not personal** (internal tools, debugging):
+//! [`LockError::into_response_with_key_and_backend`] answers the same status and headers,
+//! with `"key"` and `"backend"` fields added to the body (on 409, 503 and `LeaseLost`; never
+//! on a 400, nor on the other 500s) and the key named in the message.
 //!
 //! Handlers return `Result<_, distlock::LockError>`, or an application error type that is
 //! `From<LockError>` and delegates to this impl:
@@ -189,48 +199,78 @@ impl LockError {
         }
     }
 
-    /// What the client is told.
-    fn public_message(&self) -> String {
+    /// What the client is told; the key only `with_key` (see
+    /// [`LockError::into_response_with_key_and_backend`]).
+    fn public_message(&self, with_key: bool) -> String {
+        let lock = match (with_key, self.key()) {
+            (true, Some(key)) => format!("lock `{key}`"),
+            _ => "the lock".to_owned(),
+        };
         match self {
-            LockError::Timeout { key, .. } => {
-                format!("lock `{key}` is held by another request; try again later")
+            LockError::Timeout { .. } => {
+                format!("{lock} is held by another request; try again later")
             }
-            LockError::LeaseLost { key, .. } => {
-                format!("lock `{key}` was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it")
+            LockError::LeaseLost { .. } => {
+                format!("{lock} was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it")
             }
             LockError::InvalidKey { reason, .. } => {
                 format!("the lock key made from this request cannot be used: {reason}")
             }
-            LockError::QuorumNotReached { key, .. } => {
-                format!("lock `{key}` could not be acquired: too few lock servers answered")
+            LockError::QuorumNotReached { .. } => {
+                format!("{lock} could not be acquired: too few lock servers answered")
             }
-            LockError::ReplicationFailed { key, .. } => {
-                format!("lock `{key}` could not be acquired safely: its replicas did not confirm it; try again")
+            LockError::ReplicationFailed { .. } => {
+                format!("{lock} could not be acquired safely: its replicas did not confirm it; try again")
             }
             LockError::Backend { .. } => "the lock service is unavailable".to_owned(),
             _ => "internal lock error".to_owned(),
         }
     }
-}
 
-/// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
-/// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
-/// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
-/// The body is JSON; see the [module docs](crate::web).
-impl IntoResponse for LockError {
-    fn into_response(self) -> Response {
+    /// Like its [`IntoResponse`] (same status, headers and `error` code), and the body also
+    /// names the lock key and the backend: `"key"` and `"backend"` fields, and the key in
+    /// the message, on 409, 503 and `LeaseLost` responses (never on a 400, whose key is the
+    /// client's own input, nor on the other 500s, which are configuration).
+    ///
+    /// **Opt-in**: the key is rendered from the request and may carry personal data (an
+    /// e-mail address in `order:<email>`); the plain `into_response` leaves both out. Use
+    /// this only where keys and backend names are fit for every client to see.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await?;
+    /// let holder = registry.lock("report:weekly").acquire().await?;
+    /// let err = registry.lock("report:weekly").wait(Duration::ZERO).acquire().await.unwrap_err();
+    /// let response = err.into_response_with_key_and_backend();
+    /// assert_eq!(response.status(), axum::http::StatusCode::CONFLICT);
+    /// let body = axum::body::to_bytes(response.into_body(), 4096).await?;
+    /// let body = String::from_utf8(body.to_vec())?;
+    /// assert!(body.contains(r#""key":"report:weekly","backend":"m""#), "{body}");
+    /// # drop(holder); Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn into_response_with_key_and_backend(self) -> Response {
+        self.response(true)
+    }
+
+    fn response(self, with_key: bool) -> Response {
         let status = self.http_status();
         if status.is_server_error() {
-            tracing::error!(error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+        } else {
+            tracing::debug!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
         }
         let retry_after = self.retry_after_secs();
         let mut body = String::from("{");
         push_field(&mut body, "error", self.code());
-        // Configuration names stay private on a 500 (a lost lease's key is the request's);
-        // a refused key is not echoed (it can be long, and it is the client's own input).
+        // Only on request: the key (the request's data) and the backend's name. Never on a
+        // 500 other than a lost lease (configuration), nor a 400 (the client's own input).
         let lost = matches!(self, LockError::LeaseLost { .. });
         let invalid = matches!(self, LockError::InvalidKey { .. });
-        if (status != StatusCode::INTERNAL_SERVER_ERROR || lost) && !invalid {
+        let with_key =
+            with_key && (status != StatusCode::INTERNAL_SERVER_ERROR || lost) && !invalid;
+        if with_key {
             if let Some(key) = self.key() {
                 push_field(&mut body, "key", key);
             }
@@ -238,7 +278,7 @@ impl IntoResponse for LockError {
                 push_field(&mut body, "backend", backend);
             }
         }
-        push_field(&mut body, "message", &self.public_message());
+        push_field(&mut body, "message", &self.public_message(with_key));
         if let Some(secs) = retry_after {
             body.push_str(&format!(",\"retry_after_secs\":{secs}"));
         }
@@ -252,6 +292,16 @@ impl IntoResponse for LockError {
         }
         response.extensions_mut().insert(self);
         response
+    }
+}
+
+/// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
+/// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
+/// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
+/// The body is JSON without the lock key and the backend; see the [module docs](crate::web).
+impl IntoResponse for LockError {
+    fn into_response(self) -> Response {
+        self.response(false)
     }
 }
 
@@ -324,7 +374,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn timeout_is_409_with_retry_after_and_key() {
+    async fn timeout_is_409_with_retry_after_without_key_or_backend() {
         let response = timeout(None, Some(Duration::from_millis(100))).into_response();
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(retry_after(&response), Some("1"));
@@ -334,10 +384,21 @@ mod tests {
         );
         assert!(response.extensions().get::<LockError>().is_some());
         let body = body_of(response).await;
-        assert!(body.starts_with("{\"error\":\"lock_timeout\""), "{body}");
-        assert!(body.contains("\"key\":\"order:42\""), "{body}");
-        assert!(body.contains("\"backend\":\"main\""), "{body}");
-        assert!(body.contains("\"retry_after_secs\":1}"), "{body}");
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_timeout\",\"message\":\"the lock is held by another request; try again later\",\"retry_after_secs\":1}"
+        );
+
+        // Opt-in: the key and the backend, same status and headers.
+        let response =
+            timeout(None, Some(Duration::from_millis(100))).into_response_with_key_and_backend();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        assert_eq!(retry_after(&response), Some("1"));
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_timeout\",\"key\":\"order:42\",\"backend\":\"main\",\"message\":\"lock `order:42` is held by another request; try again later\",\"retry_after_secs\":1}"
+        );
     }
 
     #[test]
@@ -359,20 +420,25 @@ mod tests {
 
     #[tokio::test]
     async fn lease_lost_is_500_without_retry_after_and_says_the_outcome_is_unknown() {
-        let response = LockError::LeaseLost {
+        let lost = || LockError::LeaseLost {
             key: "transfer:1".into(),
             backend: "main".into(),
             reason: "the lock was gone when the watchdog renewed it".into(),
-        }
-        .into_response();
+        };
+        let response = lost().into_response();
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(retry_after(&response), None);
         let body = body_of(response).await;
         assert_eq!(
             body,
-            "{\"error\":\"lock_lease_lost\",\"key\":\"transfer:1\",\"backend\":\"main\",\"message\":\"lock `transfer:1` was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it\"}"
+            "{\"error\":\"lock_lease_lost\",\"message\":\"the lock was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it\"}"
         );
         assert!(!body.contains("try again"), "{body}");
+        let body = body_of(lost().into_response_with_key_and_backend()).await;
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_lease_lost\",\"key\":\"transfer:1\",\"backend\":\"main\",\"message\":\"lock `transfer:1` was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it\"}"
+        );
     }
 
     #[tokio::test]
@@ -385,35 +451,37 @@ mod tests {
             .acquire()
             .await
             .expect_err("a key over 1024 bytes");
+        let want = "{\"error\":\"lock_invalid_key\",\"message\":\"the lock key made from this request cannot be used: the key is 2000 bytes long; at most 1024 are allowed\"}";
+        // Not echoed even on request: it is the client's own input.
+        let response = e.clone().into_response_with_key_and_backend();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(body_of(response).await, want);
         let response = e.into_response();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(retry_after(&response), None);
         let body = body_of(response).await;
-        assert_eq!(
-            body,
-            "{\"error\":\"lock_invalid_key\",\"message\":\"the lock key made from this request cannot be used: the key is 2000 bytes long; at most 1024 are allowed\"}"
-        );
+        assert_eq!(body, want);
     }
 
     #[tokio::test]
     async fn service_failures_are_503() {
         let errors = [
             LockError::Backend {
-                backend: "main".into(),
+                backend: "be-main".into(),
                 address: "10.1.2.3:6379".into(),
                 key: Some("order:42".into()),
                 source: redis_error(),
             },
             LockError::QuorumNotReached {
                 key: "order:42".into(),
-                backend: "quorum".into(),
+                backend: "be-quorum".into(),
                 granted: 1,
                 needed: 2,
                 nodes: 3,
             },
             LockError::ReplicationFailed {
                 key: "order:42".into(),
-                backend: "ha".into(),
+                backend: "be-ha".into(),
                 address: "10.1.2.3:6379".into(),
                 acked: 0,
                 needed: 1,
@@ -422,12 +490,21 @@ mod tests {
             },
         ];
         for e in errors {
-            let response = e.into_response();
+            let backend = e.backend().expect("named").to_owned();
+            let response = e.clone().into_response();
             assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
             assert_eq!(retry_after(&response), Some("1"));
             let body = body_of(response).await;
+            for private in ["order:42", backend.as_str(), "10.1.2.3"] {
+                assert!(!body.contains(private), "{body}");
+            }
+            let body = body_of(e.into_response_with_key_and_backend()).await;
             assert!(body.contains("\"key\":\"order:42\""), "{body}");
-            // The backend's address is not shown to clients.
+            assert!(
+                body.contains(&format!("\"backend\":\"{backend}\"")),
+                "{body}"
+            );
+            // The backend's address is not shown to clients, even on request.
             assert!(!body.contains("10.1.2.3"), "{body}");
         }
     }
@@ -461,6 +538,10 @@ mod tests {
         ];
         for e in errors {
             let code = e.code();
+            let want = format!("{{\"error\":\"{code}\",\"message\":\"internal lock error\"}}");
+            // Configuration details stay out even on request.
+            let body = body_of(e.clone().into_response_with_key_and_backend()).await;
+            assert_eq!(body, want);
             let response = e.into_response();
             assert_eq!(
                 response.status(),
@@ -469,10 +550,7 @@ mod tests {
             );
             assert_eq!(retry_after(&response), None, "{code}");
             let body = body_of(response).await;
-            assert_eq!(
-                body,
-                format!("{{\"error\":\"{code}\",\"message\":\"internal lock error\"}}")
-            );
+            assert_eq!(body, want);
         }
     }
 

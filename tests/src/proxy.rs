@@ -18,12 +18,13 @@
 //! proxy.reset_after_replies(1);                     // next reply: swallowed, then RST
 //! proxy.reset_all();                                // RST every open connection now
 //! proxy.clear();                                    // no faults
+//! proxy.silence_flows_that_sent(b"SUBSCRIBE");       // those flows go half-open, for good
 //! ```
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -51,7 +52,31 @@ struct Faults {
     slow_close_us: AtomicU64,
     /// Bumped to reset every open connection; a connection that sees it change closes with RST.
     reset_epoch: AtomicU64,
+    /// While set: a connection whose client sends these bytes goes silent for good.
+    silence_on_send: Mutex<Option<Vec<u8>>>,
 }
+
+/// How much of what a client sent a connection remembers, for [`Proxy::silence_flows_that_sent`].
+const SENT_LOG_LIMIT: usize = 64 * 1024;
+
+/// One proxied connection, as the proxy's controls see it.
+#[derive(Default)]
+struct Flow {
+    /// The first [`SENT_LOG_LIMIT`] bytes the client sent.
+    sent: Mutex<Vec<u8>>,
+    /// Half-open: every byte either way is dropped, no FIN, no RST.
+    silent: AtomicBool,
+}
+
+impl Flow {
+    fn has_sent(&self, needle: &[u8]) -> bool {
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        !needle.is_empty() && sent.windows(needle.len()).any(|w| w == needle)
+    }
+}
+
+/// The open connections of a proxy.
+type Flows = Arc<Mutex<Vec<Weak<Flow>>>>;
 
 /// One node's fault proxy. Dropping it stops it and closes every connection.
 pub struct Proxy {
@@ -60,6 +85,7 @@ pub struct Proxy {
     faults: Arc<Faults>,
     open: Arc<AtomicUsize>,
     accepted: Arc<AtomicU64>,
+    flows: Flows,
     kick: watch::Sender<u64>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -117,6 +143,7 @@ impl Proxy {
         let faults = Arc::new(Faults::default());
         let open = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicU64::new(0));
+        let flows: Flows = Arc::default();
         let (kick, kicked) = watch::channel(0u64);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let upstream_addr: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(upstream)
@@ -125,6 +152,7 @@ impl Proxy {
             .unwrap_or_else(|| panic!("fault proxy: bad upstream address {upstream}"));
         let thread = {
             let (faults, open, accepted) = (faults.clone(), open.clone(), accepted.clone());
+            let flows = flows.clone();
             std::thread::Builder::new()
                 .name(format!("fault-proxy-{port}"))
                 .spawn(move || {
@@ -137,7 +165,7 @@ impl Proxy {
                             TcpListener::from_std(listener).expect("fault proxy: listener");
                         tokio::select! {
                             _ = stopped => {}
-                            _ = accept_loop(listener, upstream_addr, faults, open, accepted, kicked) => {}
+                            _ = accept_loop(listener, upstream_addr, faults, open, accepted, flows, kicked) => {}
                         }
                     });
                     // Dropping the runtime drops every connection task (and its sockets).
@@ -151,6 +179,7 @@ impl Proxy {
             faults,
             open,
             accepted,
+            flows,
             kick,
             stop: Some(stop),
             thread: Some(thread),
@@ -236,6 +265,53 @@ impl Proxy {
         let _ = self.kick.send(epoch);
     }
 
+    /// Half-open flows, as after a NAT or a load balancer forgot them while idle: every
+    /// open connection whose client has sent `needle` (in its first 64 KiB, e.g.
+    /// `b"SUBSCRIBE"` for Redis subscribers) goes silent — every byte either way is dropped
+    /// from now on, for good, with no FIN and no RST (only [`Proxy::reset_all`] or dropping
+    /// the proxy ends it; a close from either side is not passed on, and the flow stays
+    /// open, and counted, here). Other connections, and new ones, are untouched. Returns how
+    /// many went silent.
+    pub fn silence_flows_that_sent(&self, needle: &[u8]) -> usize {
+        let mut n = 0;
+        for flow in self.live_flows() {
+            if flow.has_sent(needle) && !flow.silent.swap(true, Ordering::SeqCst) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// While `Some(needle)`: every connection, new ones included, goes silent (as
+    /// [`Proxy::silence_flows_that_sent`]) as soon as its client has sent `needle`, the
+    /// bytes that carried it included. `None` stops that; silenced flows stay silent.
+    pub fn set_silence_on_send(&self, needle: Option<&[u8]>) {
+        *self
+            .faults
+            .silence_on_send
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = needle.map(<[u8]>::to_vec);
+    }
+
+    /// Open connections whose client has sent `needle`: how many, and how many of them are
+    /// silent.
+    pub fn flows_that_sent(&self, needle: &[u8]) -> (usize, usize) {
+        let (mut all, mut silent) = (0, 0);
+        for flow in self.live_flows() {
+            if flow.has_sent(needle) {
+                all += 1;
+                silent += usize::from(flow.silent.load(Ordering::SeqCst));
+            }
+        }
+        (all, silent)
+    }
+
+    fn live_flows(&self) -> Vec<Arc<Flow>> {
+        let mut flows = self.flows.lock().unwrap_or_else(|e| e.into_inner());
+        flows.retain(|f| f.strong_count() > 0);
+        flows.iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// No faults (connections that lost data to a blackhole are reset).
     pub fn clear(&self) {
         self.set_latency(Duration::ZERO);
@@ -267,6 +343,7 @@ async fn accept_loop(
     faults: Arc<Faults>,
     open: Arc<AtomicUsize>,
     accepted: Arc<AtomicU64>,
+    flows: Flows,
     kicked: watch::Receiver<u64>,
 ) {
     loop {
@@ -280,9 +357,15 @@ async fn accept_loop(
             continue;
         }
         let (faults, open, kicked) = (faults.clone(), open.clone(), kicked.clone());
+        let flow = Arc::new(Flow::default());
+        {
+            let mut flows = flows.lock().unwrap_or_else(|e| e.into_inner());
+            flows.retain(|f| f.strong_count() > 0);
+            flows.push(Arc::downgrade(&flow));
+        }
         tokio::spawn(async move {
             open.fetch_add(1, Ordering::Relaxed);
-            connection(client, upstream, faults, kicked).await;
+            connection(client, upstream, faults, flow, kicked).await;
             open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -344,6 +427,7 @@ async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
     faults: Arc<Faults>,
+    flow: Arc<Flow>,
     mut kicked: watch::Receiver<u64>,
 ) {
     let _ = client.set_nodelay(true);
@@ -384,10 +468,18 @@ async fn connection(
         cr,
         sw,
         faults.clone(),
+        flow.clone(),
         false,
         end_tx.clone(),
     )));
-    let down = AbortOnDrop(tokio::spawn(pump(sr, cw, faults.clone(), true, end_tx)));
+    let down = AbortOnDrop(tokio::spawn(pump(
+        sr,
+        cw,
+        faults.clone(),
+        flow,
+        true,
+        end_tx,
+    )));
     let end = tokio::select! {
         e = end_rx.recv() => e.unwrap_or(End::Closed),
         // reset_all, refuse, or the blackhole lifted (its connections lost data).
@@ -412,6 +504,7 @@ async fn pump(
     mut from: ResetOnDrop,
     to: tokio::net::tcp::OwnedWriteHalf,
     faults: Arc<Faults>,
+    flow: Arc<Flow>,
     reply: bool,
     end: mpsc::UnboundedSender<End>,
 ) {
@@ -440,11 +533,35 @@ async fn pump(
     loop {
         let n = tokio::select! {
             r = from.half.read(&mut buf) => match r {
+                // A silent flow's close never reaches the other side either: it stays open
+                // there (the proxy holds it) until the proxy is dropped or reset.
+                Ok(0) | Err(_) if flow.silent.load(Ordering::SeqCst) => {
+                    std::future::pending::<()>().await;
+                    break;
+                }
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             },
             _ = &mut writer.0 => break,
         };
+        if !reply {
+            let mut sent = flow.sent.lock().unwrap_or_else(|e| e.into_inner());
+            let room = SENT_LOG_LIMIT.saturating_sub(sent.len());
+            sent.extend_from_slice(&buf[..n.min(room)]);
+            drop(sent);
+            let needle = faults
+                .silence_on_send
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if needle.is_some_and(|needle| flow.has_sent(&needle)) {
+                flow.silent.store(true, Ordering::SeqCst);
+            }
+        }
+        if flow.silent.load(Ordering::SeqCst) {
+            // Half-open for good: dropped, no FIN, no RST.
+            continue;
+        }
         if faults.blackhole.load(Ordering::SeqCst) {
             // Dropped; lifting the blackhole resets the connection.
             continue;

@@ -14,7 +14,9 @@ use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// The subscriber PINGs its server this often; with `connect_timeout` for the answer, a
 /// dead connection is found within `PING_EVERY + connect_timeout` (7 s by default), and
-/// the waiters are woken to try again.
+/// the waiters are woken to try again. Every other request of the subscriber (SUBSCRIBE,
+/// UNSUBSCRIBE) gets `connect_timeout` for its answer too: a connection that dies while
+/// one is under way is given up as fast (README, "Half-open subscriber connections").
 const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
@@ -94,6 +96,19 @@ pub(crate) fn spawn(
     ));
 }
 
+/// A request of the subscriber, given `limit` for its answer: a connection that went silent
+/// (half-open: no FIN, no RST) would keep it waiting forever.
+async fn answered(
+    limit: Duration,
+    request: impl std::future::Future<Output = redis::RedisResult<()>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
+}
+
 /// Resolves when `reset` changes; never without one (or once its sender is gone).
 async fn reset_signal(reset: &mut Option<watch::Receiver<u64>>) {
     match reset {
@@ -163,7 +178,7 @@ async fn run(
         drop(h);
         if !channels.is_empty() {
             let names: Vec<&str> = channels.iter().map(|c| c.name.as_str()).collect();
-            if let Err(e) = sink.subscribe(&names).await {
+            if let Err(e) = answered(connect_timeout, sink.subscribe(&names)).await {
                 tracing::warn!(backend = %backend, error = %e, "distlock: re-subscribing failed");
                 delay = Some(backoff.pause());
                 continue;
@@ -194,7 +209,8 @@ async fn run(
         'connected: loop {
             while let Some(r) = todo.pop() {
                 if !r.channel.is_confirmed() {
-                    if let Err(e) = sink.subscribe(&r.channel.name).await {
+                    if let Err(e) = answered(connect_timeout, sink.subscribe(&r.channel.name)).await
+                    {
                         tracing::warn!(backend = %backend, error = %e, "distlock: subscribe failed");
                         pending.push(r);
                         failed = true;
@@ -226,7 +242,7 @@ async fn run(
                     let idle = h.sweep();
                     drop(h);
                     if !idle.is_empty() {
-                        if let Err(e) = sink.unsubscribe(&idle).await {
+                        if let Err(e) = answered(connect_timeout, sink.unsubscribe(&idle)).await {
                             tracing::warn!(backend = %backend, error = %e, "distlock: unsubscribe failed");
                             failed = true;
                             break 'connected;
