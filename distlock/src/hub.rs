@@ -23,6 +23,11 @@ pub(crate) struct Channel {
     users: AtomicUsize,
     /// Subscribed on the current subscriber connection (always true without one).
     confirmed: AtomicBool,
+    /// A release wakes one waiter (a lock only one can take next), not all of them: each
+    /// message then costs one attempt, not one per waiter. A woken waiter that stops
+    /// waiting without taking its turn passes it on (`Notified` forwards a `notify_one`
+    /// when dropped), and a message while nobody is asleep is kept for the next one.
+    one: bool,
 }
 
 /// A request to the subscriber task.
@@ -90,8 +95,14 @@ impl Hub {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Start waiting on `name`.
+    /// Start waiting on `name`; a release wakes every waiter.
     pub(crate) fn watch(self: &Arc<Self>, name: &str) -> Watch {
+        self.watch_with(name, false)
+    }
+
+    /// Start waiting on `name`; with `one`, a release wakes one waiter (reentrant locks:
+    /// only one can take it next), else all (readers share; a fair queue's head must hear).
+    pub(crate) fn watch_with(self: &Arc<Self>, name: &str, one: bool) -> Watch {
         let mut map = self.map();
         let channel = match map.get(name) {
             Some(c) => c.clone(),
@@ -101,6 +112,7 @@ impl Hub {
                     notify: Notify::new(),
                     users: AtomicUsize::new(0),
                     confirmed: AtomicBool::new(self.subscriber.is_none()),
+                    one,
                 });
                 map.insert(name.to_owned(), c.clone());
                 c
@@ -118,7 +130,11 @@ impl Hub {
     pub(crate) fn deliver(&self, name: &str) {
         let channel = self.map().get(name).cloned();
         if let Some(c) = channel {
-            c.notify.notify_waiters();
+            if c.one {
+                c.notify.notify_one();
+            } else {
+                c.notify.notify_waiters();
+            }
         }
         if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
             target.deliver(name);

@@ -485,7 +485,9 @@ async fn acquire(
             None => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
                 drop(notified);
-                let w = backend.hub.watch(&keys.channel);
+                let w = backend
+                    .hub
+                    .watch_with(&keys.channel, keys.kind == LockKind::Reentrant);
                 // Subscribed before the next attempt, so a release after it is seen. Without
                 // a subscription (subscriber down) the lease's end is the next chance.
                 if !w.subscribe(until).await {

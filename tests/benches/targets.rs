@@ -317,6 +317,160 @@ async fn many_leases() -> (f64, f64, usize) {
     (cpu, rss1 - rss0, held)
 }
 
+// ------------------------------------------------------------------ one hot key
+
+/// Tasks per process contending for the hot key.
+const HOT_TASKS: usize = 32;
+
+/// Redisson's waiting, sent raw: one subscriber per process on the lock's channel; each
+/// unlock message wakes one waiter (Redisson's per-channel semaphore), which tries again;
+/// a waiter also tries again when the holder's TTL would have run out.
+async fn floor_hot(url: &str, key: &str, run_for: Duration) -> u64 {
+    let floor = Floor::new(url).await;
+    let client = redis::Client::open(url).expect("url");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{{key}}}"))
+        .await
+        .expect("subscribe");
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let w = wake.clone();
+    let listener = tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut messages = pubsub.into_on_message();
+        while messages.next().await.is_some() {
+            w.notify_one();
+        }
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for t in 0..HOT_TASKS {
+        let (floor, wake, stop, count, key) = (
+            floor.clone(),
+            wake.clone(),
+            stop.clone(),
+            count.clone(),
+            key.to_owned(),
+        );
+        handles.push(tokio::spawn(async move {
+            let owner = format!("{:032x}:{t}", rand::random::<u128>());
+            let mut conn = floor.conn.clone();
+            while !stop.load(Ordering::Relaxed) {
+                let v: Vec<i64> = redis::cmd("EVALSHA")
+                    .arg(&floor.lock_sha)
+                    .arg(1)
+                    .arg(&key)
+                    .arg(30_000)
+                    .arg(&owner)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("floor lock");
+                if v.first() != Some(&1) {
+                    let ttl = v.get(1).copied().unwrap_or(100).max(1) as u64;
+                    let _ = tokio::time::timeout(Duration::from_millis(ttl), wake.notified()).await;
+                    continue;
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                let _: i64 = redis::cmd("EVALSHA")
+                    .arg(&floor.unlock_sha)
+                    .arg(3)
+                    .arg(&key)
+                    .arg(format!("redisson_lock__channel:{{{key}}}"))
+                    .arg(format!(
+                        "redisson_unlock_latch:{{{key}}}:{owner}:{}",
+                        rand::random::<u64>()
+                    ))
+                    .arg(0)
+                    .arg(30_000)
+                    .arg(&owner)
+                    .arg("publish")
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("floor unlock");
+            }
+        }));
+    }
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    wake.notify_waiters();
+    for h in handles {
+        // A waiter asleep on a TTL wakes within it; the lock is never held long.
+        let _ = tokio::time::timeout(Duration::from_secs(5), h).await;
+    }
+    listener.abort();
+    count.load(Ordering::Relaxed)
+}
+
+/// distlock: `HOT_TASKS` tasks taking and releasing `key` for `run_for`.
+async fn distlock_hot(url: &str, key: &str, run_for: Duration) -> u64 {
+    let reg = registry(&format!("mode = \"single\"\nurl = \"{url}\"\n")).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..HOT_TASKS {
+        let (reg, stop, count, key) = (reg.clone(), stop.clone(), count.clone(), key.to_owned());
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = reg
+                    .lock(key.as_str())
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                count.fetch_add(1, Ordering::Relaxed);
+                g.release().await.expect("release");
+            }
+        }));
+    }
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await.expect("task");
+    }
+    count.load(Ordering::Relaxed)
+}
+
+/// Hand-offs per second on one hot key: this process and a child process (this bench run
+/// again with `hot-child`), `HOT_TASKS` tasks each.
+async fn hot_key(which: &str, url: &str, run_for: Duration) -> f64 {
+    let key = format!("t:hot:{which}:{}", unique());
+    let child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "hot-child",
+            which,
+            url,
+            &key,
+            &run_for.as_millis().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("child");
+    let start = Instant::now();
+    let mine = match which {
+        "floor" => floor_hot(url, &key, run_for).await,
+        _ => distlock_hot(url, &key, run_for).await,
+    };
+    let out = child.wait_with_output().await.expect("child");
+    let theirs: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("child count");
+    (mine + theirs) as f64 / start.elapsed().as_secs_f64().max(run_for.as_secs_f64())
+}
+
+/// The child process of [`hot_key`]: prints its count.
+async fn hot_child(args: &[String]) {
+    let (which, url, key) = (&args[0], &args[1], &args[2]);
+    let run_for = Duration::from_millis(args[3].parse().expect("ms"));
+    let n = match which.as_str() {
+        "floor" => floor_hot(url, key, run_for).await,
+        _ => distlock_hot(url, key, run_for).await,
+    };
+    println!("{n}");
+}
+
 struct Row {
     metric: String,
     measured: String,
@@ -351,7 +505,7 @@ fn row(
 
 /// Whether the row group `name` runs: every group without arguments, else only those
 /// named (`cargo bench --bench targets -- concurrent handoff`): sequential, concurrent,
-/// topologies, latency, handoff, attribute, tls, leases, profile-distlock.
+/// topologies, latency, handoff, hotkey, attribute, tls, leases, profile-distlock.
 fn wanted(name: &str) -> bool {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -366,6 +520,11 @@ fn wanted(name: &str) -> bool {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("hot-child") {
+        hot_child(&args[1..]).await;
+        return;
+    }
     let single_url = distlock_tests::single_url();
     let single = registry(&format!("mode = \"single\"\nurl = \"{single_url}\"\n")).await;
     distlock::init_with(single.clone()).expect("init");
@@ -554,6 +713,25 @@ async fn main() {
             format!("{p50:.2?} / {max:.2?}"),
             "<0.3ms / <2ms",
             p50 < Duration::from_micros(300) && max < Duration::from_millis(2),
+        );
+    }
+
+    if wanted("hotkey") {
+        let (mut f, mut d) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            f.push(hot_key("floor", &single_url, Duration::from_secs(2)).await);
+            d.push(hot_key("distlock", &single_url, Duration::from_secs(2)).await);
+        }
+        let (f, d) = (median(f), median(d));
+        row(
+            &mut rows,
+            format!(
+                "one hot key, {} tasks over 2 processes: hand-offs/s / floor",
+                2 * HOT_TASKS
+            ),
+            format!("{d:.0} / {f:.0} = {:.2}", d / f),
+            "report",
+            true,
         );
     }
 
