@@ -13,6 +13,7 @@
 //! promoted replica has an empty script cache): [`exec`] is the one place that does it.
 
 pub(crate) mod exec;
+pub(crate) mod probe;
 
 use std::sync::LazyLock;
 use std::time::Duration;
