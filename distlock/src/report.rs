@@ -93,3 +93,19 @@ impl ServerReport {
 /// assert_eq!(distlock::MIN_REDIS_VERSION, "7.0");
 /// ```
 pub const MIN_REDIS_VERSION: &str = "7.0";
+
+/// The self-check of one backend ([`Registry::check`](crate::Registry::check), `distlock
+/// check`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BackendReport {
+    /// The backend's name.
+    pub backend: String,
+    /// Its `mode`.
+    pub mode: String,
+    /// The configured addresses (`memory` for the memory backend).
+    pub address: String,
+    /// Each server's report (or why it could not be asked; none for memory), or why the
+    /// backend could not be connected.
+    pub servers: Result<Vec<Result<ServerReport, crate::LockError>>, crate::InitError>,
+}

@@ -67,10 +67,13 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    /// Connect to the backend a configuration describes, and start its subscriber.
+    /// Connect to the backend a configuration describes, and start its subscriber. With
+    /// `judge`, the self-check of its servers (`check.rs`) may fail it; without, the
+    /// caller reads the reports ([`Backend::probe`]).
     pub(crate) async fn connect(
         cfg: &BackendConfig,
         defaults: &Defaults,
+        judge: bool,
     ) -> Result<Arc<Backend>, InitError> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
         let settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
@@ -159,8 +162,10 @@ impl Backend {
             check,
             driver,
         };
-        if let (Some(check), Some(reports)) = (&backend.check, backend.probe_servers().await) {
-            check.judge(&cfg.name, reports)?;
+        if judge {
+            if let (Some(check), Some(reports)) = (&backend.check, backend.probe_servers().await) {
+                check.judge(&cfg.name, reports)?;
+            }
         }
         Ok(Arc::new(backend))
     }
