@@ -442,3 +442,43 @@ async fn least_privilege_user_on_sentinel() {
         .expect_err("init without +role");
     assert!(err.to_string().contains("+role"), "{err}");
 }
+
+/// redlock: every node is checked; one node whose user lacks a right fails init, naming
+/// that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_checks_every_node() {
+    let nodes: Vec<RedisProcess> = (0..3).map(|_| RedisProcess::start()).collect();
+    for n in &nodes {
+        setuser(n, RIGHTS);
+    }
+    let urls = nodes
+        .iter()
+        .map(|n| format!("\"redis://distlock:{PASSWORD}@{}\"", n.addr()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = format!("[backends.main]\nmode = \"redlock\"\nnodes = [{urls}]\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n");
+    let reg = Registry::from_str(&toml)
+        .await
+        .unwrap_or_else(|e| panic!("init on redlock as the least-privilege user: {e}"));
+    let reports = reg.probe(None).await.expect("probe");
+    assert_eq!(reports.len(), 3);
+    assert!(
+        reports.iter().all(|r| r.as_ref().is_ok_and(|r| r.is_ok())),
+        "{reports:?}"
+    );
+    let g = reg
+        .lock(unique("acl-redlock"))
+        .acquire()
+        .await
+        .expect("acquire");
+    g.release().await.expect("release");
+    setuser(&nodes[2], &without("+incrby"));
+    let err = Registry::from_str(&toml)
+        .await
+        .expect_err("init without +incrby on one node");
+    let text = err.to_string();
+    assert!(
+        text.contains("missing +incrby") && text.contains(&nodes[2].addr()),
+        "{text}"
+    );
+}
