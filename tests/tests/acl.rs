@@ -57,7 +57,7 @@ pub const RIGHTS: &[&str] = &[
 const PASSWORD: &str = "Sup3r-s3cret-pw";
 
 /// The README's additions for `mode = "cluster"` (the client discovers the slots).
-const CLUSTER_RIGHTS: &[&str] = &["+cluster|slots", "+cluster|shards", "+readonly", "+asking"];
+const CLUSTER_RIGHTS: &[&str] = &["+cluster|slots", "+asking"];
 
 /// The README's addition for `mode = "sentinel"` (the master is checked with ROLE).
 const SENTINEL_RIGHTS: &[&str] = &["+role"];
