@@ -23,7 +23,7 @@
 //! A redlock/multi node that does not answer only warns (the quorum tolerates nodes that
 //! are down; a node connected later is not checked); on the other modes `init` fails.
 
-use distlock_config::{BackendConfig, Mode, RedisUrl};
+use distlock_config::{BackendConfig, Mode};
 use redis::IntoConnectionInfo;
 
 use super::error::DriverError;
@@ -43,8 +43,8 @@ pub(crate) struct SelfCheck {
 }
 
 /// The ACL user of `url`: its user name, `default` with a password alone, `None` without.
-fn user_of(url: &RedisUrl) -> Option<String> {
-    let info = url.url.as_str().into_connection_info().ok()?;
+fn user_of(url: &str) -> Option<String> {
+    let info = url.into_connection_info().ok()?;
     let settings = info.redis_settings();
     match (settings.username(), settings.password()) {
         (Some(u), _) if !u.is_empty() => Some(u.to_owned()),
@@ -94,7 +94,7 @@ impl SelfCheck {
         Some(SelfCheck {
             probe: Probe::new(prefix, needs),
             tls: urls.iter().any(|u| u.tls),
-            user: urls.first().and_then(|u| user_of(u)),
+            user: urls.first().and_then(|u| user_of(&u.url)),
             quorum,
         })
     }
@@ -176,13 +176,8 @@ mod tests {
 
     #[test]
     fn the_user_of_a_url() {
-        let url = |u: &str| RedisUrl {
-            url: u.to_owned(),
-            address: "h:1".into(),
-            tls: false,
-        };
-        assert_eq!(user_of(&url("redis://app:pw@h:1")).as_deref(), Some("app"));
-        assert_eq!(user_of(&url("redis://:pw@h:1")).as_deref(), Some("default"));
-        assert_eq!(user_of(&url("redis://h:1")), None);
+        assert_eq!(user_of("redis://app:pw@h:1").as_deref(), Some("app"));
+        assert_eq!(user_of("redis://:pw@h:1").as_deref(), Some("default"));
+        assert_eq!(user_of("redis://h:1"), None);
     }
 }
