@@ -169,7 +169,7 @@ impl Cluster {
             let mut report = probe.report(&addr, answer);
             report.cluster_state = match lookup(&cluster, &addr) {
                 Ok(v) => redis::from_redis_value::<String>(v).ok().and_then(|text| {
-                    crate::protocol::probe::info_field(&text, "cluster_state").map(str::to_owned)
+                    crate::protocol::version::info_field(&text, "cluster_state").map(str::to_owned)
                 }),
                 Err(_) => None,
             };

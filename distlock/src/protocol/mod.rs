@@ -14,6 +14,7 @@
 
 pub(crate) mod exec;
 pub(crate) mod probe;
+pub(crate) mod version;
 
 use std::sync::LazyLock;
 use std::time::Duration;
