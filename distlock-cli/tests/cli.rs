@@ -276,6 +276,49 @@ fn check_names_a_missing_right() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// `maxmemory-policy allkeys-lru`: `check` warns (exit 0) and `init` (here through `list`)
+/// logs a warning naming the backend, the address and the policy.
+#[test]
+fn an_evicting_policy_warns() {
+    let server =
+        distlock_tests::RedisProcess::start_with_args(&["--maxmemory-policy", "allkeys-lru"]);
+    let path = std::env::temp_dir().join(format!("distlock-cli-{}-evict.toml", std::process::id()));
+    let toml = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\n",
+        server.url()
+    );
+    std::fs::write(&path, toml).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env_remove("DISTLOCK_CONFIG")
+            .env_remove("DISTLOCK_LOG")
+            .output()
+            .expect("run distlock")
+    };
+    let out = run(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("main"))
+        .expect("a row");
+    assert!(row.contains("WARN") && row.contains("allkeys-lru"), "{row}");
+    let out = run(&["list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy")
+            && stderr.contains("allkeys-lru")
+            && stderr.contains(&server.addr())
+            && stderr.contains("main"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
 #[test]
 fn list_and_show_locks_of_every_kind_held_by_another_process() {
     let setup = Setup::new("list");
