@@ -21,7 +21,10 @@
 //!   at debug level).
 //!
 //! A redlock/multi node that does not answer only warns (the quorum tolerates nodes that
-//! are down; a node connected later is not checked); on the other modes `init` fails.
+//! are down; a node connected later is not checked); on the other modes `init` fails. The
+//! check runs at `init` only: a master a sentinel promotes later, or a right revoked
+//! later, is not checked again (a refused PUBLISH then only costs waiters their wake-up:
+//! the release scripts publish with `redis.pcall`).
 
 use distlock_config::{BackendConfig, Mode};
 use redis::IntoConnectionInfo;
