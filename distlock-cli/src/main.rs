@@ -1,7 +1,7 @@
 //! `distlock`: operate the locks of a distlock configuration from the command line.
 //!
 //! ```text
-//! distlock [--config FILE] check
+//! distlock [--config FILE] check [--json]
 //! distlock [--config FILE] list [PATTERN] [--backend B] [--json]
 //! distlock [--config FILE] show KEY [--backend B] [--json]
 //! distlock [--config FILE] unlock KEY [--backend B] [--yes]
@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{Lease, LockError, LockInfo, LockKind, Registry};
+use distlock::{InitError, Lease, LockError, LockInfo, LockKind, Registry};
 use distlock_config::{parse_duration, Config};
 use serde_json::json;
 
@@ -50,8 +50,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Connect to every backend and report; exit 1 if any failed.
-    Check,
+    /// The init self-check of every backend, one row per server (reachable, TLS, auth,
+    /// version, permissions, eviction policy, cluster state); exit 1 if any failed.
+    Check {
+        /// JSON output: an array of servers.
+        #[arg(long)]
+        json: bool,
+    },
     /// Held (and waited-for) locks whose key matches PATTERN (a glob; SCAN, never KEYS).
     List {
         /// `*` any run, `?` one character (default: every lock).
@@ -183,7 +188,7 @@ fn main() -> ExitCode {
 
 async fn dispatch(config: PathBuf, command: Command) -> Result<ExitCode, String> {
     match command {
-        Command::Check => check(&config).await,
+        Command::Check { json } => check(&config, json).await,
         Command::List {
             pattern,
             backend,
@@ -242,110 +247,201 @@ async fn connect(config: &PathBuf) -> Result<Registry, String> {
     Registry::from_path(config).await.map_err(|e| e.to_string())
 }
 
-/// Connect every backend on its own, so that each one's failure is reported, and ask each
-/// server its version, eviction policy and (cluster) state.
-async fn check(path: &PathBuf) -> Result<ExitCode, String> {
-    let config = Config::from_path(path).map_err(|e| e.to_string())?;
-    let mut table = Table::new(&[
-        "BACKEND", "MODE", "ADDRESS", "STATUS", "VERSION", "EVICTION", "CLUSTER", "ERROR",
-    ]);
-    let mut failed = false;
-    for (name, backend) in &config.backends {
-        let mut one = config.clone();
-        one.backends.retain(|n, _| n == name);
-        one.defaults.backend = Some(name.clone());
-        let mode = backend.mode.name().to_owned();
-        let address = match backend.mode.urls().as_slice() {
-            [] => "memory".to_owned(),
-            urls => urls
-                .iter()
-                .map(|u| u.address.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-        };
-        let registry = match Registry::connect(one).await {
-            Ok(r) => r,
-            Err(e) => {
-                failed = true;
-                table.row(vec![
-                    name.clone(),
-                    mode,
-                    address,
-                    "FAILED".into(),
-                    "-".into(),
-                    "-".into(),
-                    "-".into(),
-                    e.to_string(),
-                ]);
-                continue;
-            }
-        };
-        let servers = registry.probe(None).await.map_err(|e| e.to_string())?;
-        if servers.is_empty() {
-            table.row(vec![
-                name.clone(),
-                mode.clone(),
-                address.clone(),
-                "ok".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                String::new(),
-            ]);
-        }
-        for server in servers {
-            let row = match server {
-                Ok(s) => {
-                    let evicts = s
-                        .eviction
-                        .as_deref()
-                        .is_some_and(|p| p.starts_with("allkeys-"));
-                    let cluster_bad = s.cluster_state.as_deref().is_some_and(|c| c != "ok");
-                    failed |= cluster_bad;
-                    let (status, note) = if cluster_bad {
-                        ("FAILED", "the cluster state is not ok".to_owned())
-                    } else if evicts {
-                        (
-                            "WARN",
-                            "this eviction policy can evict held locks under memory pressure; use noeviction or volatile-*".to_owned(),
-                        )
-                    } else if s.eviction.is_none() {
-                        (
-                            "ok",
-                            "CONFIG GET not permitted: eviction policy unknown".to_owned(),
-                        )
-                    } else {
-                        ("ok", String::new())
-                    };
-                    vec![
-                        name.clone(),
-                        mode.clone(),
-                        s.address,
-                        status.into(),
-                        s.version.unwrap_or_else(|| "?".into()),
-                        s.eviction.unwrap_or_else(|| "?".into()),
-                        s.cluster_state.unwrap_or_else(|| "-".into()),
-                        note,
-                    ]
-                }
-                Err(e) => {
-                    failed = true;
-                    vec![
-                        name.clone(),
-                        mode.clone(),
-                        address.clone(),
-                        "FAILED".into(),
-                        "-".into(),
-                        "-".into(),
-                        "-".into(),
-                        e.to_string(),
-                    ]
-                }
-            };
-            table.row(row);
+/// One row of `distlock check`: one server of a backend (or the backend, when it could
+/// not be connected or has no servers).
+struct CheckRow {
+    backend: String,
+    mode: String,
+    address: String,
+    /// `ok`, `WARN` or `FAILED`.
+    status: &'static str,
+    /// `None`: not known (the configuration failed first).
+    reachable: Option<bool>,
+    tls: Option<bool>,
+    auth: Option<String>,
+    version: Option<String>,
+    /// `None`: not checked.
+    missing: Option<Vec<String>>,
+    eviction: Option<String>,
+    cluster: Option<String>,
+    notes: Vec<String>,
+}
+
+impl CheckRow {
+    fn of(backend: &distlock::BackendReport) -> CheckRow {
+        CheckRow {
+            backend: backend.backend.clone(),
+            mode: backend.mode.clone(),
+            address: backend.address.clone(),
+            status: "ok",
+            reachable: None,
+            tls: None,
+            auth: None,
+            version: None,
+            missing: None,
+            eviction: None,
+            cluster: None,
+            notes: Vec::new(),
         }
     }
-    table.print();
+
+    fn failed(mut self, why: String) -> CheckRow {
+        self.status = "FAILED";
+        self.notes.push(why);
+        self
+    }
+
+    fn cells(&self) -> Vec<String> {
+        let dash = || "-".to_owned();
+        vec![
+            self.backend.clone(),
+            self.mode.clone(),
+            self.address.clone(),
+            self.status.to_owned(),
+            self.reachable
+                .map_or_else(dash, |r| if r { "yes" } else { "no" }.to_owned()),
+            self.tls
+                .map_or_else(dash, |t| if t { "yes" } else { "no" }.to_owned()),
+            self.auth.clone().unwrap_or_else(dash),
+            self.version.clone().unwrap_or_else(dash),
+            match &self.missing {
+                None => dash(),
+                Some(m) if m.is_empty() => "ok".to_owned(),
+                Some(m) => m.join("; "),
+            },
+            self.eviction.clone().unwrap_or_else(dash),
+            self.cluster.clone().unwrap_or_else(dash),
+            self.notes.join("; "),
+        ]
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "backend": self.backend,
+            "mode": self.mode,
+            "address": self.address,
+            "status": self.status,
+            "reachable": self.reachable,
+            "tls": self.tls,
+            "auth": self.auth,
+            "version": self.version,
+            "permissions": match &self.missing {
+                None => serde_json::Value::Null,
+                Some(m) if m.is_empty() => json!("ok"),
+                Some(_) => json!("missing"),
+            },
+            "missing_rights": self.missing,
+            "eviction": self.eviction,
+            "cluster_state": self.cluster,
+            "notes": self.notes,
+        })
+    }
+}
+
+/// The `init` self-check of every backend, each connected on its own so that each one's
+/// failure is reported: one row per server. Exit 1 when a backend cannot be connected, a
+/// server is too old, lacks a right, or (a cluster) its state is not ok.
+async fn check(path: &PathBuf, as_json: bool) -> Result<ExitCode, String> {
+    let config = Config::from_path(path).map_err(|e| e.to_string())?;
+    let mut rows = Vec::new();
+    for backend in Registry::check(config).await {
+        let servers = match &backend.servers {
+            Err(e) => {
+                let mut row = CheckRow::of(&backend);
+                row.reachable = match e {
+                    InitError::Connect { .. } | InitError::NotRedis { .. } => Some(false),
+                    InitError::MissingRights { .. } | InitError::ServerTooOld { .. } => Some(true),
+                    _ => None,
+                };
+                rows.push(row.failed(e.to_string()));
+                continue;
+            }
+            Ok(servers) => servers,
+        };
+        if servers.is_empty() {
+            rows.push(CheckRow::of(&backend));
+        }
+        for server in servers {
+            let s = match server {
+                Ok(s) => s,
+                Err(e) => {
+                    let mut row = CheckRow::of(&backend);
+                    row.reachable = Some(false);
+                    rows.push(row.failed(e.to_string()));
+                    continue;
+                }
+            };
+            let mut row = CheckRow::of(&backend);
+            row.reachable = Some(true);
+            row.address = s.address.clone();
+            row.tls = Some(s.tls);
+            row.auth = Some(s.user.clone().unwrap_or_else(|| "none".into()));
+            row.version = s.version.clone();
+            row.missing = s.missing_rights.clone();
+            row.eviction = s.eviction.clone();
+            row.cluster = s.cluster_state.clone();
+            if let Some(why) = &s.too_old {
+                row = row.failed(format!(
+                    "too old: distlock needs Redis {} or later: {why}",
+                    distlock::MIN_REDIS_VERSION
+                ));
+            }
+            if s.missing_rights.as_ref().is_some_and(|m| !m.is_empty()) {
+                row.status = "FAILED";
+                row.notes
+                    .push("the ACL user lacks rights (see PERMISSIONS)".into());
+            }
+            if s.cluster_state.as_deref().is_some_and(|c| c != "ok") {
+                row.status = "FAILED";
+                row.notes.push("the cluster state is not ok".into());
+            }
+            if let Some(problem) = &s.problem {
+                if row.status == "ok" {
+                    row.status = "WARN";
+                }
+                row.notes.push(problem.clone());
+            }
+            if s.evicts_locks() {
+                if row.status == "ok" {
+                    row.status = "WARN";
+                }
+                row.notes.push(
+                    "this eviction policy can evict held locks and fencing counters under memory pressure; use noeviction".into(),
+                );
+            } else if s.eviction.is_none() {
+                row.notes
+                    .push("INFO not permitted: eviction policy unknown".into());
+            }
+            rows.push(row);
+        }
+    }
+    let failed = rows.iter().any(|r| r.status == "FAILED");
+    if as_json {
+        let all: Vec<serde_json::Value> = rows.iter().map(CheckRow::json).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&all).map_err(|e| e.to_string())?
+        );
+    } else {
+        let mut table = Table::new(&[
+            "BACKEND",
+            "MODE",
+            "ADDRESS",
+            "STATUS",
+            "REACHABLE",
+            "TLS",
+            "AUTH",
+            "VERSION",
+            "PERMISSIONS",
+            "EVICTION",
+            "CLUSTER",
+            "NOTE",
+        ]);
+        for row in &rows {
+            table.row(row.cells());
+        }
+        table.print();
+    }
     Ok(if failed {
         ExitCode::FAILURE
     } else {

@@ -152,12 +152,171 @@ fn check_reports_good_and_broken_backends() {
         "{stdout}"
     );
 
+    // --json: one object per server, with the self-check's fields.
+    std::fs::write(&setup.path, &setup.toml).unwrap();
+    let rows = setup.json(&["check", "--json"]);
+    let row = &rows.as_array().expect("an array")[0];
+    assert_eq!(row["backend"], "main", "{row}");
+    assert_eq!(row["status"], "ok", "{row}");
+    assert_eq!(row["reachable"], true, "{row}");
+    assert_eq!(row["tls"], false, "{row}");
+    assert_eq!(row["auth"], "none", "{row}");
+    assert_eq!(row["permissions"], "ok", "{row}");
+    assert!(
+        row["version"].as_str().is_some_and(|v| v.starts_with('7')),
+        "{row}"
+    );
+    assert!(row["eviction"].is_string(), "{row}");
+
     // A configuration that does not parse: exit 1 naming the file's line and field.
     std::fs::write(&setup.path, "[backends.x]\nmode = \"nope\"\n").unwrap();
     let out = setup.output(&["check"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("mode"), "{stderr}");
+}
+
+/// An ACL user missing one right: `check` fails, naming the right, its user and address;
+/// the password appears nowhere.
+#[test]
+fn check_names_a_missing_right() {
+    let server = distlock_tests::RedisProcess::start();
+    let password = "Cli-s3cret-pw";
+    let mut args = vec!["ACL", "SETUSER", "app", "on"];
+    let pw = format!(">{password}");
+    args.push(&pw);
+    // The README's rights but +hincrby.
+    args.extend_from_slice(&[
+        "resetkeys",
+        "resetchannels",
+        "~lock:*",
+        "&lock:*",
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+ping",
+        "+incr",
+        "+incrby",
+        "+expire",
+        "+publish",
+        "+spublish",
+        "+subscribe",
+        "+unsubscribe",
+        "+ssubscribe",
+        "+sunsubscribe",
+        "+del",
+        "+exists",
+        "+get",
+        "+set",
+        "+hdel",
+        "+hexists",
+        "+hget",
+        "+hmget",
+        "+hset",
+        "+lindex",
+        "+lpop",
+        "+lrem",
+        "+persist",
+        "+pexpire",
+        "+pttl",
+        "+rpush",
+        "+time",
+        "+zadd",
+        "+zcard",
+        "+zrange",
+        "+zrangebyscore",
+        "+zrem",
+        "+zremrangebyscore",
+        "+zscore",
+    ]);
+    let r = distlock_tests::resp_command(&server.addr(), &args).expect("ACL SETUSER");
+    assert!(r.is_ok(), "{r:?}");
+    let path = std::env::temp_dir().join(format!("distlock-cli-{}-acl.toml", std::process::id()));
+    let toml = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"redis://app:{password}@{}\"\n",
+        server.addr()
+    );
+    std::fs::write(&path, toml).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env_remove("DISTLOCK_CONFIG")
+            .output()
+            .expect("run distlock")
+    };
+    let out = run(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("main"))
+        .expect("a row for main");
+    assert!(
+        row.contains("FAILED") && row.contains("missing +hincrby"),
+        "{row}"
+    );
+    assert!(row.contains(&server.addr()) && row.contains("app"), "{row}");
+    assert!(!stdout.contains(password) && !stderr.contains(password));
+    let out = run(&["check", "--json"]);
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let row = &rows[0];
+    assert_eq!(row["status"], "FAILED", "{row}");
+    assert_eq!(row["auth"], "app", "{row}");
+    assert_eq!(row["permissions"], "missing", "{row}");
+    assert_eq!(
+        row["missing_rights"],
+        serde_json::json!(["missing +hincrby"]),
+        "{row}"
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// `maxmemory-policy allkeys-lru`: `check` warns (exit 0) and `init` (here through `list`)
+/// logs a warning naming the backend, the address and the policy.
+#[test]
+fn an_evicting_policy_warns() {
+    let server =
+        distlock_tests::RedisProcess::start_with_args(&["--maxmemory-policy", "allkeys-lru"]);
+    let path = std::env::temp_dir().join(format!("distlock-cli-{}-evict.toml", std::process::id()));
+    let toml = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\n",
+        server.url()
+    );
+    std::fs::write(&path, toml).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env_remove("DISTLOCK_CONFIG")
+            .env_remove("DISTLOCK_LOG")
+            .output()
+            .expect("run distlock")
+    };
+    let out = run(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("main"))
+        .expect("a row");
+    assert!(row.contains("WARN") && row.contains("allkeys-lru"), "{row}");
+    let out = run(&["list"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy")
+            && stderr.contains("allkeys-lru")
+            && stderr.contains(&server.addr())
+            && stderr.contains("main"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(&path);
 }
 
 #[test]

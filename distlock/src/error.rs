@@ -191,6 +191,13 @@ fn fmt_duration(d: Duration) -> String {
     }
 }
 
+fn user_shown(user: &Option<String>) -> String {
+    match user {
+        Some(u) => format!("`{u}`"),
+        None => "`default`".to_owned(),
+    }
+}
+
 fn known_list(known: &[String]) -> String {
     if known.is_empty() {
         String::new()
@@ -302,6 +309,41 @@ pub enum InitError {
         backend: String,
         /// What is unsupported.
         message: String,
+    },
+    /// A server of a backend runs a Redis version older than distlock needs
+    /// ([`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION)).
+    #[error("backend `{backend}`: the server at {address} runs Redis {version}, which is too old: distlock needs Redis {minimum} or later: {needs}")]
+    #[non_exhaustive]
+    ServerTooOld {
+        /// The backend's name.
+        backend: String,
+        /// The server's `host:port`.
+        address: String,
+        /// The version found (`older than 7.0` when only that is known).
+        version: String,
+        /// The oldest version distlock runs on (`7.0`).
+        minimum: String,
+        /// What needs the newer version.
+        needs: String,
+    },
+    /// The ACL user of a backend's connection lacks rights distlock needs for its locks
+    /// (checked at `init` with `redis.acl_check_cmd`, so that it fails here and not at the
+    /// first lock; the README lists the whole `ACL SETUSER` line).
+    #[error("backend `{backend}`: the ACL user {} at {address} lacks rights distlock needs: {}; grant them with `ACL SETUSER {} {}`", user_shown(.user), .missing.join("; "), .user.as_deref().unwrap_or("default"), .grant.join(" "))]
+    #[non_exhaustive]
+    MissingRights {
+        /// The backend's name.
+        backend: String,
+        /// The server's `host:port`.
+        address: String,
+        /// The ACL user (`None`: not named in the URL: `default`).
+        user: Option<String>,
+        /// Each missing right with the command that needs it: `missing +hincrby`,
+        /// `missing key permission ~lock:* (HSET lock:{distlock-check} f 1)`, `missing
+        /// channel permission &lock:* (PUBLISH lock:{distlock-check}:released x)`.
+        missing: Vec<String>,
+        /// The `ACL SETUSER` arguments that grant them (`+hincrby ~lock:* &lock:*`).
+        grant: Vec<String>,
     },
     /// `#[distributed_lock]` sites name backends the configuration does not have.
     #[error("{} lock site(s) do not match the configuration:\n  {}", .0.len(), .0.join("\n  "))]

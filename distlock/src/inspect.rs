@@ -116,9 +116,11 @@ pub(crate) fn holder_text(site: &'static str) -> Arc<str> {
 }
 
 impl Registry {
-    /// Ask every server of `backend` (`None`: the default) its version, eviction policy
-    /// and, on a cluster, its state: one entry per server (redlock/multi: per node), or
-    /// the error that server gave. Empty on a memory backend. `distlock check` shows it.
+    /// Run `init`'s self-check again on every server of `backend` (`None`: the default):
+    /// its version, the rights the ACL user lacks, its eviction policy and, on a cluster,
+    /// its state: one entry per server (cluster: per master; redlock/multi: per node), or
+    /// the error that server gave. Empty on a memory backend. (`distlock check` uses
+    /// [`Registry::check`], which also reports backends that cannot be connected.)
     ///
     /// ```no_run
     /// # async fn f(registry: distlock::Registry) -> Result<(), distlock::LockError> {

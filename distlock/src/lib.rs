@@ -155,7 +155,7 @@ pub use inspect::{Holder, LockInfo, Waiter};
 pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
-pub use report::ServerReport;
+pub use report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
 pub use sites::{sites, Site};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.

@@ -122,6 +122,68 @@ impl Registry {
             })?
     }
 
+    /// The `init` self-check of every backend of `config`, reported instead of failing
+    /// (`distlock check`): each backend is connected on its own (in parallel) and each of
+    /// its servers asked its version, the ACL user's missing rights, its eviction policy
+    /// and (a cluster) its state; a backend that cannot be connected reports why. The
+    /// connections are closed again before this returns.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = distlock::Config::from_path("distlock.toml")?;
+    /// for backend in distlock::Registry::check(config).await {
+    ///     match &backend.servers {
+    ///         Ok(servers) => {
+    ///             for s in servers.iter().flatten() {
+    ///                 println!("{} {} ok: {}", backend.backend, s.address, s.is_ok());
+    ///             }
+    ///         }
+    ///         Err(e) => println!("{}: {e}", backend.backend),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check(config: Config) -> Vec<crate::report::BackendReport> {
+        let run = crate::runtime::run(async move {
+            let checks = config.backends.values().map(|b| {
+                let defaults = &config.defaults;
+                async move {
+                    let urls = b.mode.urls();
+                    let mut report = crate::report::BackendReport {
+                        backend: b.name.clone(),
+                        mode: b.mode.name().to_owned(),
+                        address: match urls.as_slice() {
+                            [] => "memory".to_owned(),
+                            urls => urls
+                                .iter()
+                                .map(|u| u.address.as_str())
+                                .collect::<Vec<_>>()
+                                .join(","),
+                        },
+                        servers: Ok(Vec::new()),
+                    };
+                    report.servers = match Backend::connect(b, defaults, false).await {
+                        Ok(backend) => Ok(backend.probe().await.unwrap_or_default()),
+                        Err(e) => Err(not_redis(e)),
+                    };
+                    report
+                }
+            });
+            futures_util::future::join_all(checks).await
+        });
+        match run.await {
+            Ok(reports) => reports,
+            Err(e) => vec![crate::report::BackendReport {
+                backend: "(all)".into(),
+                mode: String::new(),
+                address: String::new(),
+                servers: Err(InitError::Runtime {
+                    reason: e.to_string(),
+                }),
+            }],
+        }
+    }
+
     /// Parse `toml` and connect.
     #[allow(clippy::should_implement_trait)]
     pub async fn from_str(toml: &str) -> Result<Registry, InitError> {
@@ -268,7 +330,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
     let connecting = config
         .backends
         .values()
-        .map(|b| Backend::connect(b, &config.defaults));
+        .map(|b| Backend::connect(b, &config.defaults, true));
     let connected = futures_util::future::join_all(connecting).await;
     let mut backends = HashMap::new();
     for (cfg, backend) in config.backends.values().zip(connected) {

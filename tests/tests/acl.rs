@@ -3,9 +3,12 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
-use distlock::Registry;
-use distlock_tests::{resp_command, RedisProcess};
+use distlock::{InitError, Lease, LockKind, Registry};
+use distlock_tests::topology::{PrivateCluster, PrivateSentinel};
+use distlock_tests::{resp_command, RedisProcess, RespValue};
 
 /// The README's `ACL SETUSER` rights (key prefix `lock:`), as arguments.
 pub const RIGHTS: &[&str] = &[
@@ -53,13 +56,40 @@ pub const RIGHTS: &[&str] = &[
 
 const PASSWORD: &str = "Sup3r-s3cret-pw";
 
-fn setuser(server: &RedisProcess, rights: &[&str]) {
+/// The README's additions for `mode = "cluster"` (the client discovers the slots).
+const CLUSTER_RIGHTS: &[&str] = &["+cluster|slots", "+asking"];
+
+/// The README's addition for `mode = "sentinel"` (the master is checked with ROLE).
+const SENTINEL_RIGHTS: &[&str] = &["+role"];
+
+/// The README's rights on the sentinels themselves (the same user: the first sentinel URL's
+/// credentials are used for the master too).
+const ON_SENTINELS: &[&str] = &[
+    "+sentinel|get-master-addr-by-name",
+    "+subscribe",
+    "+unsubscribe",
+    "+ping",
+    "&+switch-master",
+];
+
+fn setuser_at(addr: &str, rights: &[&str]) {
     let mut args = vec!["ACL", "SETUSER", "distlock", "reset", "on"];
     let pw = format!(">{PASSWORD}");
     args.push(&pw);
     args.extend_from_slice(rights);
-    let r = resp_command(&server.addr(), &args).expect("ACL SETUSER");
-    assert!(r.is_ok(), "ACL SETUSER: {r:?}");
+    let r = resp_command(addr, &args).expect("ACL SETUSER");
+    assert!(r.is_ok(), "ACL SETUSER at {addr}: {r:?}");
+}
+
+fn setuser(server: &RedisProcess, rights: &[&str]) {
+    setuser_at(&server.addr(), rights);
+}
+
+/// RIGHTS without `right`.
+fn without(right: &str) -> Vec<&'static str> {
+    let all: Vec<&str> = RIGHTS.to_vec();
+    assert!(all.contains(&right), "{right} is not in RIGHTS");
+    all.into_iter().filter(|r| *r != right).collect()
 }
 
 fn config(server: &RedisProcess) -> String {
@@ -118,4 +148,339 @@ async fn wrong_password_is_never_shown() {
     let parsed = distlock::config::Config::from_str(&config(&server)).expect("config");
     let debug = format!("{parsed:?}");
     assert!(!debug.contains(PASSWORD), "{debug}");
+}
+
+/// A user missing one right fails `init` (not the first lock), naming the right in
+/// `ACL SETUSER` terms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_right_fails_init_naming_it() {
+    let server = RedisProcess::start();
+    let cases: &[(&str, &str)] = &[
+        ("+hincrby", "missing +hincrby"),
+        ("+time", "missing +time"),
+        ("+subscribe", "missing +subscribe"),
+        ("+script|load", "missing +script|load"),
+        (
+            "&lock:*",
+            "missing channel permission &lock:* (PUBLISH lock:{distlock-check}:released",
+        ),
+        ("~lock:*", "missing key permission ~lock:*"),
+        ("+eval", "missing +eval"),
+    ];
+    for (right, expected) in cases {
+        setuser(&server, &without(right));
+        let err = Registry::from_str(&config(&server))
+            .await
+            .expect_err(&format!("init without {right}"));
+        let text = err.to_string();
+        println!("without {right}: {text}");
+        assert!(matches!(err, InitError::MissingRights { .. }), "{text}");
+        assert!(text.contains(expected), "without {right}: {text}");
+        assert!(text.contains("backend `main`"), "{text}");
+        assert!(text.contains(&server.addr()), "{text}");
+        assert!(text.contains("`distlock`"), "names the user: {text}");
+        assert!(
+            text.contains(&format!("ACL SETUSER distlock {right}"))
+                || *right == "~lock:*"
+                || *right == "&lock:*",
+            "{text}"
+        );
+        assert!(!text.contains(PASSWORD), "{text}");
+        if let InitError::MissingRights { missing, .. } = &err {
+            assert_eq!(missing.len(), 1, "only the one right: {missing:?}");
+        }
+    }
+    // A right the README's line has but a lock does not need is not demanded: without
+    // SPUBLISH (a cluster's verb) a single server is fine.
+    setuser(&server, &without("+spublish"));
+    Registry::from_str(&config(&server))
+        .await
+        .unwrap_or_else(|e| panic!("init without +spublish on single: {e}"));
+}
+
+/// The self-check reports what it found: version, user, TLS, rights, eviction policy
+/// (unknown: INFO is not among the least rights).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_self_check_reports_each_server() {
+    let server = RedisProcess::start();
+    setuser(&server, RIGHTS);
+    let reg = Registry::from_str(&config(&server)).await.expect("init");
+    let start = std::time::Instant::now();
+    let reports = reg.probe(None).await.expect("probe");
+    println!("self-check of one server: {:?}", start.elapsed());
+    let r = reports[0].as_ref().expect("report");
+    assert_eq!(r.address, server.addr());
+    assert!(
+        r.version.as_deref().is_some_and(|v| v.starts_with('7')),
+        "{r:?}"
+    );
+    assert_eq!(r.user.as_deref(), Some("distlock"));
+    assert!(!r.tls);
+    assert_eq!(r.missing_rights.as_deref(), Some(&[][..]), "{r:?}");
+    assert_eq!(
+        r.eviction, None,
+        "INFO is refused to the least-privilege user"
+    );
+    assert!(r.is_ok(), "{r:?}");
+    // With INFO permitted, the policy is read; allkeys-lru warns but does not fail.
+    let mut more = RIGHTS.to_vec();
+    more.push("+info");
+    setuser(&server, &more);
+    let set = resp_command(
+        &server.addr(),
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    )
+    .unwrap();
+    assert!(set.is_ok(), "{set:?}");
+    let reg = Registry::from_str(&config(&server))
+        .await
+        .expect("init with allkeys-lru");
+    let reports = reg.probe(None).await.expect("probe");
+    let r = reports[0].as_ref().expect("report");
+    assert_eq!(r.eviction.as_deref(), Some("allkeys-lru"));
+    assert!(r.evicts_locks());
+}
+
+/// ACL SETUSER distlock resetchannels, from an admin connection (the user keeps its
+/// connections: the release script's PUBLISH is then refused).
+fn revoke_channels(server: &RedisProcess) {
+    let r = resp_command(
+        &server.addr(),
+        &["ACL", "SETUSER", "distlock", "resetchannels"],
+    )
+    .unwrap();
+    assert!(r.is_ok(), "{r:?}");
+}
+
+/// A release that freed the lock but whose PUBLISH was refused (an ACL user without the
+/// channel right) is a success, for every kind, and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_publish_does_not_fail_a_release_that_freed_the_lock() {
+    let server = RedisProcess::start();
+    setuser(&server, RIGHTS);
+    let reg = Registry::from_str(&config(&server)).await.expect("init");
+    let kinds = [
+        LockKind::Reentrant,
+        LockKind::Fair,
+        LockKind::Write,
+        LockKind::Read,
+    ];
+    let mut guards = Vec::new();
+    for kind in kinds {
+        let key = unique(&format!("acl-publish-{}", kind.name()));
+        let guard = reg
+            .lock(key.clone())
+            .kind(kind)
+            .lease(Lease::Fixed(Duration::from_secs(30)))
+            .acquire()
+            .await
+            .expect("acquire");
+        guards.push((guard, kind, key));
+    }
+    revoke_channels(&server);
+    for (guard, kind, key) in guards {
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: a release that freed the lock failed: {e}"));
+        let again = reg
+            .lock(key.clone())
+            .kind(kind)
+            .try_acquire()
+            .await
+            .expect("try again");
+        assert!(again.is_some(), "{kind:?}: the lock is free");
+        drop(again);
+    }
+}
+
+/// Sum of the ACL LOG entries' counts for channel refusals of the user.
+fn channel_refusals(server: &RedisProcess) -> i64 {
+    let log = resp_command(&server.addr(), &["ACL", "LOG", "128"]).unwrap();
+    let mut total = 0;
+    for entry in log.as_array().unwrap_or_default() {
+        let fields = entry.as_array().unwrap_or_default();
+        let field = |name: &str| {
+            fields
+                .chunks(2)
+                .find(|p| p[0].as_str() == Some(name))
+                .map(|p| p[1].clone())
+        };
+        let reason = field("reason").and_then(|v| v.as_str().map(str::to_owned));
+        let user = field("username").and_then(|v| v.as_str().map(str::to_owned));
+        if reason.as_deref() == Some("channel") && user.as_deref() == Some("distlock") {
+            total += field("count")
+                .and_then(|v: RespValue| v.as_int())
+                .unwrap_or(1);
+        }
+    }
+    total
+}
+
+/// The subscriber whose SUBSCRIBE is refused (NOPERM) backs off instead of reconnecting in
+/// a hot loop, and a waiter still gets the lock when the holder's lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_subscribe_backs_off() {
+    let server = RedisProcess::start();
+    setuser(&server, RIGHTS);
+    let reg = Registry::from_str(&config(&server)).await.expect("init");
+    let key = unique("acl-subscribe");
+    let holder = reg
+        .lock(key.clone())
+        .lease(Lease::Fixed(Duration::from_secs(3)))
+        .acquire()
+        .await
+        .expect("acquire");
+    revoke_channels(&server);
+    let before = channel_refusals(&server);
+    let start = std::time::Instant::now();
+    let waiter = reg
+        .lock(key.clone())
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the waiter gets the lock when the lease ends");
+    let waited = start.elapsed();
+    let refusals = channel_refusals(&server) - before;
+    println!("waited {waited:?}; {refusals} refused subscriptions");
+    assert!(refusals >= 1, "the waiter tried to subscribe");
+    // 20 ms doubling to 1 s: about 8 attempts in 3 s; a hot loop makes thousands.
+    assert!(
+        refusals <= 40,
+        "{refusals} refused subscriptions in {waited:?}: no backoff"
+    );
+    drop(waiter);
+    std::mem::forget(holder);
+}
+
+/// The least-privilege user (README rights + the cluster additions) runs every lock kind
+/// on a cluster (private, so the users can be set on every node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_user_on_a_cluster() {
+    let cluster = PrivateCluster::start();
+    let mut rights = RIGHTS.to_vec();
+    rights.extend_from_slice(CLUSTER_RIGHTS);
+    for node in &cluster.nodes {
+        setuser(node, &rights);
+    }
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("\"redis://distlock:{PASSWORD}@{}\"", n.addr()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = format!("[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"cluster\"\nnodes = [{nodes}]\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n");
+    let reg = Registry::from_str(&toml)
+        .await
+        .unwrap_or_else(|e| panic!("init as the least-privilege user on a cluster: {e}"));
+    let reports = reg.probe(None).await.expect("probe");
+    assert_eq!(reports.len(), 3, "one report per master: {reports:?}");
+    for r in &reports {
+        let r = r.as_ref().expect("report");
+        assert!(r.is_ok(), "{r:?}");
+    }
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    hand_off(&reg, 5).await;
+    auto_lease_outlives_watchdog(&reg).await;
+    fencing_tokens_grow(&reg).await;
+    reentrancy(&reg).await;
+    readers_overlap(&reg).await;
+    writers_exclude(&reg).await;
+    fair_in_order(&reg).await;
+    fair_timeout_leaves_queue(&reg).await;
+    // Without SSUBSCRIBE on one master, init names it.
+    let without_ssub: Vec<&str> = rights
+        .iter()
+        .copied()
+        .filter(|r| *r != "+ssubscribe")
+        .collect();
+    setuser(&cluster.nodes[1], &without_ssub);
+    let err = Registry::from_str(&toml)
+        .await
+        .expect_err("init without +ssubscribe");
+    assert!(err.to_string().contains("missing +ssubscribe"), "{err}");
+}
+
+/// The least-privilege user (README rights + ROLE; on the sentinels the README's sentinel
+/// rights) runs every lock kind through sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_user_on_sentinel() {
+    let group = PrivateSentinel::start(1);
+    let mut rights = RIGHTS.to_vec();
+    rights.extend_from_slice(SENTINEL_RIGHTS);
+    setuser(&group.master, &rights);
+    setuser(&group.replica, &rights);
+    for s in &group.sentinels {
+        setuser_at(&s.addr(), ON_SENTINELS);
+    }
+    let sentinels = group
+        .sentinels
+        .iter()
+        .map(|s| format!("\"redis://distlock:{PASSWORD}@{}\"", s.addr()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{sentinels}]\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n",
+        PrivateSentinel::MASTER_NAME
+    );
+    let reg = Registry::from_str(&toml)
+        .await
+        .unwrap_or_else(|e| panic!("init as the least-privilege user through sentinels: {e}"));
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    hand_off(&reg, 5).await;
+    auto_lease_outlives_watchdog(&reg).await;
+    fencing_tokens_grow(&reg).await;
+    reentrancy(&reg).await;
+    readers_overlap(&reg).await;
+    writers_exclude(&reg).await;
+    fair_in_order(&reg).await;
+    fair_timeout_leaves_queue(&reg).await;
+    // Without ROLE on the master, init names it.
+    setuser(&group.master, RIGHTS);
+    let err = Registry::from_str(&toml)
+        .await
+        .expect_err("init without +role");
+    assert!(err.to_string().contains("+role"), "{err}");
+}
+
+/// redlock: every node is checked; one node whose user lacks a right fails init, naming
+/// that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_checks_every_node() {
+    let nodes: Vec<RedisProcess> = (0..3).map(|_| RedisProcess::start()).collect();
+    for n in &nodes {
+        setuser(n, RIGHTS);
+    }
+    let urls = nodes
+        .iter()
+        .map(|n| format!("\"redis://distlock:{PASSWORD}@{}\"", n.addr()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let toml = format!("[backends.main]\nmode = \"redlock\"\nnodes = [{urls}]\nresponse_timeout = \"1s\"\nconnect_timeout = \"1s\"\n");
+    let reg = Registry::from_str(&toml)
+        .await
+        .unwrap_or_else(|e| panic!("init on redlock as the least-privilege user: {e}"));
+    let reports = reg.probe(None).await.expect("probe");
+    assert_eq!(reports.len(), 3);
+    assert!(
+        reports.iter().all(|r| r.as_ref().is_ok_and(|r| r.is_ok())),
+        "{reports:?}"
+    );
+    let g = reg
+        .lock(unique("acl-redlock"))
+        .acquire()
+        .await
+        .expect("acquire");
+    g.release().await.expect("release");
+    setuser(&nodes[2], &without("+incrby"));
+    let err = Registry::from_str(&toml)
+        .await
+        .expect_err("init without +incrby on one node");
+    let text = err.to_string();
+    assert!(
+        text.contains("missing +incrby") && text.contains(&nodes[2].addr()),
+        "{text}"
+    );
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use distlock_config::RedisUrl;
 use redis::cluster_async::ClusterConnection;
-use redis::{PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 
 use super::conn::{addresses, Settings};
@@ -39,7 +39,9 @@ use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::protocol::exec::load_all;
+use crate::protocol::probe::Probe;
 use crate::protocol::{Call, Publish};
+use crate::report::ServerReport;
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
 /// configured nodes, comma-separated).
@@ -96,54 +98,85 @@ pub(crate) async fn connect(
 }
 
 impl Cluster {
-    /// One command on a random node.
-    async fn on_any_node(&self, cmd: redis::Cmd) -> Result<Value, DriverError> {
-        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    /// One command on every master: each master's reply (or error) by its address.
+    async fn on_masters(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<Vec<(String, RedisResult<Value>)>, DriverError> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
         let mut conn = self.conn.clone();
-        bounded(
+        let reply = bounded(
             &self.address,
-            "command timed out",
+            "self-check timed out",
             self.response_timeout,
-            conn.route_command(cmd, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)),
+            conn.route_command(
+                cmd,
+                RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+            ),
         )
-        .await
+        .await?;
+        let Value::Map(pairs) = reply else {
+            return Err(DriverError::redis(
+                &self.address,
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a command sent to every master did not answer a map by node",
+                )),
+            ));
+        };
+        Ok(pairs
+            .into_iter()
+            .map(|(addr, v)| {
+                let addr = match addr {
+                    Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                let v = match v {
+                    Value::ServerError(e) => Err(e.into()),
+                    v => Ok(v),
+                };
+                (addr, v)
+            })
+            .collect())
     }
 
-    /// Version, eviction policy and cluster state, as a random node reports them.
-    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
-        let text = |v: Value| {
-            redis::from_redis_value::<String>(v)
-                .map_err(|e| DriverError::redis(&self.address, e.into()))
+    /// The self-check of every master (`protocol/probe.rs`): the probe script, `INFO
+    /// server`, `INFO memory` and `CLUSTER INFO`, each sent to all masters at once. A
+    /// refused `INFO` or `CLUSTER INFO` (least privilege) leaves that part unknown.
+    pub(crate) async fn probe(&self, probe: &Probe) -> Result<Vec<ServerReport>, DriverError> {
+        let info = |section: &str| redis::cmd("INFO").arg(section).clone();
+        let (script, server, memory, cluster) = tokio::join!(
+            self.on_masters(probe.command()),
+            self.on_masters(info("server")),
+            self.on_masters(info("memory")),
+            self.on_masters(redis::cmd("CLUSTER").arg("INFO").clone()),
+        );
+        let script = script?;
+        let lookup = |replies: &Result<Vec<(String, RedisResult<Value>)>, DriverError>,
+                      addr: &str| {
+            match replies {
+                Ok(list) => list
+                    .iter()
+                    .find(|(a, _)| a == addr)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or(Ok(Value::Nil)),
+                Err(_) => Ok(Value::Nil),
+            }
         };
-        let info = text(
-            self.on_any_node(redis::cmd("INFO").arg("server").clone())
-                .await?,
-        )?;
-        let cluster = text(
-            self.on_any_node(redis::cmd("CLUSTER").arg("INFO").clone())
-                .await?,
-        )?;
-        let policy = self
-            .on_any_node(
-                redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg("maxmemory-policy")
-                    .clone(),
-            )
-            .await
-            .ok()
-            .and_then(|v| redis::from_redis_value::<Vec<String>>(v).ok())
-            .and_then(|p| p.into_iter().nth(1));
-        let state = cluster
-            .lines()
-            .find_map(|l| l.strip_prefix("cluster_state:"))
-            .map(|s| s.trim().to_owned());
-        Ok(crate::report::ServerReport::new(
-            &self.address,
-            &info,
-            policy,
-            state,
-        ))
+        let mut out = Vec::with_capacity(script.len());
+        for (addr, reply) in script {
+            let answer = probe.answer(reply, lookup(&server, &addr), lookup(&memory, &addr));
+            let mut report = probe.report(&addr, answer);
+            report.cluster_state = match lookup(&cluster, &addr) {
+                Ok(v) => redis::from_redis_value::<String>(v).ok().and_then(|text| {
+                    crate::protocol::version::info_field(&text, "cluster_state").map(str::to_owned)
+                }),
+                Err(_) => None,
+            };
+            out.push(report);
+        }
+        out.sort_by(|a, b| a.address.cmp(&b.address));
+        Ok(out)
     }
 
     /// The names of the keys matching `pattern` on every master (`CLUSTER NODES`, then

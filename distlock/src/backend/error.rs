@@ -96,6 +96,12 @@ impl DriverError {
         }
     }
 
+    /// Whether Redis refused the command to the ACL user (`NOPERM`).
+    pub(crate) fn is_no_perm(&self) -> bool {
+        self.redis_error()
+            .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm))
+    }
+
     /// Whether it suggests the server is gone or no longer a master (a failover may be
     /// under way): a connection error, a timeout, or a `READONLY` reply.
     pub(crate) fn suggests_failover(&self) -> bool {
@@ -143,8 +149,33 @@ impl DriverError {
         }
     }
 
-    /// The public error of a backend that could not be connected at start-up.
+    /// The public error of a backend that could not be connected at start-up. A command
+    /// refused to the ACL user while connecting (`NOPERM`: `ROLE` on a sentinel master)
+    /// is a missing right, named.
     pub(crate) fn into_init_error(self, backend: &str) -> InitError {
+        if self.is_no_perm() {
+            let detail = self
+                .redis_error()
+                .and_then(|e| e.detail())
+                .unwrap_or_default()
+                .to_owned();
+            // "this user has no permissions to run the 'role' command"
+            let command = detail
+                .split('\'')
+                .nth(1)
+                .filter(|_| detail.contains("command"))
+                .map(str::to_lowercase);
+            return InitError::MissingRights {
+                backend: backend.to_owned(),
+                address: self.address(),
+                user: None,
+                missing: vec![match &command {
+                    Some(c) => format!("missing +{c} ({detail})"),
+                    None => detail.clone(),
+                }],
+                grant: command.map(|c| format!("+{c}")).into_iter().collect(),
+            };
+        }
         InitError::Connect {
             backend: backend.to_owned(),
             address: self.address(),

@@ -54,6 +54,15 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         .await
     }
 
+    /// A release (cancel, forced release) that did its work but could not publish it: not a
+    /// failure (the lock is free), but waiters sleep until the lease's end, so say why.
+    fn warn_unannounced(&self, key: &str, v: &Value) {
+        if let Some(error) = Call::publish_failure(v) {
+            tracing::warn!(address = %self.address, key, error = %error,
+                "distlock: the lock was released, but announcing it failed (PUBLISH refused: grant the ACL user the channel pattern of the key prefix); waiters wake at the lease's end");
+        }
+    }
+
     pub(super) fn unexpected(&self, reply: UnexpectedReply) -> DriverError {
         DriverError::Unexpected {
             address: self.address.clone(),
@@ -83,6 +92,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
     ) -> Result<Released, DriverError> {
         let call = Call::release(keys, hold, self.publish);
         let v = self.run(&call, "release timed out").await?;
+        self.warn_unannounced(&keys.user, &v);
         call.released(&v).map_err(|r| self.unexpected(r))
     }
 
@@ -96,6 +106,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
             return Ok(false);
         };
         let v = self.run(&call, "cancel timed out").await?;
+        self.warn_unannounced(&keys.user, &v);
         call.done(&v).map_err(|r| self.unexpected(r))
     }
 
@@ -103,6 +114,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
         let call = Call::force_release(keys, self.publish);
         let v = self.run(&call, "force release timed out").await?;
+        self.warn_unannounced(&keys.user, &v);
         call.done(&v).map_err(|r| self.unexpected(r))
     }
 

@@ -7,6 +7,7 @@
 //! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
 //! turned into a public error in one place (`error.rs`). This file only dispatches.
 
+mod check;
 mod cluster;
 mod conn;
 mod error;
@@ -60,6 +61,8 @@ pub(crate) struct Backend {
     pub(crate) runtime: tokio::runtime::Handle,
     /// Record holder information next to each lock (`holder_info`; never on memory).
     pub(crate) holder_info: bool,
+    /// The self-check of its servers (`None`: memory).
+    check: Option<check::SelfCheck>,
     driver: Driver,
 }
 
@@ -93,10 +96,13 @@ fn offers(name: &str, quorum: Option<&'static str>, kind: LockKind) -> Result<()
 }
 
 impl Backend {
-    /// Connect to the backend a configuration describes, and start its subscriber.
+    /// Connect to the backend a configuration describes, and start its subscriber. With
+    /// `judge`, the self-check of its servers (`check.rs`) may fail it; without, the
+    /// caller reads the reports ([`Backend::probe`]).
     pub(crate) async fn connect(
         cfg: &BackendConfig,
         defaults: &Defaults,
+        judge: bool,
     ) -> Result<Arc<Backend>, InitError> {
         let name: Arc<str> = Arc::from(cfg.name.as_str());
         let settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
@@ -107,7 +113,24 @@ impl Backend {
             tracing::warn!(backend = %cfg.name, address = %conn::addresses(&cfg.mode.urls().into_iter().cloned().collect::<Vec<_>>()),
                 "distlock: tls_insecure_skip_verify = true: the server's certificate is NOT verified; anyone on the path can impersonate the server");
         }
-        let fail = |e: DriverError| e.into_init_error(&cfg.name);
+        let check = check::SelfCheck::of(cfg, &defaults.key_prefix);
+        let user = check.as_ref().and_then(|c| c.user()).map(str::to_owned);
+        let fail = |e: DriverError| match e.into_init_error(&cfg.name) {
+            InitError::MissingRights {
+                backend,
+                address,
+                user: _,
+                missing,
+                grant,
+            } => InitError::MissingRights {
+                backend,
+                address,
+                user: user.clone(),
+                missing,
+                grant,
+            },
+            other => other,
+        };
         let (driver, hub, address) = match &cfg.mode {
             Mode::Memory => {
                 let hub = Hub::local();
@@ -161,7 +184,7 @@ impl Backend {
                 (Driver::Quorum(driver), hub, address)
             }
         };
-        Ok(Arc::new(Backend {
+        let backend = Backend {
             name,
             address,
             prefix: defaults.key_prefix.clone(),
@@ -171,8 +194,37 @@ impl Backend {
             waiting: AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
             holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
+            check,
             driver,
-        }))
+        };
+        if judge {
+            if let (Some(check), Some(reports)) = (&backend.check, backend.probe_servers().await) {
+                check.judge(&cfg.name, reports)?;
+            }
+        }
+        Ok(Arc::new(backend))
+    }
+
+    /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
+    async fn probe_servers(&self) -> Option<Vec<Result<crate::report::ServerReport, DriverError>>> {
+        let check = self.check.as_ref()?;
+        let probe = &check.probe;
+        let reports = match &self.driver {
+            Driver::Memory(_) => return None,
+            Driver::Single(s) => vec![s.probe(probe).await],
+            Driver::Cluster(c) => match c.probe(probe).await {
+                Ok(v) => v.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            },
+            Driver::Sentinel(m) => vec![m.probe(probe).await],
+            Driver::Quorum(q) => q.probe(probe).await,
+        };
+        Some(
+            reports
+                .into_iter()
+                .map(|r| r.map(|r| check.label(r)))
+                .collect(),
+        )
     }
 
     /// A driver's failure as the error of an operation on `key`.
@@ -329,18 +381,12 @@ impl Backend {
         Some(r.map_err(self.fail(None)))
     }
 
-    /// Each server's version, eviction policy (and cluster state), or why it could not be
-    /// asked; `None` on the memory backend.
+    /// Each server's self-check report (version, rights, eviction policy, cluster state),
+    /// or why it could not be asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
     ) -> Option<Vec<Result<crate::report::ServerReport, LockError>>> {
-        let r = match &self.driver {
-            Driver::Memory(_) => return None,
-            Driver::Single(s) => vec![s.probe().await],
-            Driver::Cluster(c) => vec![c.probe().await],
-            Driver::Sentinel(m) => vec![m.probe().await],
-            Driver::Quorum(q) => q.probe().await,
-        };
+        let r = self.probe_servers().await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }
 

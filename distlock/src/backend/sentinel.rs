@@ -306,9 +306,12 @@ impl SentinelMaster {
         self.checked(self.current().server.run(call, "script timed out").await)
     }
 
-    /// Version and eviction policy of the current master.
-    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
-        self.checked(self.current().server.probe().await)
+    /// The self-check of the current master.
+    pub(crate) async fn probe(
+        &self,
+        probe: &crate::protocol::probe::Probe,
+    ) -> Result<crate::report::ServerReport, DriverError> {
+        self.checked(self.current().server.probe(probe).await)
     }
 
     /// SCAN the current master.

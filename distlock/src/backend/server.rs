@@ -15,7 +15,9 @@ use super::link::Link;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::protocol::exec::{eval_pipelined, load_all};
+use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, Publish};
+use crate::report::ServerReport;
 
 /// Renewals sent in one pipeline.
 const RENEW_BATCH: usize = 512;
@@ -38,13 +40,22 @@ impl Server {
             publish: Publish::Plain,
         };
         let mut c = server.conn.clone();
-        bounded(
+        let loaded = bounded(
             address,
             "SCRIPT LOAD timed out",
             settings.response_timeout,
             load_all(&mut c),
         )
-        .await?;
+        .await;
+        match loaded {
+            Ok(()) => {}
+            // An ACL user without `+script|load`: the scripts go by EVAL; the init
+            // self-check names the missing right.
+            Err(e) if e.is_no_perm() => {
+                tracing::debug!(address, error = %e, "distlock: SCRIPT LOAD refused");
+            }
+            Err(e) => return Err(e),
+        }
         Ok(server)
     }
 
@@ -136,33 +147,23 @@ impl Server {
         out
     }
 
-    /// The server's version and eviction policy (`None` where it would not say).
-    pub(crate) async fn probe(&self) -> Result<crate::report::ServerReport, DriverError> {
+    /// The self-check of this server (`protocol/probe.rs`): one pipeline of the probe
+    /// script, `INFO server` and `INFO memory`.
+    pub(crate) async fn probe(&self, probe: &Probe) -> Result<ServerReport, DriverError> {
         let mut conn = self.conn.clone();
-        let info: String = bounded(
+        let mut pipe = probe.pipeline();
+        pipe.ignore_errors();
+        let replies: Vec<redis::RedisResult<Value>> = bounded(
             &self.address,
-            "INFO timed out",
+            "self-check timed out",
             self.response_timeout,
-            redis::cmd("INFO").arg("server").query_async(&mut conn),
+            pipe.query_async(&mut conn),
         )
         .await?;
-        let policy: Option<Vec<String>> = bounded(
-            &self.address,
-            "CONFIG GET timed out",
-            self.response_timeout,
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("maxmemory-policy")
-                .query_async(&mut conn),
-        )
-        .await
-        .ok();
-        Ok(crate::report::ServerReport::new(
-            &self.address,
-            &info,
-            policy.and_then(|p| p.into_iter().nth(1)),
-            None,
-        ))
+        let mut replies = replies.into_iter();
+        let mut next = || replies.next().unwrap_or(Ok(Value::Nil));
+        let (script, server, memory) = (next(), next(), next());
+        Ok(probe.report(&self.address, probe.answer(script, server, memory)))
     }
 
     /// The names of the keys matching `pattern` (SCAN, never KEYS), at most `limit`.

@@ -4,9 +4,11 @@
 -- KEYS[2], KEYS[3] for fair and read-write locks, their other keys
 -- ARGV[1] channel
 -- ARGV[2] the publish verb: 'spublish' or 'publish'
--- Returns: 1 a lock was deleted; 0 there was none.
+-- Returns: 1 a lock was deleted; 0 there was none; {1, error} deleted, but the publish
+--   failed (NOPERM: waiters wake at their own deadlines).
 if redis.call('del', unpack(KEYS)) > 0 then
-  redis.call(ARGV[2], ARGV[1], '')
+  local published = redis.pcall(ARGV[2], ARGV[1], '')
+  if type(published) == 'table' and published.err then return {1, published.err} end
   return 1
 end
 return 0

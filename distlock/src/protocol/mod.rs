@@ -13,6 +13,8 @@
 //! promoted replica has an empty script cache): [`exec`] is the one place that does it.
 
 pub(crate) mod exec;
+pub(crate) mod probe;
+pub(crate) mod version;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -280,8 +282,27 @@ impl Call {
         .with_info_key(keys)
     }
 
+    /// Why the release (cancel, forced release) that `v` answers could not announce itself,
+    /// when it could not: it did what it did, but its PUBLISH failed (an ACL user without
+    /// the channel right gets NOPERM), so waiters wake at the lease's end instead.
+    pub(crate) fn publish_failure(v: &Value) -> Option<String> {
+        match v {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(_), Value::BulkString(e)] => {
+                    Some(String::from_utf8_lossy(e).into_owned())
+                }
+                [Value::Int(_), Value::SimpleString(e)] => Some(e.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// What a release call's reply means.
     pub(crate) fn released(&self, v: &Value) -> Result<Released, UnexpectedReply> {
+        if Call::publish_failure(v).is_some() {
+            return Ok(Released::Freed);
+        }
         match v {
             Value::Int(0) => Ok(Released::Freed),
             Value::Int(n) if *n > 0 => Ok(Released::StillHeld),
@@ -307,6 +328,9 @@ impl Call {
 
     /// What a renew (or cancel, or force-release) call's reply means: whether it did it.
     pub(crate) fn done(&self, v: &Value) -> Result<bool, UnexpectedReply> {
+        if Call::publish_failure(v).is_some() {
+            return Ok(true);
+        }
         match v {
             Value::Int(n) => Ok(*n == 1),
             other => Err(self.unexpected(other)),

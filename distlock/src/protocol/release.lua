@@ -10,7 +10,8 @@
 -- KEYS[2] (optional) the holder information hash, deleted with the lock
 -- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly
 --   (also when this level was released already); 0 freed (then the release is published
---   on the channel).
+--   on the channel); {0, error} freed, but the publish failed (an ACL user without the
+--   channel right: NOPERM): the release stands, waiters wake at the lease's end.
 local lock, owner = KEYS[1], ARGV[1]
 if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
   local count = tonumber(redis.call('hget', lock, owner) or 0)
@@ -23,5 +24,6 @@ if left > 0 then
 end
 redis.call('del', lock)
 if KEYS[2] then redis.call('del', KEYS[2]) end
-redis.call(ARGV[3], ARGV[2], owner)
+local published = redis.pcall(ARGV[3], ARGV[2], owner)
+if type(published) == 'table' and published.err then return {0, published.err} end
 return 0

@@ -9,13 +9,15 @@
 -- ARGV[3] channel
 -- ARGV[4] the publish verb: 'spublish' or 'publish'
 -- KEYS[4] (optional) the holder information hash: the owner's entry goes when it lets go
--- Returns: as release.lua.
+-- Returns: as release.lua (the publish failing: {0, error}, the release stands).
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, mode = ARGV[1], ARGV[2]
 local function announce()
-  redis.call(ARGV[4], ARGV[3], owner)
+  local published = redis.pcall(ARGV[4], ARGV[3], owner)
+  if type(published) == 'table' and published.err then return {0, published.err} end
+  return 0
 end
 if mode == 'write' then
   if writer ~= owner then return -1 end
@@ -27,8 +29,7 @@ if mode == 'write' then
   if KEYS[4] and redis.call('hexists', rw, 'r:' .. owner) == 0 then
     redis.call('hdel', KEYS[4], owner)
   end
-  announce()
-  return 0
+  return announce()
 end
 local rc = 'r:' .. owner
 if redis.call('hexists', rw, rc) == 0 then return -1 end
@@ -40,5 +41,5 @@ touch()
 if KEYS[4] and writer ~= owner then
   redis.call('hdel', KEYS[4], owner)
 end
-if not writer and redis.call('zcard', readers) == 0 then announce() end
+if not writer and redis.call('zcard', readers) == 0 then return announce() end
 return 0

@@ -311,16 +311,18 @@ impl QuorumDriver {
         self.nodes.iter().map(|n| n.address.clone()).collect()
     }
 
-    /// Each node's version and eviction policy, or why it could not be asked.
-    pub(crate) async fn probe(&self) -> Vec<Result<crate::report::ServerReport, DriverError>> {
-        let mut out = Vec::new();
-        for node in &self.nodes {
-            out.push(match node.server() {
-                Ok(server) => server.probe().await,
+    /// Each node's self-check (all at once), or why it could not be asked.
+    pub(crate) async fn probe(
+        &self,
+        probe: &crate::protocol::probe::Probe,
+    ) -> Vec<Result<crate::report::ServerReport, DriverError>> {
+        futures_util::future::join_all(self.nodes.iter().map(|node| async move {
+            match node.server() {
+                Ok(server) => server.probe(probe).await,
                 Err(e) => Err(e),
-            });
-        }
-        out
+            }
+        }))
+        .await
     }
 
     /// The keys matching `pattern` on any node (SCAN on each connected node; fails only
