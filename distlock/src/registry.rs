@@ -389,7 +389,10 @@ fn keep_connecting(
             if slot.strong_count() == 0 {
                 return;
             }
-            match Backend::connect(&cfg, &defaults, true).await.map_err(not_redis) {
+            match Backend::connect(&cfg, &defaults, true)
+                .await
+                .map_err(not_redis)
+            {
                 Ok(backend) => {
                     let Some(slot) = slot.upgrade() else { return };
                     crate::watchdog::spawn(&backend);
