@@ -20,7 +20,7 @@ fn main() {
             .await
             .unwrap();
         let (a, b) = transfer(1, 2).await.unwrap();
-        assert!(a.is_some() && b.is_some() && a != b);
+        assert!(a.is_some() && b.is_some());
         let (a, b) = transfer(2, 1).await.unwrap();
         assert!(a.is_some() && b.is_some());
         assert_eq!(one(3).await.unwrap(), 3);
