@@ -1,6 +1,7 @@
 //! Multi-key locks (`Lock::all`, `Registry::lock_all`, `#[distributed_lock(keys = [..])]`)
 //! on real servers: all or nothing within one wait, deadlock-free across OS processes that
-//! ask for the keys in opposite orders, keys in different cluster slots, a token per key,
+//! ask for the keys in opposite orders, keys in different cluster slots (the in-process
+//! scenarios on single, cluster, sentinel, redlock and memory), a token per key,
 //! release on every way out.
 
 mod common;
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use common::unique;
 use distlock::{distributed_lock, Lease, LockError, Registry};
 use distlock_tests::{
-    addr_of, cluster_urls, resp_command, sentinel_master_name, sentinel_urls, single_url,
+    addr_of, cluster_urls, redlock_urls, resp_command, sentinel_master_name, sentinel_urls,
+    single_url,
 };
 
 fn quoted(urls: &[String]) -> String {
@@ -38,6 +40,13 @@ async fn registries() -> Vec<(&'static str, Registry)> {
                 "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
                 sentinel_master_name(),
                 quoted(&sentinel_urls())
+            ),
+        ),
+        (
+            "redlock",
+            format!(
+                "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"200ms\"\nretry_delay = \"20ms\"",
+                quoted(&redlock_urls())
             ),
         ),
         ("memory", "mode = \"memory\"".to_owned()),
