@@ -1,5 +1,5 @@
-//! The attribute's arguments: `key = "...", wait = "...", lease = "...", backend = "...",
-//! kind = "...", on_lost = "..."`, parsed with the span of every value so that errors point
+//! The attribute's arguments: `key = "..."` (or `keys = ["...", ...]`), `wait = "...",
+//! lease = "...", backend = "...", kind = "...", on_lost = "..."`, parsed with the span of every value so that errors point
 //! at it. The key may also come first without its name: `#[distributed_lock("order:<id>")]`.
 
 use std::time::Duration;
@@ -10,11 +10,13 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 /// The arguments the attribute knows, in the order the docs list them.
-const KNOWN: &[&str] = &["key", "wait", "lease", "backend", "kind", "on_lost"];
+const KNOWN: &[&str] = &["key", "keys", "wait", "lease", "backend", "kind", "on_lost"];
 
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 pub(crate) struct Args {
     pub key: Option<KeyArg>,
+    /// `keys = ["account:<from>", "account:<to>"]`: a multi-key lock (instead of `key`).
+    pub keys: Option<Vec<KeyArg>>,
     pub wait: Option<Duration>,
     pub lease: Option<LeaseArg>,
     pub backend: Option<LitStr>,
@@ -56,6 +58,7 @@ impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Args> {
         let mut args = Args {
             key: None,
+            keys: None,
             wait: None,
             lease: None,
             backend: None,
@@ -64,6 +67,9 @@ impl Parse for Args {
         };
         // Which arguments were given, to report repeats.
         let mut seen: Vec<String> = Vec::new();
+        // The names as written, in order, and the `kind` value: where conflicts are reported.
+        let mut names: Vec<Ident> = Vec::new();
+        let mut kind_value: Option<Expr> = None;
         // Errors that do not stop parsing: all of them are reported together.
         let mut errors: Vec<syn::Error> = Vec::new();
 
@@ -118,6 +124,10 @@ impl Parse for Args {
                 continue;
             }
             seen.push(name_str.clone());
+            names.push(name.clone());
+            if name_str == "kind" {
+                kind_value = Some(value.clone());
+            }
 
             let result = match name_str.as_str() {
                 "key" => string(&name_str, &value, "\"order:<user_id>\"")
@@ -132,6 +142,7 @@ impl Parse for Args {
                 "backend" => string(&name_str, &value, "\"main\"")
                     .and_then(parse_backend)
                     .map(|b| args.backend = Some(b)),
+                "keys" => parse_keys(&value).map(|k| args.keys = Some(k)),
                 "kind" => parse_kind(&value).map(|k| args.kind = Some(k)),
                 "on_lost" => string(&name_str, &value, "\"cancel\" or \"signal\"")
                     .and_then(parse_on_lost)
@@ -149,11 +160,38 @@ impl Parse for Args {
             }
         }
 
-        if !seen.iter().any(|s| s == "key") {
+        if !seen.iter().any(|s| s == "key" || s == "keys") {
             errors.push(syn::Error::new(
                 Span::call_site(),
-                "#[distributed_lock] needs a `key`, e.g. #[distributed_lock(key = \"order:<user_id>\")]",
+                "#[distributed_lock] needs a `key`, e.g. #[distributed_lock(key = \"order:<user_id>\")] \
+                 (or `keys = [\"a:<x>\", \"b:<y>\"]` to lock several keys at once)",
             ));
+        }
+        // `keys` with `key`: reported on the second of the two names; `keys` with a kind
+        // other than reentrant: on the kind.
+        if seen.iter().any(|s| s == "key") && seen.iter().any(|s| s == "keys") {
+            let second = names
+                .iter()
+                .filter(|n| *n == "key" || *n == "keys")
+                .nth(1)
+                .or_else(|| names.iter().find(|n| *n == "keys"));
+            if let Some(name) = second {
+                errors.push(syn::Error::new_spanned(
+                    name,
+                    "give either `key` (one lock) or `keys` (several keys locked together), not both",
+                ));
+            }
+        }
+        if let (Some(kind), Some(value), true) = (&args.kind, &kind_value, args.keys.is_some()) {
+            if kind != "reentrant" {
+                errors.push(syn::Error::new_spanned(
+                    value,
+                    format!(
+                        "`keys` locks several reentrant locks together; kind {kind:?} is not \
+                         available with it (leave `kind` out)"
+                    ),
+                ));
+            }
         }
         match combine(errors) {
             Some(e) => Err(e),
@@ -200,6 +238,42 @@ fn parse_key(lit: LitStr) -> syn::Result<KeyArg> {
             &lit,
             format!("invalid key template: {why}"),
         )),
+    }
+}
+
+/// `keys = ["account:<from>", "account:<to>"]`: at least one template, none repeated.
+fn parse_keys(value: &Expr) -> syn::Result<Vec<KeyArg>> {
+    let Expr::Array(array) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` takes an array of key templates, e.g. `keys = [\"account:<from>\", \"account:<to>\"]`",
+        ));
+    };
+    if array.elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`keys` is empty: name at least one key template, e.g. `keys = [\"account:<from>\", \"account:<to>\"]`",
+        ));
+    }
+    let mut keys: Vec<KeyArg> = Vec::new();
+    let mut errors = Vec::new();
+    for elem in &array.elems {
+        let parsed =
+            string("keys", elem, "[\"account:<from>\", \"account:<to>\"]").and_then(parse_key);
+        match parsed {
+            Ok(k) if keys.iter().any(|other| other.lit.value() == k.lit.value()) => {
+                errors.push(syn::Error::new_spanned(
+                    &k.lit,
+                    "this key template is given twice in `keys`; give it once",
+                ));
+            }
+            Ok(k) => keys.push(k),
+            Err(e) => errors.push(e),
+        }
+    }
+    match combine(errors) {
+        Some(e) => Err(e),
+        None => Ok(keys),
     }
 }
 

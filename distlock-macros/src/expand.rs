@@ -1,4 +1,5 @@
-//! Code generation: check the function, then wrap its body in `Lock::run`.
+//! Code generation: check the function, then wrap its body in `Lock::run` (with `keys =
+//! [..]`: `Lock::all([..]).run`, the same otherwise).
 //!
 //! ```text
 //! #[distributed_lock(key = "order:<user_id>", wait = "5s")]
@@ -59,15 +60,19 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
             };
         }
     };
-    let key = match &args.key {
-        Some(key) => key,
-        // `Args::parse` fails without a key; keep going without panicking anyway.
-        None => return item,
+    let keys: Vec<&KeyArg> = match (&args.key, &args.keys) {
+        (Some(key), None) => vec![key],
+        (None, Some(keys)) => keys.iter().collect(),
+        // `Args::parse` fails without a key or with both; keep going without panicking anyway.
+        _ => return item,
     };
-    if let Err(e) = check_placeholders(key, &func) {
+    if let Some(e) = combine(
+        keys.iter()
+            .filter_map(|k| check_placeholders(k, &func).err()),
+    ) {
         return error_and(e, item);
     }
-    generate(&args, key, &func, &shape)
+    generate(&args, &keys, &func, &shape)
 }
 
 fn error_and(e: syn::Error, item: TokenStream) -> TokenStream {
@@ -325,7 +330,7 @@ fn key_expr(key: &KeyArg) -> TokenStream {
     }
 }
 
-fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStream {
+fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -338,7 +343,18 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
     // One `Site` per annotated function, for `init` to check. `file!()`/`line!()` with the
     // call site's span: the attribute.
     let function = sig.ident.to_string();
-    let key_lit = &key.lit;
+    // `keys = [..]`: the templates, as written, joined with ", ".
+    let key_lit = match keys {
+        [key] => key.lit.clone(),
+        _ => syn::LitStr::new(
+            &keys
+                .iter()
+                .map(|k| k.lit.value())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Span::call_site(),
+        ),
+    };
     let backend = match &args.backend {
         Some(b) => quote!(::core::option::Option::Some(#b)),
         None => quote!(::core::option::Option::None),
@@ -366,8 +382,14 @@ fn generate(args: &Args, key: &KeyArg, func: &ItemFn, shape: &Shape) -> TokenStr
     let out = Ident::new("__distlock_out", Span::mixed_site());
     let body = Ident::new("__distlock_body", Span::mixed_site());
 
-    let key = key_expr(key);
-    let mut builder = quote!(::distlock::Lock::new(#key).site(::core::concat!(
+    let constructor = if args.keys.is_some() {
+        let rendered = keys.iter().map(|k| key_expr(k));
+        quote!(::distlock::Lock::all([#(#rendered),*]))
+    } else {
+        let rendered = keys.iter().map(|k| key_expr(k));
+        quote!(::distlock::Lock::new(#(#rendered)*))
+    };
+    let mut builder = quote!(#constructor.site(::core::concat!(
         ::core::module_path!(),
         "::",
         #function

@@ -59,7 +59,8 @@ use proc_macro::TokenStream;
 ///
 /// | argument  | required | meaning |
 /// |-----------|----------|---------|
-/// | `key`     | yes | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called; at most 1024 bytes once rendered (else `LockError::InvalidKey`); each value escapes `%` and the first character of the text after it as `%XX` (`"pair:<a>:<b>"` with `a = "1:2"` renders `pair:1%3A2:…`), so different arguments never render the same key; two placeholders need text between them |
+/// | `key`     | yes (or `keys`) | the lock's key, a template: `<name>` or `<name.field.sub>` is replaced by that parameter (or field of it; `self` too), rendered with `Display` when the function is called; at most 1024 bytes once rendered (else `LockError::InvalidKey`); each value escapes `%` and the first character of the text after it as `%XX` (`"pair:<a>:<b>"` with `a = "1:2"` renders `pair:1%3A2:…`), so different arguments never render the same key; two placeholders need text between them |
+/// | `keys`    | instead of `key` | several key templates, e.g. `keys = ["account:<from>", "account:<to>"]`: all of them are locked together, all or nothing, within one `wait` (`distlock::Lock::all`: taken in sorted order, so no two callers deadlock; each key its own reentrant lock, so keys in different cluster slots work). Inside the body `distlock::fencing_token_of("account:1")` gives each rendered key's token, `lease_lost()` watches every lease. Not with `key`, nor with a `kind` other than `"reentrant"` |
 /// | `wait`    | no  | longest wait to acquire, e.g. `"250ms"`, `"5s"`, `"1m30s"`; `"0s"` tries once. Default: `[defaults].wait` |
 /// | `lease`   | no  | `"auto"`: a watchdog renews the lease while the body runs; `"30s"`: a fixed lease, never renewed. Default: `[defaults].lease` |
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |
@@ -88,6 +89,24 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// Several keys at once (a transfer that must hold both accounts):
+///
+/// ```
+/// # use distlock::distributed_lock;
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "5s")]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), distlock::LockError> {
+///     let from_token = distlock::fencing_token_of(&format!("account:{from}"));
+///     assert!(from_token.is_some());
+///     Ok(())
+/// }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await?;
+/// transfer(1, 2, 10).await?;
+/// transfer(2, 1, 10).await?; // the other order: the same lock order, no deadlock
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+/// ```
+///
 /// # Behaviour
 ///
 /// - The key is rendered first, then the lock is acquired (waiting at most `wait`), then
@@ -106,7 +125,8 @@ use proc_macro::TokenStream;
 ///   retry it blindly.
 /// - Reentrant: an annotated call nested in another one in the same task, on the same backend
 ///   and key, re-enters. A spawned task is a separate owner.
-/// - Inside the body, `distlock::fencing_token()` is the lock's fencing token.
+/// - Inside the body, `distlock::fencing_token()` is the lock's fencing token (with `keys`,
+///   that of the last key taken: use `distlock::fencing_token_of(key)` for each).
 /// - Before `distlock::init`, the function returns `Err(LockError::NotInitialized.into())`.
 /// - Every annotated function is registered (`distlock::sites()`), and `init` fails when one
 ///   names a backend the configuration does not have.
@@ -119,8 +139,9 @@ use proc_macro::TokenStream;
 ///   its error type converts. `String` does not, and cannot be made to in your crate (the
 ///   orphan rule): return an error type of your own that wraps it.
 /// - `on_lost` is `"cancel"` or `"signal"`.
-/// - Every placeholder names a parameter; `wait` and `lease` parse; `key` is given; no
-///   argument is unknown or given twice.
+/// - Every placeholder names a parameter; `wait` and `lease` parse; `key` or `keys` is
+///   given, not both; `keys` is a non-empty array of distinct string literals, with no
+///   `kind` but `"reentrant"`; no argument is unknown or given twice.
 ///
 /// ```compile_fail
 /// # use distlock::distributed_lock;

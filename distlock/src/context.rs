@@ -17,6 +17,9 @@ pub(crate) struct Frame {
     pub key: String,
     pub token: u64,
     pub lease: Arc<LeaseState>,
+    /// A multi-key lock: the leases of all of its keys (this frame's among them), which
+    /// `lease_lost()` watches together. Empty for a single lock.
+    pub group: Arc<[Arc<LeaseState>]>,
     pub parent: Option<Arc<Frame>>,
 }
 
@@ -47,9 +50,36 @@ pub(crate) fn scope<F: Future>(lease: Arc<LeaseState>, fut: F) -> impl Future<Ou
         key: lease.keys.user.clone(),
         token: lease.token,
         lease,
+        group: Arc::new([]),
         parent: current(),
     });
     CURRENT.scope(frame, fut)
+}
+
+/// Run `fut` with the held locks of a multi-key lock in the task's context, one frame
+/// each (the last innermost), every frame knowing the whole group.
+pub(crate) fn scope_group<F: Future>(
+    leases: Vec<Arc<LeaseState>>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
+    let group: Arc<[Arc<LeaseState>]> = leases.into();
+    let mut frame = current();
+    for lease in group.iter() {
+        frame = Some(Arc::new(Frame {
+            backend: lease.backend.clone(),
+            key: lease.keys.user.clone(),
+            token: lease.token,
+            lease: lease.clone(),
+            group: group.clone(),
+            parent: frame,
+        }));
+    }
+    async move {
+        match frame {
+            Some(f) => CURRENT.scope(f, fut).await,
+            None => fut.await,
+        }
+    }
 }
 
 /// The fencing token of the innermost lock held by the current task, if any.
@@ -71,6 +101,33 @@ pub(crate) fn scope<F: Future>(lease: Arc<LeaseState>, fut: F) -> impl Future<Ou
 /// ```
 pub fn fencing_token() -> Option<u64> {
     current().map(|f| f.token)
+}
+
+/// The fencing token of the innermost lock on `key` (as the user wrote it, on any
+/// backend) held by the current task, if any. Inside a multi-key lock
+/// (`Lock::all`, `#[distributed_lock(keys = [..])]`), where [`fencing_token()`] gives the
+/// token of the last key taken, this gives each key's own.
+///
+/// ```
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+/// registry.lock_all(["from", "to"]).run(async {
+///     assert!(distlock::fencing_token_of("from").is_some());
+///     assert!(distlock::fencing_token_of("to").is_some());
+///     assert_eq!(distlock::fencing_token_of("elsewhere"), None);
+/// }).await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+pub fn fencing_token_of(key: &str) -> Option<u64> {
+    let mut frame = current();
+    while let Some(f) = frame {
+        if f.key == key {
+            return Some(f.token);
+        }
+        frame = f.parent.clone();
+    }
+    None
 }
 
 /// The lease of the innermost lock held by the current task: whether it was lost, and a
@@ -119,25 +176,34 @@ pub fn fencing_token() -> Option<u64> {
 /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
 /// ```
 pub fn lease_lost() -> LeaseLost {
+    let leases = match current() {
+        Some(f) if !f.group.is_empty() => f.group.to_vec(),
+        Some(f) => vec![f.lease.clone()],
+        None => Vec::new(),
+    };
     LeaseLost {
-        lease: current().map(|f| f.lease.clone()),
+        leases,
         waiting: None,
     }
 }
 
-/// The lease of the innermost lock held by a task, from [`lease_lost()`]: query it with
+/// The lease of the innermost lock held by a task (all of their leases for a multi-key
+/// lock: lost when any of them is), from [`lease_lost()`]: query it with
 /// [`is_lost`](LeaseLost::is_lost) or [`check`](LeaseLost::check), or await it (it
 /// resolves with the `LeaseLost` error when the lease is lost).
 #[must_use = "query it with is_lost()/check(), or await it"]
 pub struct LeaseLost {
-    lease: Option<Arc<LeaseState>>,
+    leases: Vec<Arc<LeaseState>>,
     waiting: Option<Pin<Box<dyn Future<Output = LockError> + Send>>>,
 }
 
 impl std::fmt::Debug for LeaseLost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseLost")
-            .field("key", &self.lease.as_ref().map(|l| &l.keys.user))
+            .field(
+                "keys",
+                &self.leases.iter().map(|l| &l.keys.user).collect::<Vec<_>>(),
+            )
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -147,14 +213,14 @@ impl LeaseLost {
     /// Whether the lease was lost (the watchdog found the lock gone or could not renew it in
     /// time, or a fixed lease ran out). `false` outside a lock.
     pub fn is_lost(&self) -> bool {
-        self.lease.as_ref().is_some_and(|l| l.is_lost())
+        self.leases.iter().any(|l| l.is_lost())
     }
 
     /// `Err(LockError::LeaseLost { .. })` when the lease was lost, else `Ok(())`.
     pub fn check(&self) -> Result<(), LockError> {
-        match &self.lease {
-            Some(l) if l.is_lost() => Err(l.lost_error()),
-            _ => Ok(()),
+        match self.leases.iter().find(|l| l.is_lost()) {
+            Some(l) => Err(l.lost_error()),
+            None => Ok(()),
         }
     }
 }
@@ -164,12 +230,12 @@ impl Future for LeaseLost {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LockError> {
         let this = &mut *self;
-        let Some(lease) = &this.lease else {
+        if this.leases.is_empty() {
             return Poll::Pending;
-        };
+        }
         let waiting = this.waiting.get_or_insert_with(|| {
-            let lease = lease.clone();
-            Box::pin(async move { lease.lost().await })
+            let leases = this.leases.clone();
+            Box::pin(crate::multi::lost_any(leases))
         });
         waiting.as_mut().poll(cx)
     }

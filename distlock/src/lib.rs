@@ -133,6 +133,7 @@ mod keys;
 mod lease;
 mod lock;
 pub mod metrics;
+mod multi;
 mod owner;
 mod protocol;
 mod registry;
@@ -143,7 +144,7 @@ mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
 
-pub use context::{fencing_token, lease_lost, LeaseLost};
+pub use context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
 #[doc(inline)]
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
@@ -154,6 +155,7 @@ pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo, Waiter};
 pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
+pub use multi::{MultiLock, MultiLockGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
 pub use sites::{sites, Site};

@@ -82,6 +82,11 @@ impl Lock {
         }
     }
 
+    pub(crate) fn with_site(mut self, site: LockSite) -> Lock {
+        self.site = site;
+        self
+    }
+
     /// Name the lock site: what holder information (`distlock list`, [`Registry::inspect`])
     /// and the metrics' `site` label show instead of the `file:line` of `Lock::new`.
     /// `#[distributed_lock]` sets it to the function's path. Keep the number of distinct

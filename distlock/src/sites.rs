@@ -12,7 +12,8 @@
 pub struct Site {
     /// `module::path::function`.
     pub function: &'static str,
-    /// The key template, e.g. `order:<user_id>`.
+    /// The key template, e.g. `order:<user_id>` (a multi-key lock, `keys = [..]`: the
+    /// templates joined with `, `).
     pub key: &'static str,
     /// The backend named by `backend = "..."`, or `None` for the default backend.
     pub backend: Option<&'static str>,

@@ -5,6 +5,13 @@
 //! check that no other holder is inside at the same time (INCR/DECR of COUNTER:inside).
 //! Prints `DONE <overlaps>`.
 //!
+//! `lock-worker multi MODE NODES COUNTER_URL KEY1,KEY2,.. TASKS ITERATIONS`: on a backend of
+//! MODE (`single` or `cluster`) at NODES (comma-separated URLs), TASKS tasks each lock all
+//! the keys together (`Lock::all`, asked in the order given) ITERATIONS times; inside, for
+//! every key, a holder count (INCR/DECR of `KEY:inside` on the redis-server at COUNTER_URL)
+//! must be 1, and `KEY:count` gets a non-atomic read-modify-write increment. Prints
+//! `DONE <overlaps>`.
+//!
 //! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
 //! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
 
@@ -48,6 +55,57 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         tokio::task::yield_now().await;
                         let () = conn.set(&counter, v.unwrap_or(0) + 1).await.expect("set");
                         let _: i64 = conn.decr(format!("{counter}:inside"), 1).await.expect("decr");
+                        guard.release().await.expect("release");
+                    }
+                }));
+            }
+            for h in handles {
+                h.await?;
+            }
+            println!("DONE {}", overlaps.load(Ordering::SeqCst));
+            Ok(())
+        }
+        Some("multi") if args.len() == 8 => {
+            let (mode, nodes, counter_url) = (&args[2], &args[3], &args[4]);
+            let keys: Vec<String> = args[5].split(',').map(str::to_owned).collect();
+            let tasks: usize = args[6].parse()?;
+            let iterations: usize = args[7].parse()?;
+            let backend = match mode.as_str() {
+                "single" => format!("mode = \"single\"\nurl = \"{nodes}\""),
+                "cluster" => {
+                    let list: Vec<String> = nodes.split(',').map(|n| format!("\"{n}\"")).collect();
+                    format!("mode = \"cluster\"\nnodes = [{}]", list.join(", "))
+                }
+                other => return Err(format!("unknown mode {other}").into()),
+            };
+            let registry = Registry::from_str(&format!(
+                "[defaults]\nwatchdog_timeout = \"5s\"\nwait = \"60s\"\n[backends.main]\n{backend}\n"
+            ))
+            .await?;
+            let client = redis::Client::open(counter_url.as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let overlaps = Arc::new(AtomicU64::new(0));
+            let mut handles = Vec::new();
+            for _ in 0..tasks {
+                let (registry, mut conn, keys, overlaps) =
+                    (registry.clone(), conn.clone(), keys.clone(), overlaps.clone());
+                handles.push(tokio::spawn(async move {
+                    for _ in 0..iterations {
+                        let guard = registry.lock_all(keys.clone()).acquire().await.expect("acquire all");
+                        for key in &keys {
+                            let inside: i64 = conn.incr(format!("{key}:inside"), 1).await.expect("incr");
+                            if inside != 1 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        for key in &keys {
+                            let v: Option<i64> = conn.get(format!("{key}:count")).await.expect("get");
+                            tokio::task::yield_now().await;
+                            let () = conn.set(format!("{key}:count"), v.unwrap_or(0) + 1).await.expect("set");
+                        }
+                        for key in &keys {
+                            let _: i64 = conn.decr(format!("{key}:inside"), 1).await.expect("decr");
+                        }
                         guard.release().await.expect("release");
                     }
                 }));
@@ -103,6 +161,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("DONE");
             Ok(())
         }
-        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS".into()),
+        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS".into()),
     }
 }

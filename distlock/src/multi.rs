@@ -1,0 +1,363 @@
+//! Multi-key locks: `Lock::all([k1, k2, ...])` takes every key or none, within one wait.
+//!
+//! Deadlock-free by a global order: the keys are deduplicated and sorted, and taken one
+//! after the other, each an ordinary reentrant lock (so keys in different cluster slots
+//! work, each with its own fencing token). Two owners asking for `[a, b]` and `[b, a]`
+//! both ask for `a` first, so neither can hold `b` while waiting for `a`. When a key is
+//! not taken within what is left of the wait, the keys taken so far are released and the
+//! acquisition fails with the `Timeout` naming that key.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::guard::LockGuard;
+use crate::held::LeaseState;
+use crate::lock::{Lock, LockSite};
+use crate::registry::Registry;
+use crate::{Lease, LockError, OnLost};
+
+/// Several locks taken together, all or nothing: from [`Lock::all`] or
+/// [`Registry::lock_all`].
+///
+/// The keys are taken in sorted order (a global order, so two owners asking for the same
+/// keys in different orders cannot deadlock), each as a reentrant lock of its own, all
+/// within one `wait`. A duplicate key is taken once.
+///
+/// ```
+/// use distlock::{Lock, Registry};
+/// use std::time::Duration;
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+/// let both = Lock::all(["account:2", "account:1"])
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// assert_eq!(both.keys(), ["account:1", "account:2"]); // in the order they were taken
+/// let t1 = both.token("account:1").expect("held");
+/// // ... move money between the two accounts, fencing each write with its key's token ...
+/// # assert!(t1 >= 1);
+/// both.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a MultiLock does nothing until acquired"]
+pub struct MultiLock {
+    keys: Vec<String>,
+    backend: Option<String>,
+    wait: Option<Duration>,
+    lease: Option<Lease>,
+    on_lost: OnLost,
+    registry: Option<Registry>,
+    site: LockSite,
+}
+
+impl Lock {
+    /// Locks on all of `keys` at once, on the default backend of the registry in force
+    /// (see [`Lock::new`]): all or nothing, deadlock-free, within one wait. See [`MultiLock`].
+    #[track_caller]
+    pub fn all<I>(keys: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        MultiLock {
+            keys: keys.into_iter().map(Into::into).collect(),
+            backend: None,
+            wait: None,
+            lease: None,
+            on_lost: OnLost::Cancel,
+            registry: None,
+            site: LockSite::Caller(std::panic::Location::caller()),
+        }
+    }
+}
+
+impl Registry {
+    /// Locks on all of `keys` at once in this registry: see [`MultiLock`].
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.lock_all(["a", "b"]).try_acquire().await?.expect("free");
+    /// assert!(registry.lock("b").try_acquire().await?.is_none());
+    /// g.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    #[track_caller]
+    pub fn lock_all<I>(&self, keys: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        MultiLock {
+            registry: Some(self.clone()),
+            ..Lock::all(keys)
+        }
+    }
+}
+
+impl MultiLock {
+    /// Name the lock site (see [`Lock::site`]).
+    pub fn site(mut self, name: &'static str) -> MultiLock {
+        self.site = LockSite::Named(name);
+        self
+    }
+
+    /// Use the backend of this name (`[backends.NAME]`) instead of the default; every key
+    /// is locked on it.
+    pub fn backend(mut self, name: impl Into<String>) -> MultiLock {
+        self.backend = Some(name.into());
+        self
+    }
+
+    /// Longest wait to acquire all of the keys, together; `Duration::ZERO` tries each once.
+    /// Default: `[defaults].wait`.
+    pub fn wait(mut self, wait: Duration) -> MultiLock {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease of every key's lock. Default: `[defaults].lease`.
+    pub fn lease(mut self, lease: Lease) -> MultiLock {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// What [`run`](MultiLock::run) does when any of the leases is lost (see
+    /// [`Lock::on_lost`]).
+    pub fn on_lost(mut self, on_lost: OnLost) -> MultiLock {
+        self.on_lost = on_lost;
+        self
+    }
+
+    /// The keys in the order they are taken: sorted, without duplicates.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    /// Acquire every key, waiting at most the configured wait for all of them together.
+    ///
+    /// Errors: `InvalidKey` for an empty list of keys; `Timeout` naming the first key not
+    /// taken in time (the keys taken before it are released again); otherwise what
+    /// [`Lock::acquire`] returns for that key. On every error nothing stays held, and so
+    /// when this future is dropped.
+    pub async fn acquire(self) -> Result<MultiLockGuard, LockError> {
+        if self.keys.is_empty() {
+            return Err(LockError::InvalidKey {
+                key: String::new(),
+                reason: "a multi-key lock needs at least one key".into(),
+            });
+        }
+        let registry = match self.registry {
+            Some(r) => r,
+            None => crate::registry::current()?,
+        };
+        let wait = self.wait.unwrap_or(registry.defaults().wait);
+        let mut keys = self.keys;
+        keys.sort_unstable();
+        keys.dedup();
+        let start = Instant::now();
+        let deadline = start + wait.min(crate::MAX_WAIT);
+        // Taken so far: dropped (released in the background) on an error or if this
+        // future is dropped.
+        let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut lock = Lock::with_registry(key, registry.clone())
+                .with_site(self.site)
+                .wait(deadline.saturating_duration_since(Instant::now()));
+            if let Some(b) = &self.backend {
+                lock = lock.backend(b.clone());
+            }
+            if let Some(l) = self.lease {
+                lock = lock.lease(l);
+            }
+            match lock.acquire().await {
+                Ok(g) => guards.push(g),
+                Err(e) => {
+                    let e = match e {
+                        LockError::Timeout {
+                            key,
+                            backend,
+                            holder_lease,
+                            recent_hold,
+                            ..
+                        } => LockError::Timeout {
+                            key,
+                            backend,
+                            waited: start.elapsed(),
+                            holder_lease,
+                            recent_hold,
+                        },
+                        other => other,
+                    };
+                    release_all(guards).await;
+                    return Err(e);
+                }
+            }
+        }
+        let auto = guards.iter().all(|g| g.state.auto);
+        Ok(MultiLockGuard { guards, auto })
+    }
+
+    /// Try each key once: `Ok(None)` when another owner holds one of them (nothing is held
+    /// then).
+    pub async fn try_acquire(self) -> Result<Option<MultiLockGuard>, LockError> {
+        match self.wait(Duration::ZERO).acquire().await {
+            Ok(g) => Ok(Some(g)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Acquire every key, run `body` holding them (in the task-scoped context of every one:
+    /// nested acquisitions of any of the keys re-enter, [`fencing_token_of`](crate::fencing_token_of)
+    /// gives each key's token, and `lease_lost()` watches all of the leases), then release
+    /// them. As [`Lock::run`]: with auto leases, the loss of any lease drops `body` at its
+    /// next `.await` and returns `LeaseLost` naming that key (unless [`OnLost::Signal`]).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let tokens = registry
+    ///     .lock_all(["account:1", "account:2"])
+    ///     .run(async {
+    ///         (distlock::fencing_token_of("account:1"), distlock::fencing_token_of("account:2"))
+    ///     })
+    ///     .await?;
+    /// assert!(tokens.0.is_some() && tokens.1.is_some());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+        let on_lost = self.on_lost;
+        let guard = self.acquire().await?;
+        let output = if guard.auto && on_lost == OnLost::Cancel {
+            let body = guard.scope(body);
+            tokio::pin!(body);
+            tokio::select! {
+                biased;
+                out = &mut body => out,
+                lost = guard.lost() => return Err(lost),
+            }
+        } else {
+            guard.scope(body).await
+        };
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "distlock: release of a multi-key lock after the locked section failed");
+        }
+        Ok(output)
+    }
+}
+
+/// Release every guard, the last taken first; errors are logged (the guards dropped on
+/// the way out are released in the background).
+async fn release_all(guards: Vec<LockGuard>) {
+    for g in guards.into_iter().rev() {
+        let (key, backend) = (g.key().to_owned(), g.backend().to_owned());
+        if let Err(e) = g.release().await {
+            tracing::debug!(backend = %backend, key = %key, error = %e,
+                "distlock: releasing a key of a multi-key lock that was not completed");
+        }
+    }
+}
+
+/// Several held locks, from [`MultiLock::acquire`]. Dropping it releases all of them in
+/// the background; `release().await` releases them and tells whether all were still held.
+///
+/// ```
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+/// let g = registry.lock_all(["b", "a"]).acquire().await?;
+/// assert!(g.is_held());
+/// for (key, token) in g.fencing_tokens() {
+///     println!("{key}: fencing token {token}");
+/// }
+/// drop(g); // released in the background
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the locks at once"]
+pub struct MultiLockGuard {
+    /// In the order taken (sorted by key).
+    guards: Vec<LockGuard>,
+    /// Every lease is renewed by the watchdog.
+    auto: bool,
+}
+
+impl MultiLockGuard {
+    /// The keys, in the order they were taken (sorted, without duplicates).
+    pub fn keys(&self) -> Vec<&str> {
+        self.guards.iter().map(LockGuard::key).collect()
+    }
+
+    /// The fencing token of `key` (`None` if it is not one of the keys).
+    pub fn token(&self, key: &str) -> Option<u64> {
+        self.guards
+            .iter()
+            .find(|g| g.key() == key)
+            .map(LockGuard::fencing_token)
+    }
+
+    /// Every key with its fencing token, in the order taken.
+    pub fn fencing_tokens(&self) -> Vec<(&str, u64)> {
+        self.guards
+            .iter()
+            .map(|g| (g.key(), g.fencing_token()))
+            .collect()
+    }
+
+    /// The guard of each key, in the order taken.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// Whether every lock is held, as far as this process knows.
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// Resolves when any of the leases is lost, with that key's `LeaseLost` error. Never
+    /// resolves after the guard is released.
+    pub async fn lost(&self) -> LockError {
+        lost_any(self.guards.iter().map(|g| g.state.clone()).collect()).await
+    }
+
+    /// Release every lock, the last taken first. All are released whatever happens; the
+    /// first error (`NotHeld` for a key whose lease had ended) is returned.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        let mut first = None;
+        while let Some(g) = self.guards.pop() {
+            if let Err(e) = g.release().await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Run `fut` inside the task-scoped context of every one of the locks (see
+    /// [`LockGuard::scope`]).
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        crate::context::scope_group(self.guards.iter().map(|g| g.state.clone()).collect(), fut)
+    }
+}
+
+/// The first of `leases` to be lost.
+pub(crate) async fn lost_any(leases: Vec<Arc<LeaseState>>) -> LockError {
+    if leases.is_empty() {
+        return std::future::pending().await;
+    }
+    let all = leases.iter().map(|l| {
+        let l = l.clone();
+        Box::pin(async move { l.lost().await })
+    });
+    futures_util::future::select_all(all).await.0
+}
