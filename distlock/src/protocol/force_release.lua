@@ -4,9 +4,11 @@
 -- KEYS[2], KEYS[3] for fair and read-write locks, their other keys
 -- ARGV[1] channel
 -- ARGV[2] the publish verb: 'spublish' or 'publish'
+-- ARGV[3] (optional) the message; '' when absent (protocol = "redisson": '0', Redisson's
+--         UNLOCK_MESSAGE, as its forceUnlock publishes)
 -- Returns: 1 a lock was deleted; 0 there was none.
 if redis.call('del', unpack(KEYS)) > 0 then
-  redis.call(ARGV[2], ARGV[1], '')
+  redis.call(ARGV[2], ARGV[1], ARGV[3] or '')
   return 1
 end
 return 0
