@@ -89,7 +89,10 @@ impl LockKeys {
     /// with `RedissonObject.prefixName` (`prefix:{name}`, or `prefix:name` when the name
     /// has a `{`, whose tag then picks the slot). A name whose `{` opens no valid hash tag
     /// is refused: its derived keys would land in other cluster slots than the lock.
-    pub(crate) fn redisson(name: String, lease: std::time::Duration) -> Result<LockKeys, LockError> {
+    pub(crate) fn redisson(
+        name: String,
+        lease: std::time::Duration,
+    ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new("", name)?;
         if keys.user.contains('{') && !has_hash_tag(&keys.user) {
             return Err(LockError::InvalidKey {
@@ -106,7 +109,10 @@ impl LockKeys {
 
     /// The unlock latch of one unlock request (`redisson_unlock_latch:{name}:<request>`).
     pub(crate) fn redisson_latch(&self, request: &str) -> String {
-        format!("{}:{request}", redisson_name("redisson_unlock_latch", &self.user))
+        format!(
+            "{}:{request}",
+            redisson_name("redisson_unlock_latch", &self.user)
+        )
     }
 
     /// Names for a lock of `kind` on `key`. Fair and read-write locks have Redis keys of
@@ -249,7 +255,10 @@ mod tests {
         assert_eq!(k.hash, "order:42");
         assert_eq!(k.channel, "redisson_lock__channel:{order:42}");
         assert_eq!(k.fence, "redisson_lock_token:{order:42}");
-        assert_eq!(k.redisson_latch("ab"), "redisson_unlock_latch:{order:42}:ab");
+        assert_eq!(
+            k.redisson_latch("ab"),
+            "redisson_unlock_latch:{order:42}:ab"
+        );
         let t = LockKeys::redisson("a{t}b".into(), d).unwrap();
         assert_eq!(t.channel, "redisson_lock__channel:a{t}b");
         assert_eq!(hash_tag(&t.channel), hash_tag(&t.hash));

@@ -128,6 +128,9 @@ mod tests {
         assert_eq!(Hold::nested(o).owner.redisson_field(), field);
         let h = Hold::fresh();
         assert_eq!(h.redisson_request().len(), 32);
-        assert_ne!(h.redisson_request(), Hold::nested(h.owner).redisson_request());
+        assert_ne!(
+            h.redisson_request(),
+            Hold::nested(h.owner).redisson_request()
+        );
     }
 }

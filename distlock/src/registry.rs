@@ -95,7 +95,7 @@ impl Slot {
             (_, Some(b)) => b.supports(kind),
             (Slot::Connecting(p), None) => {
                 crate::backend::mode_offers(&p.name, &p.mode, p.protocol, kind)
-            },
+            }
             (Slot::Ready(b), None) => b.supports(kind),
         }
     }
