@@ -4,8 +4,8 @@
 //! server, SPUBLISH on a cluster), crashed holders freed after their lease, one fencing
 //! token sequence, the lost-lease signal, and the combinations that must be refused.
 //!
-//! Needs the shared single server and cluster: `scripts/test.sh -p distlock-tests --test
-//! redisson_interop` (or `scripts/servers.sh start`).
+//! Every test starts its own servers (`RedisProcess`, `PrivateCluster`: ports 17400..17499)
+//! and stops them when it ends: `scripts/test.sh -p distlock-tests --test redisson_interop`.
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -14,10 +14,8 @@ use distlock::{InitError, Lease, LockError, LockKind as Kind, Registry};
 use distlock_tests::redisson::{
     generate_id, lock_channel, token_name, LockKind, Redisson, RedissonConfig,
 };
-use distlock_tests::topology::{keyslot, master_of_slot};
-use distlock_tests::{
-    addr_of, cluster_urls, encode_command, read_resp, resp_command, single_url, RespValue,
-};
+use distlock_tests::topology::{keyslot, master_of_slot, PrivateCluster};
+use distlock_tests::{addr_of, encode_command, read_resp, resp_command, RedisProcess, RespValue};
 
 /// Well past a wake-up by message, well short of the 30 s leases the holders use: a waiter
 /// done within this was woken by a message, not by a lease running out.
@@ -28,15 +26,14 @@ fn unique(what: &str) -> String {
     format!("rsi-{what}-{}", &generate_id()[..12])
 }
 
-fn single_config(watchdog: &str) -> String {
+fn single_config(url: &str, watchdog: &str) -> String {
     format!(
-        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"0s\"\n[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"redisson\"\n",
-        single_url()
+        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"0s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nprotocol = \"redisson\"\n"
     )
 }
 
-fn cluster_config() -> String {
-    let nodes = cluster_urls()
+fn cluster_config(urls: &[String]) -> String {
+    let nodes = urls
         .iter()
         .map(|u| format!("\"{u}\""))
         .collect::<Vec<_>>()
@@ -46,10 +43,10 @@ fn cluster_config() -> String {
     )
 }
 
-async fn single_registry(watchdog: &str) -> Registry {
-    Registry::from_str(&single_config(watchdog))
+async fn single_registry(url: &str, watchdog: &str) -> Registry {
+    Registry::from_str(&single_config(url, watchdog))
         .await
-        .expect("connect to the test redis-server (scripts/servers.sh start)")
+        .expect("connect to the private redis-server")
 }
 
 async fn emulator(url: &str, config: RedissonConfig) -> Redisson {
@@ -143,9 +140,11 @@ async fn next_message(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
-    let addr = addr_of(&single_url());
-    let reg = single_registry("30s").await;
-    let r = emulator(&single_url(), RedissonConfig::default()).await;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
     let name = unique("x");
     let rl = r.lock(&name, LockKind::Plain);
 
@@ -184,6 +183,10 @@ async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
     let released = Instant::now();
     guard.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap(), "Redisson acquired");
+    eprintln!(
+        "single: Redisson waiter woken by distlock's release after {:?}",
+        released.elapsed()
+    );
     assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
 
     // Redisson holds: distlock is refused, then woken by Redisson's unlock message
@@ -203,6 +206,10 @@ async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
     r.lock(&name, LockKind::Plain).unlock(1).await.unwrap();
     let (g, at) = waiter.await.unwrap();
     let g = g.expect("distlock acquired after Redisson's unlock");
+    eprintln!(
+        "single: distlock waiter woken by Redisson's unlock after {:?}",
+        at - released
+    );
     assert!(at.duration_since(released) < WOKEN, "{:?}", at - released);
     g.release().await.unwrap();
     assert_eq!(int(&addr, &["EXISTS", &name]), 0);
@@ -221,9 +228,11 @@ async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_fencing_tokens_are_one_sequence() {
-    let addr = addr_of(&single_url());
-    let reg = single_registry("30s").await;
-    let r = emulator(&single_url(), RedissonConfig::default()).await;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
     let name = unique("fence");
     let fr = r.lock(&name, LockKind::Fenced);
     let t1 = fr
@@ -263,12 +272,14 @@ async fn single_fencing_tokens_are_one_sequence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_crashed_holders_free_after_their_lease() {
-    let reg = single_registry("30s").await;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let reg = single_registry(&url, "30s").await;
     let name = unique("crash");
 
     // a crashed Redisson holder (watchdog lease 600 ms, renewals stopped)
     let r = emulator(
-        &single_url(),
+        &url,
         RedissonConfig {
             watchdog_timeout: Duration::from_millis(600),
             ..RedissonConfig::default()
@@ -300,7 +311,7 @@ async fn single_crashed_holders_free_after_their_lease() {
         .unwrap();
     std::mem::forget(g);
     let taken = Instant::now();
-    let r2 = emulator(&single_url(), RedissonConfig::default()).await;
+    let r2 = emulator(&url, RedissonConfig::default()).await;
     let rl = r2.lock(&name, LockKind::Plain);
     assert!(rl
         .try_lock(1, Duration::from_secs(10), Some(LONG))
@@ -313,14 +324,16 @@ async fn single_crashed_holders_free_after_their_lease() {
     );
     assert!(waited < WOKEN, "{waited:?}");
     rl.unlock(1).await.unwrap();
-    int(&addr_of(&single_url()), &["DEL", &token_name(&name)]);
+    int(&server.addr(), &["DEL", &token_name(&name)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_watchdog_renews_and_signals_a_lost_lease() {
-    let addr = addr_of(&single_url());
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
     // auto leases of 900 ms, renewed every 300 ms
-    let reg = single_registry("900ms").await;
+    let reg = single_registry(&url, "900ms").await;
     let name = unique("lost");
     let g = reg.lock(&name).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(2_000)).await;
@@ -328,13 +341,17 @@ async fn single_watchdog_renews_and_signals_a_lost_lease() {
     let pttl = int(&addr, &["PTTL", &name]);
     assert!(pttl > 0 && pttl <= 900, "{pttl}");
     // an operator deletes it (Redisson's forceUnlock): the holder hears of it
-    let r = emulator(&single_url(), RedissonConfig::default()).await;
+    let r = emulator(&url, RedissonConfig::default()).await;
     int(&addr, &["DEL", &name]);
     let deleted = Instant::now();
     let lost = tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
         .expect("lost() within 5 s");
     assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost:?}");
+    eprintln!(
+        "single: lost() {:?} after the lock was deleted (renewal every 300 ms)",
+        deleted.elapsed()
+    );
     assert!(deleted.elapsed() < Duration::from_secs(2));
     assert!(!g.is_held());
     // the renewal never re-created it, and Redisson can take it
@@ -349,7 +366,9 @@ async fn single_watchdog_renews_and_signals_a_lost_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unsupported_combinations_are_refused_by_name() {
-    let reg = single_registry("30s").await;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let reg = single_registry(&url, "30s").await;
     for kind in [Kind::Fair, Kind::Read, Kind::Write] {
         match reg.lock(unique("k")).kind(kind).acquire().await {
             Err(e @ LockError::Unsupported { .. }) => {
@@ -369,12 +388,9 @@ async fn unsupported_combinations_are_refused_by_name() {
         other => panic!("expected InvalidKey, got {other:?}"),
     }
     for (mode, extra) in [
-        ("redlock", format!("nodes = [\"{}\"]", single_url())),
-        ("multi", format!("nodes = [\"{}\"]", single_url())),
-        (
-            "single",
-            format!("url = \"{}\"\nholder_info = true", single_url()),
-        ),
+        ("redlock", format!("nodes = [\"{}\"]", url)),
+        ("multi", format!("nodes = [\"{}\"]", url)),
+        ("single", format!("url = \"{}\"\nholder_info = true", url)),
     ] {
         let text = format!("[backends.q]\nmode = \"{mode}\"\n{extra}\nprotocol = \"redisson\"\n");
         match Registry::from_str(&text).await {
@@ -392,11 +408,14 @@ async fn unsupported_combinations_are_refused_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_exclusion_and_sharded_wake_ups_both_ways_in_every_slot() {
-    let urls = cluster_urls();
-    let addrs: Vec<String> = urls.iter().map(|u| addr_of(u)).collect();
-    let reg = Registry::from_str(&cluster_config())
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
         .await
-        .expect("connect to the test cluster (scripts/servers.sh start)");
+        .expect("start the private cluster");
+    let urls = cluster.urls();
+    let addrs: Vec<String> = urls.iter().map(|u| addr_of(u)).collect();
+    let reg = Registry::from_str(&cluster_config(&urls))
+        .await
+        .expect("connect to the private cluster");
     // names whose slots are on different masters
     let mut names: Vec<(String, String)> = Vec::new();
     for i in 0..200 {
@@ -437,6 +456,10 @@ async fn cluster_exclusion_and_sharded_wake_ups_both_ways_in_every_slot() {
             (kind.as_str(), on.as_str(), payload.as_str()),
             ("smessage", channel.as_str(), "0")
         );
+        eprintln!(
+            "cluster {master}: Redisson's SSUBSCRIBE got smessage 0 {:?} after distlock's release",
+            released.elapsed()
+        );
         assert!(released.elapsed() < WOKEN);
         let t = fr
             .try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
@@ -461,6 +484,10 @@ async fn cluster_exclusion_and_sharded_wake_ups_both_ways_in_every_slot() {
         fr.unlock(1).await.unwrap();
         let (g, at) = waiter.await.unwrap();
         let g = g.expect("distlock acquired after Redisson's unlock");
+        eprintln!(
+            "cluster {master}: distlock waiter woken by Redisson's SPUBLISH after {:?}",
+            at - released
+        );
         assert!(at.duration_since(released) < WOKEN, "{:?}", at - released);
         assert_eq!(g.fencing_token(), t as u64 + 1);
         g.release().await.unwrap();
