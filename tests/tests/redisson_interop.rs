@@ -222,6 +222,18 @@ async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
         Err(LockError::NotHeld { .. }) => {}
         other => panic!("expected NotHeld, got {other:?}"),
     }
+
+    // a nested acquisition only re-enters: with the outer hold gone it fails, LeaseLost,
+    // and re-creates nothing
+    let g = reg.lock(&name).acquire().await.unwrap();
+    int(&addr, &["DEL", &name]);
+    match g.scope(reg.lock(&name).acquire()).await {
+        Err(LockError::LeaseLost { .. }) => {}
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "nothing re-created");
+    assert!(!g.is_held(), "the outer guard heard of it");
+    drop(g);
     r.crash();
     int(&addr, &["DEL", &token_name(&name)]);
 }
@@ -495,4 +507,59 @@ async fn cluster_exclusion_and_sharded_wake_ups_both_ways_in_every_slot() {
         int(master, &["DEL", &token_name(name)]);
         r.crash();
     }
+}
+
+/// The latch key names of `name` still on the server.
+fn latches(addr: &str, name: &str) -> usize {
+    let pattern = format!("redisson_unlock_latch:{{{name}}}:*");
+    match cmd(addr, &["KEYS", &pattern]) {
+        RespValue::Array(a) => a.len(),
+        other => panic!("KEYS: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_lost_replies_neither_double_count_nor_leak() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let proxy = distlock_tests::proxy::Proxy::start(&addr);
+    let reg = single_registry(&proxy.url(), "30s").await;
+    let name = unique("lost-reply");
+
+    // an acquire whose reply is lost: its field is released, the retry takes a new one,
+    // and exactly one field with one hold is left
+    proxy.reset_after_replies(1);
+    let g = reg
+        .lock(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquired on the retry");
+    assert_eq!(proxy.pending_reply_resets(), 0, "the fault happened");
+    let held = fields(&addr, &name);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].1, 1, "{held:?}");
+
+    // a nested release whose reply is lost is sent again; the unlock latch answers it,
+    // so the outer hold's count is not taken twice
+    let nested = g.scope(reg.lock(&name).acquire()).await.unwrap();
+    assert_eq!(fields(&addr, &name)[0].1, 2);
+    proxy.reset_after_replies(1);
+    let _ = nested.release().await;
+    assert_eq!(proxy.pending_reply_resets(), 0, "the fault happened");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while latches(&addr, &name) > 0 {
+        assert!(Instant::now() < deadline, "the latch was never deleted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        fields(&addr, &name),
+        vec![(held[0].0.clone(), 1)],
+        "one hold left"
+    );
+    assert!(g.is_held());
+    g.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    assert_eq!(latches(&addr, &name), 0);
 }
