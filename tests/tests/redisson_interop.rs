@@ -14,7 +14,7 @@ use distlock::{InitError, Lease, LockError, LockKind as Kind, Registry};
 use distlock_tests::redisson::{
     generate_id, lock_channel, token_name, LockKind, Redisson, RedissonConfig,
 };
-use distlock_tests::topology::{keyslot, master_of_slot, PrivateCluster};
+use distlock_tests::topology::{keyslot, master_of_slot, PrivateCluster, PrivateSentinel};
 use distlock_tests::{addr_of, encode_command, read_resp, resp_command, RedisProcess, RespValue};
 
 /// Well past a wake-up by message, well short of the 30 s leases the holders use: a waiter
@@ -562,4 +562,57 @@ async fn single_lost_replies_neither_double_count_nor_leak() {
     g.release().await.unwrap();
     assert_eq!(int(&addr, &["EXISTS", &name]), 0);
     assert_eq!(latches(&addr, &name), 0);
+}
+
+// ------------------------------------------------------------------ sentinel
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_master_speaks_the_same_format() {
+    let group = tokio::task::spawn_blocking(|| PrivateSentinel::start(3))
+        .await
+        .expect("start the private sentinel group");
+    let sentinels = group
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let reg = Registry::from_str(&format!(
+        "[defaults]\nwait = \"0s\"\n[backends.main]\nmode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{sentinels}]\nprotocol = \"redisson\"\n",
+        PrivateSentinel::MASTER_NAME
+    ))
+    .await
+    .expect("connect through the private sentinels");
+    let addr = group.master.addr();
+    let r = emulator(&group.master.url(), RedissonConfig::default()).await;
+    let name = unique("sentinel");
+    let fr = r.lock(&name, LockKind::Fenced);
+
+    let g = reg.lock(&name).acquire().await.unwrap();
+    assert_eq!(
+        fields(&addr, &name).len(),
+        1,
+        "on the master, under the name"
+    );
+    assert_eq!(
+        fr.try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+            .await
+            .unwrap(),
+        None
+    );
+    let fr2 = r.lock(&name, LockKind::Fenced);
+    let waiter = tokio::spawn(async move {
+        fr2.try_lock_and_get_token(1, Duration::from_secs(20), Some(LONG))
+            .await
+    });
+    wait_subscribers(&addr, &lock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    let token = g.fencing_token();
+    g.release().await.unwrap();
+    let t = waiter.await.unwrap().unwrap().expect("Redisson acquired");
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    assert_eq!(t as u64, token + 1);
+    fr.unlock(1).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    r.crash();
 }
