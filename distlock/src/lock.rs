@@ -154,7 +154,9 @@ impl Lock {
     /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
     /// attempt at once; once waiting for another holder, failures such as a failover in
     /// progress are retried within the wait, and the last one is returned if it runs out);
-    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend;
+    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend, or on a
+    /// `protocol = "redisson"` backend (only the reentrant/fenced lock speaks Redisson's
+    /// format so far);
     /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
