@@ -498,6 +498,58 @@ mod tests {
     }
 
     #[test]
+    fn redisson_calls_use_redissons_keys_and_fields() {
+        let keys = LockKeys::redisson("order:42".into(), Duration::from_secs(30)).unwrap();
+        let hold = Hold::fresh();
+        let field = hold.owner.redisson_field();
+        let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        assert_eq!(a.script, Script::RedissonLock);
+        assert_eq!(a.keys, vec!["order:42", "redisson_lock_token:{order:42}"]);
+        assert_eq!(a.args, vec![b"30000".to_vec(), field.clone().into_bytes()]);
+        let nested = Call::acquire(
+            &keys,
+            Hold::nested(hold.owner),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        assert_eq!(nested.args[2], b"1", "only re-enter");
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(nested.attempt(&pair(3, 0)), Ok(Attempt::OuterLost));
+        assert_eq!(a.attempt(&pair(1, 9)), Ok(Attempt::Acquired { token: 9 }));
+
+        let r = Call::release(&keys, hold, Publish::Sharded);
+        assert_eq!(r.script, Script::RedissonUnlock);
+        assert_eq!(
+            r.keys,
+            vec![
+                "order:42".to_string(),
+                "redisson_lock__channel:{order:42}".to_string(),
+                format!(
+                    "redisson_unlock_latch:{{order:42}}:{}",
+                    hold.redisson_request()
+                ),
+            ]
+        );
+        assert_eq!(r.args[0], b"0", "UNLOCK_MESSAGE");
+        assert_eq!(r.args[2], field.as_bytes());
+        assert_eq!(r.args[3], b"spublish");
+        assert_eq!(r.released(&Value::Int(1)), Ok(Released::Freed));
+        assert_eq!(r.released(&Value::Int(0)), Ok(Released::StillHeld));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        assert!(r.released(&Value::Nil).is_err());
+        // a retry of the same release carries the same latch
+        assert_eq!(Call::release(&keys, hold, Publish::Sharded).keys, r.keys);
+
+        let w = Call::renew(&keys, hold.owner, Duration::from_secs(30));
+        assert_eq!(w.script, Script::RedissonRenew);
+        assert_eq!(w.keys, vec!["order:42"]);
+        assert_eq!(w.args[1], field.as_bytes());
+        let f = Call::force_release(&keys, Publish::Plain);
+        assert_eq!(f.keys, vec!["order:42"]);
+        assert_eq!(f.args[2], b"0");
+    }
+
+    #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
         let call = Call::acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);
