@@ -206,7 +206,6 @@ pub struct BackendConfig {
 /// assert_eq!(cfg.backends["java"].protocol, distlock_config::Protocol::Redisson);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Protocol {
     /// distlock's own format (the default).
     #[default]

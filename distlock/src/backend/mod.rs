@@ -95,7 +95,7 @@ fn protocol_offers(name: &str, protocol: Protocol, kind: LockKind) -> Result<(),
                 ),
             })
         }
-        (Protocol::Redisson, LockKind::Reentrant) | (_, _) => Ok(()),
+        (Protocol::Redisson, LockKind::Reentrant) | (Protocol::Distlock, _) => Ok(()),
     }
 }
 
@@ -269,7 +269,7 @@ impl Backend {
                 protocol_offers(&self.name, self.protocol, kind)?;
                 LockKeys::redisson(key, lease)
             }
-            _ => LockKeys::for_kind(&self.prefix, key, kind),
+            Protocol::Distlock => LockKeys::for_kind(&self.prefix, key, kind),
         }
     }
 
