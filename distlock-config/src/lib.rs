@@ -19,6 +19,7 @@
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
 //! holder_info = true              # record who holds each lock; every mode but memory (default false)
 //! required = true                 # false: init succeeds while it is down (default true)
+//! protocol = "distlock"           # "redisson": Redisson's on-Redis format; single, cluster, sentinel (default "distlock")
 //!
 //! [backends.secure]               # TLS: rediss:// URLs (every mode but memory)
 //! mode = "single"
@@ -190,6 +191,27 @@ pub struct BackendConfig {
     /// every lock on it fails at once with a `Backend` error of kind `Connection` naming
     /// the backend, the address and why it cannot be reached.
     pub required: bool,
+    /// The on-Redis lock format (`protocol`, default `"distlock"`; every mode but memory):
+    /// `"redisson"` speaks Redisson's, so Java services locking with Redisson and distlock
+    /// exclude and wake each other (see the README's "Redisson compatibility").
+    pub protocol: Protocol,
+}
+
+/// The on-Redis lock format of a backend (`protocol = "distlock" | "redisson"`).
+///
+/// ```
+/// let cfg = distlock_config::Config::from_str(
+///     "[backends.java]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"\nprotocol = \"redisson\"",
+/// ).unwrap();
+/// assert_eq!(cfg.backends["java"].protocol, distlock_config::Protocol::Redisson);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// distlock's own format (the default).
+    #[default]
+    Distlock,
+    /// Redisson's format (reentrant and fenced locks; see the README).
+    Redisson,
 }
 
 /// `mode = "..."` and the fields that mode takes.

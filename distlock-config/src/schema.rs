@@ -11,7 +11,8 @@ use crate::duration::{format_duration, parse_duration};
 use crate::error::Locator;
 use crate::interp::{interpolate, EnvLookup};
 use crate::{
-    BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, QuorumOptions, RedisUrl, Source,
+    BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, Protocol, QuorumOptions,
+    RedisUrl, Source,
 };
 
 type Key<'i> = Spanned<DeString<'i>>;
@@ -41,6 +42,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "tls_insecure_skip_verify",
     "holder_info",
     "required",
+    "protocol",
     "master_username",
     "master_password",
 ];
@@ -178,6 +180,7 @@ struct RawBackend {
     connect_timeout: Option<Duration>,
     holder_info: Option<bool>,
     required: Option<bool>,
+    protocol: Option<Protocol>,
     tls: RawTls,
 }
 
@@ -226,7 +229,7 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const T: [&str; 8] = [
+        const T: [&str; 9] = [
             "response_timeout",
             "connect_timeout",
             "tls_ca",
@@ -235,10 +238,13 @@ impl ModeKind {
             "tls_insecure_skip_verify",
             "holder_info",
             "required",
+            "protocol",
         ];
         match self {
-            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]],
-            ModeKind::Cluster => &["nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7]],
+            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8]],
+            ModeKind::Cluster => &[
+                "nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8],
+            ],
             ModeKind::Sentinel => &[
                 "master_name",
                 "sentinels",
@@ -254,6 +260,7 @@ impl ModeKind {
                 T[5],
                 T[6],
                 T[7],
+                T[8],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -268,6 +275,7 @@ impl ModeKind {
                 T[5],
                 T[6],
                 T[7],
+                T[8],
             ],
             ModeKind::Memory => &[],
         }
@@ -491,6 +499,21 @@ impl Cx<'_> {
                 }
                 "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
                 "required" => raw.required = Some(self.boolean(&field, value)?),
+                "protocol" => {
+                    raw.protocol = Some(match self.string(&field, value)?.as_str() {
+                        "distlock" => Protocol::Distlock,
+                        "redisson" => Protocol::Redisson,
+                        other => {
+                            return Err(self.loc.at(
+                                at,
+                                field,
+                                format!(
+                            "unknown protocol \"{other}\" (expected \"distlock\" or \"redisson\")"
+                        ),
+                            ))
+                        }
+                    })
+                }
                 _ => {}
             }
         }
@@ -548,6 +571,7 @@ impl Cx<'_> {
             tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
             holder_info: raw.holder_info.unwrap_or(false),
             required: raw.required.unwrap_or(true),
+            protocol: raw.protocol.unwrap_or_default(),
         })
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock_config::{Config, ConfigError, LeaseSpec, Mode, RedisUrl, Source};
+use distlock_config::{Config, ConfigError, LeaseSpec, Mode, Protocol, RedisUrl, Source};
 
 fn ok(text: &str) -> Config {
     Config::from_str(text).unwrap_or_else(|e| panic!("expected a valid config, got: {e}"))
@@ -1121,6 +1121,39 @@ fn tls_field_errors_name_line_and_field() {
         &e,
         3,
         "backends.a.tls_insecure_skip_verify",
+        &["not used by mode \"memory\""],
+    );
+}
+
+#[test]
+fn protocol_field() {
+    let c = ok("[backends.a]\nmode = \"single\"\nurl = \"redis://h\"\n");
+    assert_eq!(c.backends["a"].protocol, Protocol::Distlock);
+    for mode in ["single", "cluster", "sentinel", "redlock"] {
+        let where_ = match mode {
+            "single" => "url = \"redis://h\"",
+            "sentinel" => "master_name = \"m\"\nsentinels = [\"redis://h:26379\"]",
+            _ => "nodes = [\"redis://h:1\"]",
+        };
+        let c = ok(&format!(
+            "[backends.a]\nmode = \"{mode}\"\n{where_}\nprotocol = \"redisson\"\n"
+        ));
+        assert_eq!(c.backends["a"].protocol, Protocol::Redisson, "{mode}");
+    }
+    let c = ok("[backends.a]\nmode = \"single\"\nurl = \"redis://h\"\nprotocol = \"distlock\"\n");
+    assert_eq!(c.backends["a"].protocol, Protocol::Distlock);
+    let e = err("[backends.a]\nmode = \"single\"\nurl = \"redis://h\"\nprotocol = \"jedis\"\n");
+    check(
+        &e,
+        4,
+        "backends.a.protocol",
+        &["unknown protocol \"jedis\"", "\"redisson\""],
+    );
+    let e = err("[backends.a]\nmode = \"memory\"\nprotocol = \"redisson\"\n");
+    check(
+        &e,
+        3,
+        "backends.a.protocol",
         &["not used by mode \"memory\""],
     );
 }

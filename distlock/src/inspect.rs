@@ -159,6 +159,7 @@ impl Registry {
         backend: Option<&str>,
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
+        redisson_uninspectable(&backend)?;
         crate::runtime::entered(inspect_on(&backend, key)).await
     }
 
@@ -180,6 +181,7 @@ impl Registry {
         backend: Option<&str>,
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
+        redisson_uninspectable(&backend)?;
         crate::runtime::entered(async {
             let glob = pattern.unwrap_or("*");
             let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
@@ -529,6 +531,19 @@ fn glob_for_scan(glob: &str) -> String {
     glob.replace('\\', "\\\\")
         .replace('[', "\\[")
         .replace(']', "\\]")
+}
+
+/// Inspection reads distlock's own layout: a `protocol = "redisson"` backend's locks (bare
+/// names, Redisson's hash fields) are not found by it, so it says so instead of answering
+/// "nothing held".
+fn redisson_uninspectable(backend: &crate::backend::Backend) -> Result<(), LockError> {
+    if backend.is_redisson() {
+        return Err(LockError::Unsupported {
+            backend: backend.name.to_string(),
+            what: "inspecting locks (list/show) with protocol = \"redisson\": inspect Redisson's hashes with redis-cli (HGETALL <name>, PTTL <name>)".into(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

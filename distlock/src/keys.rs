@@ -26,6 +26,16 @@ pub(crate) struct LockKeys {
     /// acquire scripts write and release deletes, and this holder's `host\tpid\tsite`.
     /// `None`: the backend does not record holders.
     pub info: Option<InfoKey>,
+    /// `Some` under `protocol = "redisson"`: `hash` is then the name itself, `channel`
+    /// `redisson_lock__channel:{name}`, `fence` the fenced lock's `redisson_lock_token:{name}`.
+    pub redisson: Option<RedissonKeys>,
+}
+
+/// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct RedissonKeys {
+    /// The lease of this acquisition: the expiry an unlock keeps for the holds left.
+    pub lease: std::time::Duration,
 }
 
 /// Where a lock's holder information lives, and what this holder writes there.
@@ -70,7 +80,39 @@ impl LockKeys {
             user: key,
             kind: LockKind::Reentrant,
             info: None,
+            redisson: None,
         })
+    }
+
+    /// Names of the reentrant (fenced) lock `name` in Redisson's format: the lock hash is
+    /// the name itself (no `key_prefix`), the channel and the token counter are derived
+    /// with `RedissonObject.prefixName` (`prefix:{name}`, or `prefix:name` when the name
+    /// has a `{`, whose tag then picks the slot). A name whose `{` opens no valid hash tag
+    /// is refused: its derived keys would land in other cluster slots than the lock.
+    pub(crate) fn redisson(
+        name: String,
+        lease: std::time::Duration,
+    ) -> Result<LockKeys, LockError> {
+        let mut keys = LockKeys::new("", name)?;
+        if keys.user.contains('{') && !has_hash_tag(&keys.user) {
+            return Err(LockError::InvalidKey {
+                key: keys.user,
+                reason: "with protocol = \"redisson\" a name holding `{` needs a non-empty `{tag}` (Redisson derives the channel and token names as `prefix:name`, which only share the lock's cluster slot through that tag)".into(),
+            });
+        }
+        keys.hash = keys.user.clone();
+        keys.channel = redisson_name("redisson_lock__channel", &keys.user);
+        keys.fence = redisson_name("redisson_lock_token", &keys.user);
+        keys.redisson = Some(RedissonKeys { lease });
+        Ok(keys)
+    }
+
+    /// The unlock latch of one unlock request (`redisson_unlock_latch:{name}:<request>`).
+    pub(crate) fn redisson_latch(&self, request: &str) -> String {
+        format!(
+            "{}:{request}",
+            redisson_name("redisson_unlock_latch", &self.user)
+        )
     }
 
     /// Names for a lock of `kind` on `key`. Fair and read-write locks have Redis keys of
@@ -124,6 +166,23 @@ impl LockKeys {
             ],
         }
     }
+}
+
+/// `RedissonObject.prefixName(prefix, name)`: `prefix:{name}`, or `prefix:name` when the
+/// name has a `{`.
+fn redisson_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Whether Redis hashes `name` by a tag: a `{` followed later by a `}` with something between.
+fn has_hash_tag(name: &str) -> bool {
+    name.find('{')
+        .and_then(|open| name[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
 }
 
 /// 64-bit FNV-1a: stable across processes and versions, which the key layout needs.
@@ -187,6 +246,28 @@ mod tests {
         let long = "x".repeat(MAX_KEY_LEN + 1);
         let err = LockKeys::new("p", long).unwrap_err();
         assert!(err.to_string().contains("at most 1024"), "{err}");
+    }
+
+    #[test]
+    fn redisson_names() {
+        let d = std::time::Duration::from_secs(30);
+        let k = LockKeys::redisson("order:42".into(), d).unwrap();
+        assert_eq!(k.hash, "order:42");
+        assert_eq!(k.channel, "redisson_lock__channel:{order:42}");
+        assert_eq!(k.fence, "redisson_lock_token:{order:42}");
+        assert_eq!(
+            k.redisson_latch("ab"),
+            "redisson_unlock_latch:{order:42}:ab"
+        );
+        let t = LockKeys::redisson("a{t}b".into(), d).unwrap();
+        assert_eq!(t.channel, "redisson_lock__channel:a{t}b");
+        assert_eq!(hash_tag(&t.channel), hash_tag(&t.hash));
+        for bad in ["a{b", "x{}y", ""] {
+            assert!(matches!(
+                LockKeys::redisson(bad.into(), d),
+                Err(LockError::InvalidKey { .. })
+            ));
+        }
     }
 
     #[test]

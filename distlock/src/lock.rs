@@ -159,7 +159,9 @@ impl Lock {
     /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
     /// attempt at once; once waiting for another holder, failures such as a failover in
     /// progress are retried within the wait, and the last one is returned if it runs out);
-    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend;
+    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend, or on a
+    /// `protocol = "redisson"` backend (only the reentrant/fenced lock speaks Redisson's
+    /// format so far);
     /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
@@ -254,7 +256,7 @@ impl Lock {
         };
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports(self.kind)?;
-        let keys = LockKeys::for_kind(&backend.prefix, self.key, self.kind)?;
+        let keys = backend.keys(self.key, self.kind, backend.watchdog_timeout)?;
         crate::runtime::entered(backend.force_release(&keys)).await
     }
 }
@@ -267,14 +269,14 @@ async fn acquire(
     lease: Lease,
     label: &'static str,
 ) -> Result<LockGuard, LockError> {
-    let mut keys = LockKeys::for_kind(&backend.prefix, key, kind)?;
-    if backend.holder_info {
-        keys = keys.with_holder(crate::inspect::holder_text(label));
-    }
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
+    let mut keys = backend.keys(key, kind, lease_len)?;
+    if backend.holder_info {
+        keys = keys.with_holder(crate::inspect::holder_text(label));
+    }
     // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
     // held for longer than a day without renewal is a wedge waiting to happen.
     if lease_len > crate::MAX_LEASE {
@@ -317,7 +319,13 @@ async fn acquire(
         },
         None => Hold::fresh(),
     };
-    let hold = base;
+    let mut hold = base;
+    // Redisson's format counts a re-entry on the owner's field, shared with the outer hold,
+    // and has no level marks: a nested acquisition whose outcome is unknown (an error, or
+    // this future dropped in flight) must not be "released" — that could take the outer
+    // hold's count instead. Its possible extra count ends with the lease (documented).
+    let redisson = backend.is_redisson();
+    let ambiguous_is_kept = redisson && hold.nested;
     let outer_token = outer.as_ref().map(|o| o.token);
     let mut pending: Option<ReleaseOnDrop> = None;
     let mut watch = None;
@@ -346,7 +354,7 @@ async fn acquire(
         // may be held: if this future is dropped, or ends in an error, it is released in
         // the background. A retry after an error sends the same level, so a first run
         // whose reply was lost is found, not counted again.
-        if pending.is_none() {
+        if pending.is_none() && !ambiguous_is_kept {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
         let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
@@ -364,10 +372,18 @@ async fn acquire(
             // A transient failure (connection refused or reset, a time-out, a failover under
             // way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried with
             // backoff until the wait ends; then the last error is returned.
-            Err(e) if e.is_transient() => {
+            Err(e) if e.is_transient() && !ambiguous_is_kept => {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(e);
+                }
+                if redisson {
+                    // Redisson's format cannot tell a retry from a re-entry: the field
+                    // this attempt may have taken is released in the background (a field
+                    // of this acquisition alone, so nothing else is touched), and the
+                    // retry is a fresh acquisition with a field of its own.
+                    drop(pending.take());
+                    hold = Hold::fresh();
                 }
                 let pause = backend_retry.pause();
                 tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,

@@ -25,6 +25,36 @@ impl OwnerId {
     }
 }
 
+impl OwnerId {
+    /// Redisson's owner field for this acquisition (`protocol = "redisson"`):
+    /// `"<client uuid>:<n>"`, the UUID being this process's [`redisson_client_id`] and `n`
+    /// 63 bits of this id, in decimal (where Redisson writes a thread id). Nested
+    /// acquisitions in the same task share their outer acquisition's id, hence its field.
+    pub(crate) fn redisson_field(&self) -> String {
+        format!("{}:{}", redisson_client_id(), (self.0 as u64) >> 1)
+    }
+}
+
+/// This process's Redisson client id: one random UUID (version 4, lowercase, with dashes),
+/// as `ServiceManager.getId()` makes one per Redisson client.
+pub(crate) fn redisson_client_id() -> &'static str {
+    static ID: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut b: [u8; 16] = rand::random();
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    });
+    &ID
+}
+
 /// One acquisition as the protocol sees it: the owner (shared by the nested acquisitions
 /// of one hold), a level id of its own (so a script run twice, or rolled back, counts it
 /// once), and whether the owner holds the lock already.
@@ -58,6 +88,13 @@ impl Hold {
     pub(crate) fn level_hex(&self) -> String {
         format!("{:016x}", self.level)
     }
+
+    /// The request id of this hold's unlock in Redisson's format (32 hex digits, as
+    /// `ServiceManager.generateId`): the same for every retry of that unlock, so the
+    /// unlock latch answers a retry with the first run's result.
+    pub(crate) fn redisson_request(&self) -> String {
+        format!("{:016x}{:016x}", (self.owner.0 >> 64) as u64, self.level)
+    }
 }
 
 impl fmt::Debug for OwnerId {
@@ -75,5 +112,25 @@ mod tests {
         let o = OwnerId::random();
         assert_eq!(std::str::from_utf8(&o.hex()).unwrap(), format!("{o:?}"));
         assert_ne!(OwnerId::random(), OwnerId::random());
+    }
+
+    #[test]
+    fn redisson_fields() {
+        let id = redisson_client_id();
+        assert_eq!(id.len(), 36);
+        assert_eq!(id.matches('-').count(), 4);
+        assert_eq!(&id[14..15], "4");
+        let o = OwnerId::random();
+        let field = o.redisson_field();
+        let (uuid, n) = field.rsplit_once(':').unwrap();
+        assert_eq!(uuid, id);
+        assert!(n.parse::<i64>().unwrap() >= 0, "a positive Java long");
+        assert_eq!(Hold::nested(o).owner.redisson_field(), field);
+        let h = Hold::fresh();
+        assert_eq!(h.redisson_request().len(), 32);
+        assert_ne!(
+            h.redisson_request(),
+            Hold::nested(h.owner).redisson_request()
+        );
     }
 }

@@ -13,7 +13,7 @@ use super::error::{bounded, DriverError};
 use crate::keys::LockKeys;
 use crate::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
-use crate::protocol::{Attempt, Call, Publish, Released, UnexpectedReply};
+use crate::protocol::{Attempt, Call, Publish, Released, Script, UnexpectedReply};
 
 /// A connection speaking the lock protocol.
 #[derive(Clone)]
@@ -93,7 +93,26 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         let call = Call::release(keys, hold, self.publish);
         let v = self.run(&call, "release timed out").await?;
         self.warn_unannounced(&keys.user, &v);
-        call.released(&v).map_err(|r| self.unexpected(r))
+        let released = call.released(&v).map_err(|r| self.unexpected(r))?;
+        if call.script == Script::RedissonUnlock {
+            // Answered: the unlock latch has done its work (`RedissonBaseLock` deletes it
+            // likewise); should this fail, it expires on its own.
+            let mut del = redis::cmd("DEL");
+            del.arg(&call.keys[2]);
+            let mut conn = self.conn.clone();
+            if let Err(e) = bounded(
+                &self.address,
+                "DEL of the unlock latch timed out",
+                self.response_timeout,
+                del.query_async::<()>(&mut conn),
+            )
+            .await
+            {
+                tracing::debug!(address = %self.address, error = %e,
+                    "distlock: deleting the unlock latch failed; it expires on its own");
+            }
+        }
+        Ok(released)
     }
 
     /// A fair or write waiter leaves the queue. Returns whether it was queued.

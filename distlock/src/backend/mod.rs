@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock_config::{BackendConfig, Defaults, Mode};
+use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::error::DriverError;
 use crate::held::Leases;
@@ -63,17 +63,65 @@ pub(crate) struct Backend {
     pub(crate) holder_info: bool,
     /// The self-check of its servers (`None`: memory).
     check: Option<check::SelfCheck>,
+    /// The on-Redis format (`protocol`): distlock's or Redisson's.
+    pub(crate) protocol: Protocol,
     driver: Driver,
 }
 
 /// Whether a backend of `mode` offers lock kind `kind` (known before it is connected).
-pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
+pub(crate) fn mode_offers(
+    name: &str,
+    mode: &Mode,
+    protocol: Protocol,
+    kind: LockKind,
+) -> Result<(), LockError> {
     let quorum = match mode {
         Mode::Redlock { .. } => Some("redlock"),
         Mode::Multi { .. } => Some("multi"),
         Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
     };
-    offers(name, quorum, kind)
+    offers(name, quorum, kind)?;
+    protocol_offers(name, protocol, kind)
+}
+
+/// Under `protocol = "redisson"` only the reentrant (fenced) lock is implemented in
+/// Redisson's format so far: the other kinds fail, naming it, rather than silently using
+/// distlock's format beside a Redisson client.
+fn protocol_offers(name: &str, protocol: Protocol, kind: LockKind) -> Result<(), LockError> {
+    match (protocol, kind) {
+        (Protocol::Redisson, LockKind::Fair | LockKind::Read | LockKind::Write) => {
+            Err(LockError::Unsupported {
+                backend: name.to_owned(),
+                what: format!(
+                    "lock kind `{}` with protocol = \"redisson\" (distlock speaks only Redisson's reentrant/fenced lock `RLock`/`RFencedLock` so far; see the README's \"Redisson compatibility\")",
+                    kind.name(),
+                ),
+            })
+        }
+        (Protocol::Redisson, LockKind::Reentrant) | (Protocol::Distlock, _) => Ok(()),
+    }
+}
+
+/// What `protocol = "redisson"` cannot be combined with, as an init error.
+fn protocol_fits(cfg: &BackendConfig) -> Result<(), InitError> {
+    if cfg.protocol != Protocol::Redisson {
+        return Ok(());
+    }
+    let what = match &cfg.mode {
+        Mode::Redlock { .. } | Mode::Multi { .. } => format!(
+            "protocol = \"redisson\" with mode = \"{}\": Redisson's lock format lives on one master (its RedissonRedLock/RedissonMultiLock are not covered); use mode single, cluster or sentinel",
+            cfg.mode.name()
+        ),
+        Mode::Memory => "protocol = \"redisson\" with mode = \"memory\"".to_string(),
+        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } if cfg.holder_info => {
+            "protocol = \"redisson\" with holder_info = true: Redisson's format has no place for holder information".to_string()
+        }
+        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } => return Ok(()),
+    };
+    Err(InitError::Unsupported {
+        backend: cfg.name.clone(),
+        message: what,
+    })
 }
 
 /// Fair and read-write locks need one master or one cluster slot: a quorum backend
@@ -104,6 +152,7 @@ impl Backend {
         defaults: &Defaults,
         judge: bool,
     ) -> Result<Arc<Backend>, InitError> {
+        protocol_fits(cfg)?;
         let name: Arc<str> = Arc::from(cfg.name.as_str());
         let settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
             backend: cfg.name.clone(),
@@ -195,6 +244,7 @@ impl Backend {
             runtime: tokio::runtime::Handle::current(),
             holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
             check,
+            protocol: cfg.protocol,
             driver,
         };
         if judge {
@@ -254,7 +304,30 @@ impl Backend {
                 None
             }
         };
-        offers(&self.name, quorum, kind)
+        offers(&self.name, quorum, kind)?;
+        protocol_offers(&self.name, self.protocol, kind)
+    }
+
+    /// The Redis names of a lock of `kind` on `key` in this backend's format, for an
+    /// acquisition leased for `lease`.
+    pub(crate) fn keys(
+        &self,
+        key: String,
+        kind: LockKind,
+        lease: Duration,
+    ) -> Result<LockKeys, LockError> {
+        match self.protocol {
+            Protocol::Redisson => {
+                protocol_offers(&self.name, self.protocol, kind)?;
+                LockKeys::redisson(key, lease)
+            }
+            Protocol::Distlock => LockKeys::for_kind(&self.prefix, key, kind),
+        }
+    }
+
+    /// Whether this backend speaks Redisson's format.
+    pub(crate) fn is_redisson(&self) -> bool {
+        self.protocol == Protocol::Redisson
     }
 
     /// One acquire attempt. `wait`: how long the caller may still wait (fair and write

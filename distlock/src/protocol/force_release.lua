@@ -4,10 +4,12 @@
 -- KEYS[2], KEYS[3] for fair and read-write locks, their other keys
 -- ARGV[1] channel
 -- ARGV[2] the publish verb: 'spublish' or 'publish'
+-- ARGV[3] (optional) the message; '' when absent (protocol = "redisson": '0', Redisson's
+--         UNLOCK_MESSAGE, as its forceUnlock publishes)
 -- Returns: 1 a lock was deleted; 0 there was none; {1, error} deleted, but the publish
 --   failed (NOPERM: waiters wake at their own deadlines).
 if redis.call('del', unpack(KEYS)) > 0 then
-  local published = redis.pcall(ARGV[2], ARGV[1], '')
+  local published = redis.pcall(ARGV[2], ARGV[1], ARGV[3] or '')
   if type(published) == 'table' and published.err then return {1, published.err} end
   return 1
 end

@@ -44,6 +44,12 @@ pub(crate) enum Script {
     FenceGet,
     /// `crate::inspect`: read a lock's state, of every kind (read-only).
     Inspect,
+    /// `protocol = "redisson"`: acquire or re-enter a reentrant (fenced) lock.
+    RedissonLock,
+    /// `protocol = "redisson"`: release one hold, behind the unlock latch.
+    RedissonUnlock,
+    /// `protocol = "redisson"`: the watchdog's renewal.
+    RedissonRenew,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
@@ -51,7 +57,7 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 13] = [
+    pub(crate) const ALL: [Script; 16] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -65,11 +71,14 @@ impl Script {
         Script::Fence,
         Script::FenceGet,
         Script::Inspect,
+        Script::RedissonLock,
+        Script::RedissonUnlock,
+        Script::RedissonRenew,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 13]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 16]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -86,6 +95,9 @@ impl Script {
                 Script::Fence => include_str!("fence.lua").to_owned(),
                 Script::FenceGet => include_str!("fence_get.lua").to_owned(),
                 Script::Inspect => include_str!("inspect.lua").to_owned(),
+                Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
+                Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
+                Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
             })
         });
         &SOURCES[self as usize]
@@ -93,7 +105,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 13]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 16]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -217,6 +229,19 @@ impl Call {
     /// The acquire call for a lock of `keys.kind`. `wait`: how long the caller may still
     /// wait (fair and write locks queue for that long).
     pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+        if keys.redisson.is_some() {
+            // Redisson's format: the reentrant lock is the fenced lock (every acquisition
+            // draws a token from `redisson_lock_token:{name}`); a nested acquisition only
+            // re-enters (reply 3 when the owner's field is gone).
+            let call = Call::raw(
+                Script::RedissonLock,
+                vec![keys.hash.clone(), keys.fence.clone()],
+                Vec::new(),
+            )
+            .arg(millis(lease))
+            .arg(hold.owner.redisson_field());
+            return if hold.nested { call.arg("1") } else { call };
+        }
         let lease = millis(lease);
         let wait = wait.as_millis().min(i64::MAX as u128).to_string();
         let nested = if hold.nested { "1" } else { "0" };
@@ -266,6 +291,19 @@ impl Call {
 
     /// The release call of one level.
     pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
+        if let Some(r) = &keys.redisson {
+            let keys = vec![
+                keys.hash.clone(),
+                keys.channel.clone(),
+                keys.redisson_latch(&hold.redisson_request()),
+            ];
+            return Call::raw(Script::RedissonUnlock, keys, Vec::new())
+                .arg(REDISSON_UNLOCK_MESSAGE)
+                .arg(millis(r.lease))
+                .arg(hold.owner.redisson_field())
+                .arg(publish.verb())
+                .arg(REDISSON_LATCH_TTL.as_millis().to_string());
+        }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
                 .only_hash()
@@ -300,6 +338,14 @@ impl Call {
 
     /// What a release call's reply means.
     pub(crate) fn released(&self, v: &Value) -> Result<Released, UnexpectedReply> {
+        if self.script == Script::RedissonUnlock {
+            return match v {
+                Value::Int(1) => Ok(Released::Freed),
+                Value::Int(0) => Ok(Released::StillHeld),
+                Value::Int(-1) => Ok(Released::NotHeld),
+                other => Err(self.unexpected(other)),
+            };
+        }
         if Call::publish_failure(v).is_some() {
             return Ok(Released::Freed);
         }
@@ -313,6 +359,11 @@ impl Call {
 
     /// The renew call of one lease.
     pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
+        if keys.redisson.is_some() {
+            return Call::raw(Script::RedissonRenew, vec![keys.hash.clone()], Vec::new())
+                .arg(millis(lease))
+                .arg(owner.redisson_field());
+        }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Renew, keys)
                 .only_hash()
@@ -356,6 +407,13 @@ impl Call {
     /// Delete a lock whoever holds it (with the other keys of fair and read-write locks).
     /// The holder information goes too, recorded or not (another process may record it).
     pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+        if keys.redisson.is_some() {
+            // `RedissonLock.forceUnlockAsync`: DEL the hash, publish UNLOCK_MESSAGE.
+            return Call::raw(Script::ForceRelease, vec![keys.hash.clone()], Vec::new())
+                .arg(&keys.channel)
+                .arg(publish.verb())
+                .arg(REDISSON_UNLOCK_MESSAGE);
+        }
         let mut call = Call::new(Script::ForceRelease, keys)
             .arg(&keys.channel)
             .arg(publish.verb());
@@ -404,6 +462,13 @@ impl Call {
         self
     }
 }
+
+/// Redisson's `LockPubSub.UNLOCK_MESSAGE`, as the text the scripts publish.
+const REDISSON_UNLOCK_MESSAGE: &str = "0";
+
+/// How long an unlock latch lives (Redisson's default: `(timeout 3000 + retry delay of 1000
+/// to 2000) * 4 attempts` = 16 to 20 s); the caller deletes it once answered.
+pub(crate) const REDISSON_LATCH_TTL: Duration = Duration::from_secs(20);
 
 /// `read` or `write`, as the read-write scripts take it.
 fn rw_mode(kind: LockKind) -> &'static str {
@@ -454,6 +519,58 @@ mod tests {
         assert_eq!(plain.args[2], b"publish");
         assert_eq!(sharded.args[2], b"spublish");
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
+    }
+
+    #[test]
+    fn redisson_calls_use_redissons_keys_and_fields() {
+        let keys = LockKeys::redisson("order:42".into(), Duration::from_secs(30)).unwrap();
+        let hold = Hold::fresh();
+        let field = hold.owner.redisson_field();
+        let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        assert_eq!(a.script, Script::RedissonLock);
+        assert_eq!(a.keys, vec!["order:42", "redisson_lock_token:{order:42}"]);
+        assert_eq!(a.args, vec![b"30000".to_vec(), field.clone().into_bytes()]);
+        let nested = Call::acquire(
+            &keys,
+            Hold::nested(hold.owner),
+            Duration::from_secs(1),
+            Duration::ZERO,
+        );
+        assert_eq!(nested.args[2], b"1", "only re-enter");
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(nested.attempt(&pair(3, 0)), Ok(Attempt::OuterLost));
+        assert_eq!(a.attempt(&pair(1, 9)), Ok(Attempt::Acquired { token: 9 }));
+
+        let r = Call::release(&keys, hold, Publish::Sharded);
+        assert_eq!(r.script, Script::RedissonUnlock);
+        assert_eq!(
+            r.keys,
+            vec![
+                "order:42".to_string(),
+                "redisson_lock__channel:{order:42}".to_string(),
+                format!(
+                    "redisson_unlock_latch:{{order:42}}:{}",
+                    hold.redisson_request()
+                ),
+            ]
+        );
+        assert_eq!(r.args[0], b"0", "UNLOCK_MESSAGE");
+        assert_eq!(r.args[2], field.as_bytes());
+        assert_eq!(r.args[3], b"spublish");
+        assert_eq!(r.released(&Value::Int(1)), Ok(Released::Freed));
+        assert_eq!(r.released(&Value::Int(0)), Ok(Released::StillHeld));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        assert!(r.released(&Value::Nil).is_err());
+        // a retry of the same release carries the same latch
+        assert_eq!(Call::release(&keys, hold, Publish::Sharded).keys, r.keys);
+
+        let w = Call::renew(&keys, hold.owner, Duration::from_secs(30));
+        assert_eq!(w.script, Script::RedissonRenew);
+        assert_eq!(w.keys, vec!["order:42"]);
+        assert_eq!(w.args[1], field.as_bytes());
+        let f = Call::force_release(&keys, Publish::Plain);
+        assert_eq!(f.keys, vec!["order:42"]);
+        assert_eq!(f.args[2], b"0");
     }
 
     #[test]

@@ -5,8 +5,11 @@
 --          for the plain lock
 -- ARGV[1]  lease in ms (Redisson's default is the watchdog timeout, 30000)
 -- ARGV[2]  owner field "<client uuid>:<n>"
+-- ARGV[3]  (optional) "1": only re-enter a hold this owner has (distlock's nested
+--          acquisition); nothing is created when the owner's field is gone
 --
 -- Returns {1, token} when newly acquired, {2, token} when re-entered by the same owner,
+-- {3, 0} when ARGV[3] is "1" and the owner holds nothing (its lease was lost),
 -- {0, pttl} when another owner holds it (pttl as Redis reports it, -1 when the hash has no
 -- expiry). token is the counter's new value for the fenced lock, 0 for the plain lock.
 --
@@ -25,8 +28,11 @@ if redis.call('exists', lock) == 0 then
   state = 1
 elseif redis.call('hexists', lock, owner) == 1 then
   state = 2
-else
+elseif ARGV[3] ~= '1' then
   return {0, redis.call('pttl', lock)}
+end
+if ARGV[3] == '1' and state ~= 2 then
+  return {3, 0}
 end
 local token = 0
 if KEYS[2] ~= nil then

@@ -42,6 +42,6 @@ if redis.call('hincrby', lock, owner, -1) > 0 then
   return 0
 end
 redis.call('del', lock)
-redis.call(ARGV[4], channel, ARGV[1])
+redis.pcall(ARGV[4], channel, ARGV[1])
 redis.call('set', latch, 1, 'px', latch_ttl)
 return 1

@@ -1,0 +1,618 @@
+//! distlock's library with `protocol = "redisson"` against the Redisson client emulator
+//! (`distlock_tests::redisson`, the commands a Redisson client issues) on the same names,
+//! on real servers: mutual exclusion both ways, wake-ups both ways (PUBLISH on a single
+//! server, SPUBLISH on a cluster), crashed holders freed after their lease, one fencing
+//! token sequence, the lost-lease signal, and the combinations that must be refused.
+//!
+//! Every test starts its own servers (`RedisProcess`, `PrivateCluster`: ports 17400..17499)
+//! and stops them when it ends: `scripts/test.sh -p distlock-tests --test redisson_interop`.
+
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use distlock::{InitError, Lease, LockError, LockKind as Kind, Registry};
+use distlock_tests::redisson::{
+    generate_id, lock_channel, token_name, LockKind, Redisson, RedissonConfig,
+};
+use distlock_tests::topology::{keyslot, master_of_slot, PrivateCluster, PrivateSentinel};
+use distlock_tests::{addr_of, encode_command, read_resp, resp_command, RedisProcess, RespValue};
+
+/// Well past a wake-up by message, well short of the 30 s leases the holders use: a waiter
+/// done within this was woken by a message, not by a lease running out.
+const WOKEN: Duration = Duration::from_secs(3);
+const LONG: Duration = Duration::from_secs(30);
+
+fn unique(what: &str) -> String {
+    format!("rsi-{what}-{}", &generate_id()[..12])
+}
+
+fn single_config(url: &str, watchdog: &str) -> String {
+    format!(
+        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"0s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nprotocol = \"redisson\"\n"
+    )
+}
+
+fn cluster_config(urls: &[String]) -> String {
+    let nodes = urls
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[defaults]\nwait = \"0s\"\n[backends.main]\nmode = \"cluster\"\nnodes = [{nodes}]\nprotocol = \"redisson\"\n"
+    )
+}
+
+async fn single_registry(url: &str, watchdog: &str) -> Registry {
+    Registry::from_str(&single_config(url, watchdog))
+        .await
+        .expect("connect to the private redis-server")
+}
+
+async fn emulator(url: &str, config: RedissonConfig) -> Redisson {
+    Redisson::connect(url, config)
+        .await
+        .expect("connect the Redisson emulator")
+}
+
+fn cmd(addr: &str, args: &[&str]) -> RespValue {
+    resp_command(addr, args).unwrap_or_else(|e| panic!("{args:?} on {addr}: {e}"))
+}
+
+fn int(addr: &str, args: &[&str]) -> i64 {
+    let v = cmd(addr, args);
+    v.as_int()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("{args:?}: not a number: {v:?}"))
+}
+
+/// The fields of the lock hash `name` with their hold counts.
+fn fields(addr: &str, name: &str) -> Vec<(String, i64)> {
+    let v = cmd(addr, &["HGETALL", name]);
+    let items = v.as_array().expect("HGETALL answers an array").to_vec();
+    items
+        .chunks(2)
+        .map(|p| {
+            (
+                p[0].as_str().expect("field").to_string(),
+                p[1].as_str().and_then(|s| s.parse().ok()).expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `n` connections subscribe to `channel` (`NUMSUB`, or with
+/// `sharded` `SHARDNUMSUB` on the node serving it).
+async fn wait_subscribers(addr: &str, channel: &str, n: i64, sharded: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    loop {
+        let v = cmd(addr, &["PUBSUB", sub, channel]);
+        let count = v
+            .as_array()
+            .and_then(|a| a.get(1))
+            .and_then(RespValue::as_int)
+            .unwrap_or(0);
+        if count >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody subscribed to {channel} ({sub}) within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A sharded subscriber (what Redisson's SSUBSCRIBE is) on the node at `addr`.
+fn ssubscribe(addr: &str, channel: &str) -> std::io::BufReader<std::net::TcpStream> {
+    use std::io::Write;
+    let stream = std::net::TcpStream::connect(addr).expect("connect to the cluster node");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut w = stream.try_clone().expect("clone");
+    w.write_all(&encode_command(&["SSUBSCRIBE", channel]))
+        .expect("send SSUBSCRIBE");
+    let mut r = std::io::BufReader::new(stream);
+    match read_resp(&mut r).expect("SSUBSCRIBE reply") {
+        RespValue::Array(_) => r,
+        other => panic!("SSUBSCRIBE {channel} on {addr}: {other:?}"),
+    }
+}
+
+/// The next message of a sharded subscriber: `(kind, channel, payload)`.
+async fn next_message(
+    mut sub: std::io::BufReader<std::net::TcpStream>,
+) -> (String, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let _ = sub.fill_buf();
+        let msg = read_resp(&mut sub).expect("a message within 10 s");
+        let parts = msg.as_array().expect("a push").to_vec();
+        let text = |i: usize| parts[i].as_str().unwrap_or_default().to_string();
+        (text(0), text(1), text(2))
+    })
+    .await
+    .expect("reader")
+}
+
+// ------------------------------------------------------------------ single server
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_exclusion_wake_ups_and_reentrancy_both_ways() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    let name = unique("x");
+    let rl = r.lock(&name, LockKind::Plain);
+
+    // distlock holds, in Redisson's format: the lock key is the name, one field
+    // "<uuid>:<n>" with its count, the watchdog's lease.
+    let guard = reg.lock(&name).lease(Lease::Auto).acquire().await.unwrap();
+    let held = fields(&addr, &name);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let (field, count) = &held[0];
+    assert_eq!(*count, 1);
+    let (uuid, n) = field.rsplit_once(':').expect("<uuid>:<n>");
+    assert_eq!(uuid.len(), 36, "{field}");
+    assert_ne!(uuid, r.id());
+    assert!(n.parse::<i64>().unwrap() >= 0, "{field}");
+    let pttl = int(&addr, &["PTTL", &name]);
+    assert!(pttl > 25_000 && pttl <= 30_000, "{pttl}");
+
+    // re-entry in the task counts on the same field; Redisson is refused throughout
+    let nested = guard
+        .scope(reg.lock(&name).acquire())
+        .await
+        .expect("re-entered");
+    assert_eq!(nested.fencing_token(), guard.fencing_token());
+    assert_eq!(fields(&addr, &name), vec![(field.clone(), 2)]);
+    assert!(!rl.try_lock_now(1).await.unwrap());
+    nested.release().await.unwrap();
+    assert_eq!(fields(&addr, &name), vec![(field.clone(), 1)]);
+    assert!(!rl.try_lock_now(1).await.unwrap());
+    // another task of this process is another owner: refused too
+    assert!(reg.lock(&name).try_acquire().await.unwrap().is_none());
+
+    // a Redisson waiter is woken by distlock's release (PUBLISH 0 on its channel)
+    let rl2 = r.lock(&name, LockKind::Plain);
+    let waiter = tokio::spawn(async move { rl2.try_lock(1, Duration::from_secs(20), None).await });
+    wait_subscribers(&addr, &lock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    assert!(waiter.await.unwrap().unwrap(), "Redisson acquired");
+    eprintln!(
+        "single: Redisson waiter woken by distlock's release after {:?}",
+        released.elapsed()
+    );
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+
+    // Redisson holds: distlock is refused, then woken by Redisson's unlock message
+    assert!(reg.lock(&name).try_acquire().await.unwrap().is_none());
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let waiter = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    wait_subscribers(&addr, &lock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    r.lock(&name, LockKind::Plain).unlock(1).await.unwrap();
+    let (g, at) = waiter.await.unwrap();
+    let g = g.expect("distlock acquired after Redisson's unlock");
+    eprintln!(
+        "single: distlock waiter woken by Redisson's unlock after {:?}",
+        at - released
+    );
+    assert!(at.duration_since(released) < WOKEN, "{:?}", at - released);
+    g.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    // a second release finds nothing and says so
+    let g = reg.lock(&name).acquire().await.unwrap();
+    // force_unlock is Redisson's forceUnlock: DEL, and UNLOCK_MESSAGE to the waiters
+    assert!(reg.lock(&name).force_unlock().await.unwrap());
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    match g.release().await {
+        Err(LockError::NotHeld { .. }) => {}
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+
+    // a nested acquisition only re-enters: with the outer hold gone it fails, LeaseLost,
+    // and re-creates nothing
+    let g = reg.lock(&name).acquire().await.unwrap();
+    int(&addr, &["DEL", &name]);
+    match g.scope(reg.lock(&name).acquire()).await {
+        Err(LockError::LeaseLost { .. }) => {}
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "nothing re-created");
+    assert!(!g.is_held(), "the outer guard heard of it");
+    drop(g);
+    r.crash();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_fencing_tokens_are_one_sequence() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    let name = unique("fence");
+    let fr = r.lock(&name, LockKind::Fenced);
+    let t1 = fr
+        .try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+        .await
+        .unwrap()
+        .expect("Redisson acquired");
+    assert!(reg.lock(&name).try_acquire().await.unwrap().is_none());
+    fr.unlock(1).await.unwrap();
+    let g = reg.lock(&name).acquire().await.unwrap();
+    assert_eq!(
+        g.fencing_token() as i64,
+        t1 + 1,
+        "the next token of the one counter"
+    );
+    assert_eq!(int(&addr, &["GET", &token_name(&name)]), t1 + 1);
+    assert_eq!(
+        fr.try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+            .await
+            .unwrap(),
+        None
+    );
+    g.release().await.unwrap();
+    let t3 = fr
+        .try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+        .await
+        .unwrap()
+        .expect("Redisson acquired");
+    assert_eq!(t3, t1 + 2);
+    fr.unlock(1).await.unwrap();
+    let g = reg.lock(&name).acquire().await.unwrap();
+    assert!(g.fencing_token() as i64 > t3);
+    g.release().await.unwrap();
+    r.crash();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_crashed_holders_free_after_their_lease() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let reg = single_registry(&url, "30s").await;
+    let name = unique("crash");
+
+    // a crashed Redisson holder (watchdog lease 600 ms, renewals stopped)
+    let r = emulator(
+        &url,
+        RedissonConfig {
+            watchdog_timeout: Duration::from_millis(600),
+            ..RedissonConfig::default()
+        },
+    )
+    .await;
+    assert!(r
+        .lock(&name, LockKind::Plain)
+        .try_lock_now(1)
+        .await
+        .unwrap());
+    r.crash();
+    let crashed = Instant::now();
+    let g = reg
+        .lock(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquired after the crashed holder's lease");
+    assert!(crashed.elapsed() < WOKEN, "{:?}", crashed.elapsed());
+
+    // a crashed distlock holder: a fixed lease of 600 ms, never released nor renewed
+    g.release().await.unwrap();
+    let g = reg
+        .lock(&name)
+        .lease(Lease::Fixed(Duration::from_millis(600)))
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(g);
+    let taken = Instant::now();
+    let r2 = emulator(&url, RedissonConfig::default()).await;
+    let rl = r2.lock(&name, LockKind::Plain);
+    assert!(rl
+        .try_lock(1, Duration::from_secs(10), Some(LONG))
+        .await
+        .unwrap());
+    let waited = taken.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "not before the lease ends: {waited:?}"
+    );
+    assert!(waited < WOKEN, "{waited:?}");
+    rl.unlock(1).await.unwrap();
+    int(&server.addr(), &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_watchdog_renews_and_signals_a_lost_lease() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    // auto leases of 900 ms, renewed every 300 ms
+    let reg = single_registry(&url, "900ms").await;
+    let name = unique("lost");
+    let g = reg.lock(&name).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(g.is_held(), "renewed past its lease");
+    let pttl = int(&addr, &["PTTL", &name]);
+    assert!(pttl > 0 && pttl <= 900, "{pttl}");
+    // an operator deletes it (Redisson's forceUnlock): the holder hears of it
+    let r = emulator(&url, RedissonConfig::default()).await;
+    int(&addr, &["DEL", &name]);
+    let deleted = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("lost() within 5 s");
+    assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost:?}");
+    eprintln!(
+        "single: lost() {:?} after the lock was deleted (renewal every 300 ms)",
+        deleted.elapsed()
+    );
+    assert!(deleted.elapsed() < Duration::from_secs(2));
+    assert!(!g.is_held());
+    // the renewal never re-created it, and Redisson can take it
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    let rl = r.lock(&name, LockKind::Plain);
+    assert!(rl.try_lock_now(1).await.unwrap());
+    rl.unlock(1).await.unwrap();
+    drop(g);
+    r.crash();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unsupported_combinations_are_refused_by_name() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let reg = single_registry(&url, "30s").await;
+    for kind in [Kind::Fair, Kind::Read, Kind::Write] {
+        match reg.lock(unique("k")).kind(kind).acquire().await {
+            Err(e @ LockError::Unsupported { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("protocol = \"redisson\""), "{text}");
+                assert!(text.contains(kind.name()), "{text}");
+            }
+            other => panic!("{kind:?}: expected Unsupported, got {other:?}"),
+        }
+    }
+    match reg.inspect("x", None).await {
+        Err(LockError::Unsupported { what, .. }) => assert!(what.contains("redisson"), "{what}"),
+        other => panic!("inspect: expected Unsupported, got {other:?}"),
+    }
+    match reg.lock("a{b").acquire().await {
+        Err(LockError::InvalidKey { reason, .. }) => assert!(reason.contains("tag"), "{reason}"),
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    for (mode, extra) in [
+        ("redlock", format!("nodes = [\"{}\"]", url)),
+        ("multi", format!("nodes = [\"{}\"]", url)),
+        ("single", format!("url = \"{}\"\nholder_info = true", url)),
+    ] {
+        let text = format!("[backends.q]\nmode = \"{mode}\"\n{extra}\nprotocol = \"redisson\"\n");
+        match Registry::from_str(&text).await {
+            Err(e @ InitError::Unsupported { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("`q`") && msg.contains("redisson"), "{msg}");
+            }
+            Err(other) => panic!("{mode}: expected Unsupported, got {other}"),
+            Ok(_) => panic!("{mode}: accepted"),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ cluster
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_exclusion_and_sharded_wake_ups_both_ways_in_every_slot() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let urls = cluster.urls();
+    let addrs: Vec<String> = urls.iter().map(|u| addr_of(u)).collect();
+    let reg = Registry::from_str(&cluster_config(&urls))
+        .await
+        .expect("connect to the private cluster");
+    // names whose slots are on different masters
+    let mut names: Vec<(String, String)> = Vec::new();
+    for i in 0..200 {
+        let name = unique(&format!("c{i}"));
+        let master = master_of_slot(&addrs, keyslot(&addrs, &name)).expect("slot owner");
+        if names.iter().all(|(_, m)| *m != master) {
+            names.push((name, master));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    assert!(names.len() >= 2, "names on different masters: {names:?}");
+    for (name, master) in &names {
+        let channel = lock_channel(name);
+        let r = emulator(
+            &format!("redis://{master}"),
+            RedissonConfig {
+                sharded: true,
+                ..RedissonConfig::default()
+            },
+        )
+        .await;
+        let rl = r.lock(name, LockKind::Plain);
+        let fr = r.lock(name, LockKind::Fenced);
+
+        // distlock holds: Redisson is refused; a sharded subscriber (Redisson's SSUBSCRIBE)
+        // receives distlock's release as SPUBLISH 0, and Redisson then takes the lock
+        let g = reg.lock(name).acquire().await.unwrap();
+        assert_eq!(fields(master, name).len(), 1);
+        assert!(!rl.try_lock_now(1).await.unwrap());
+        let sub = ssubscribe(master, &channel);
+        let released = Instant::now();
+        let t_distlock = g.fencing_token();
+        g.release().await.unwrap();
+        let (kind, on, payload) = next_message(sub).await;
+        assert_eq!(
+            (kind.as_str(), on.as_str(), payload.as_str()),
+            ("smessage", channel.as_str(), "0")
+        );
+        eprintln!(
+            "cluster {master}: Redisson's SSUBSCRIBE got smessage 0 {:?} after distlock's release",
+            released.elapsed()
+        );
+        assert!(released.elapsed() < WOKEN);
+        let t = fr
+            .try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+            .await
+            .unwrap()
+            .expect("Redisson acquired");
+        assert_eq!(t as u64, t_distlock + 1, "one token sequence");
+
+        // Redisson holds: distlock waits (SSUBSCRIBEd) and is woken by Redisson's SPUBLISH
+        let reg2 = reg.clone();
+        let name2 = name.clone();
+        let waiter = tokio::spawn(async move {
+            let g = reg2
+                .lock(&name2)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (g, Instant::now())
+        });
+        wait_subscribers(master, &channel, 1, true).await;
+        let released = Instant::now();
+        fr.unlock(1).await.unwrap();
+        let (g, at) = waiter.await.unwrap();
+        let g = g.expect("distlock acquired after Redisson's unlock");
+        eprintln!(
+            "cluster {master}: distlock waiter woken by Redisson's SPUBLISH after {:?}",
+            at - released
+        );
+        assert!(at.duration_since(released) < WOKEN, "{:?}", at - released);
+        assert_eq!(g.fencing_token(), t as u64 + 1);
+        g.release().await.unwrap();
+        assert_eq!(int(master, &["EXISTS", name]), 0);
+        int(master, &["DEL", &token_name(name)]);
+        r.crash();
+    }
+}
+
+/// The latch key names of `name` still on the server.
+fn latches(addr: &str, name: &str) -> usize {
+    let pattern = format!("redisson_unlock_latch:{{{name}}}:*");
+    match cmd(addr, &["KEYS", &pattern]) {
+        RespValue::Array(a) => a.len(),
+        other => panic!("KEYS: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_lost_replies_neither_double_count_nor_leak() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let proxy = distlock_tests::proxy::Proxy::start(&addr);
+    let reg = single_registry(&proxy.url(), "30s").await;
+    let name = unique("lost-reply");
+
+    // an acquire whose reply is lost: its field is released, the retry takes a new one,
+    // and exactly one field with one hold is left
+    proxy.reset_after_replies(1);
+    let g = reg
+        .lock(&name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquired on the retry");
+    assert_eq!(proxy.pending_reply_resets(), 0, "the fault happened");
+    let held = fields(&addr, &name);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].1, 1, "{held:?}");
+
+    // a nested release whose reply is lost is sent again; the unlock latch answers it,
+    // so the outer hold's count is not taken twice
+    let nested = g.scope(reg.lock(&name).acquire()).await.unwrap();
+    assert_eq!(fields(&addr, &name)[0].1, 2);
+    proxy.reset_after_replies(1);
+    let _ = nested.release().await;
+    assert_eq!(proxy.pending_reply_resets(), 0, "the fault happened");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while latches(&addr, &name) > 0 {
+        assert!(Instant::now() < deadline, "the latch was never deleted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        fields(&addr, &name),
+        vec![(held[0].0.clone(), 1)],
+        "one hold left"
+    );
+    assert!(g.is_held());
+    g.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    assert_eq!(latches(&addr, &name), 0);
+}
+
+// ------------------------------------------------------------------ sentinel
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel_master_speaks_the_same_format() {
+    let group = tokio::task::spawn_blocking(|| PrivateSentinel::start(3))
+        .await
+        .expect("start the private sentinel group");
+    let sentinels = group
+        .sentinel_urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let reg = Registry::from_str(&format!(
+        "[defaults]\nwait = \"0s\"\n[backends.main]\nmode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{sentinels}]\nprotocol = \"redisson\"\n",
+        PrivateSentinel::MASTER_NAME
+    ))
+    .await
+    .expect("connect through the private sentinels");
+    let addr = group.master.addr();
+    let r = emulator(&group.master.url(), RedissonConfig::default()).await;
+    let name = unique("sentinel");
+    let fr = r.lock(&name, LockKind::Fenced);
+
+    let g = reg.lock(&name).acquire().await.unwrap();
+    assert_eq!(
+        fields(&addr, &name).len(),
+        1,
+        "on the master, under the name"
+    );
+    assert_eq!(
+        fr.try_lock_and_get_token(1, Duration::ZERO, Some(LONG))
+            .await
+            .unwrap(),
+        None
+    );
+    let fr2 = r.lock(&name, LockKind::Fenced);
+    let waiter = tokio::spawn(async move {
+        fr2.try_lock_and_get_token(1, Duration::from_secs(20), Some(LONG))
+            .await
+    });
+    wait_subscribers(&addr, &lock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    let token = g.fencing_token();
+    g.release().await.unwrap();
+    let t = waiter.await.unwrap().unwrap().expect("Redisson acquired");
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    assert_eq!(t as u64, token + 1);
+    fr.unlock(1).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    r.crash();
+}
