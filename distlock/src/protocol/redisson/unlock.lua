@@ -11,7 +11,8 @@
 -- ARGV[4]  "publish", or "spublish" on a cluster where Redisson uses sharded pub/sub
 -- ARGV[5]  how long the latch lives, ms
 --
--- Returns 1 when the lock was freed (and the message published), 0 when holds are left,
+-- Returns 1 when the lock was freed (and the message published, unless the PUBLISH is
+-- refused: the lock stays freed, waiters wake at their deadlines), 0 when holds are left,
 -- -1 when this owner holds nothing (lease lost; nothing written). A retry with the same
 -- request id returns the first run's 1 or 0 without touching the lock again.
 --
