@@ -1035,6 +1035,9 @@ impl Run {
             })
             .count();
         self.held_at_jump[held.min(5)] += 1;
+        self.log(&format!(
+            "clock: nodes {picked:?} jump {CLOCK_STEP_SECS} s forward; the lock is on {held} of 5"
+        ));
         for i in picked {
             let (file, offset) = &mut self.clocks[i];
             *offset += CLOCK_STEP_SECS;
