@@ -96,9 +96,21 @@ fn a_stale_token_is_refused_downstream() {
     let (status, body) = http(storage_port, "PUT", "/documents/x", "", "v");
     assert_eq!(status, 400, "{body}");
     assert_eq!(json(&body)["error"], "missing_token");
-    let (status, _) = http(storage_port, "PUT", "/documents/x", "Fencing-Token: 7\r\n", "a");
+    let (status, _) = http(
+        storage_port,
+        "PUT",
+        "/documents/x",
+        "Fencing-Token: 7\r\n",
+        "a",
+    );
     assert_eq!(status, 200);
-    let (status, body) = http(storage_port, "PUT", "/documents/x", "Fencing-Token: 6\r\n", "b");
+    let (status, body) = http(
+        storage_port,
+        "PUT",
+        "/documents/x",
+        "Fencing-Token: 6\r\n",
+        "b",
+    );
     assert_eq!(status, 409, "{body}");
     assert_eq!(json(&body)["last"], 7);
 

@@ -88,10 +88,7 @@ async fn storage_put(
         return (StatusCode::BAD_REQUEST, Json(json!({"error": "bad_token"}))).into_response();
     };
     // Check and write under one lock: nothing can come between them.
-    let mut documents = storage
-        .documents
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut documents = storage.documents.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(last) = documents.get(&id).map(|d| d.token) {
         if token < last {
             return (
@@ -107,10 +104,7 @@ async fn storage_put(
 
 /// `GET /documents/{id}` on storage.
 async fn storage_get(State(storage): State<Storage>, Path(id): Path<String>) -> Response {
-    let documents = storage
-        .documents
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let documents = storage.documents.lock().unwrap_or_else(|e| e.into_inner());
     match documents.get(&id) {
         Some(d) => Json(json!({"id": id, "token": d.token, "body": d.body})).into_response(),
         None => (StatusCode::NOT_FOUND, Json(json!({"error": "not_found"}))).into_response(),
@@ -284,11 +278,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--port" => {
-                parsed.port = value()?
-                    .parse()
-                    .map_err(|e| format!("--port: {e}"))?
-            }
+            "--port" => parsed.port = value()?.parse().map_err(|e| format!("--port: {e}"))?,
             "--bind" => parsed.bind = value()?,
             "--storage" => parsed.storage = Some(value()?),
             "--config" => parsed.config = value()?,
@@ -308,9 +298,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = if args.role == "storage" {
         storage_router()
     } else {
-        let storage = args
-            .storage
-            .ok_or("the editor needs --storage HOST:PORT")?;
+        let storage = args.storage.ok_or("the editor needs --storage HOST:PORT")?;
         distlock::init_from_path(&args.config)
             .await
             .map_err(|e| format!("distlock init from {}: {e}", args.config))?;

@@ -172,7 +172,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: false,
-        quick: Some(10),
+        quick: Some(8),
         what: "the holder's network namespace cut off from Redis (iptables DROP on its veth) for 2.5 leases",
     },
     Scenario {
@@ -181,7 +181,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: true,
-        quick: Some(10),
+        quick: Some(8),
         what: "the wall clock of 1 of 5 masters jumps 1 h forward (its lock keys expire at once): documented limit",
     },
     Scenario {
@@ -199,7 +199,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: true,
-        quick: Some(10),
+        quick: Some(8),
         what: "SENTINEL FAILOVER and master SIGKILL, alternately (sync_replicas = 0): documented limit",
     },
     Scenario {
@@ -217,7 +217,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: false,
-        quick: Some(10),
+        quick: Some(8),
         what: "CLUSTER FAILOVER on the replica of the lock's master (coordinated hand-over)",
     },
     Scenario {
@@ -899,9 +899,9 @@ fn first_replica(addr: &str) -> Option<String> {
 impl Run {
     /// One round on the sentinel group: `SENTINEL FAILOVER`, or (`kill`) the master
     /// SIGKILLed, the sentinels' promotion awaited, the old master restarted (empty; the
-    /// sentinels turn it into a replica). Then, bounded, until the new master's replica
-    /// is online again.
-    fn sentinel_round(&mut self, kill: bool) {
+    /// sentinels turn it into a replica). Then until the new master's replica is online
+    /// again (at most 15 s, and not past `deadline`).
+    fn sentinel_round(&mut self, kill: bool, deadline: Instant) {
         let Some(master) = self
             .sentinel
             .as_ref()
@@ -956,7 +956,8 @@ impl Run {
         let new = g.master_addr();
         self.log(&format!("sentinel: master now {new:?}"));
         let g = self.sentinel.as_mut().expect("sentinel backend");
-        let healthy = wait_for(Duration::from_secs(15), || {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let healthy = wait_for(limit.min(Duration::from_secs(15)), || {
             g.master_addr()
                 .is_some_and(|m| topology::replica_online(&m))
         });
@@ -966,9 +967,9 @@ impl Run {
     /// One round on the cluster: the master of the lock's slot (the one master holding
     /// keys: the lock and its fencing counter share a slot) is replaced by its replica,
     /// with `CLUSTER FAILOVER` sent to the replica, or (`kill`) by SIGKILLing the master
-    /// and restarting it (empty; it rejoins as a replica). Then, bounded, until the new
-    /// master's replica is online again.
-    fn cluster_round(&mut self, kill: bool) {
+    /// and restarting it (empty; it rejoins as a replica). Then until the new master's
+    /// replica is online again (at most 15 s, and not past `deadline`).
+    fn cluster_round(&mut self, kill: bool, deadline: Instant) {
         let c = self.cluster.as_mut().expect("cluster backend");
         let addrs: Vec<String> = c.nodes.iter().map(RedisProcess::addr).collect();
         let dbsize = |a: &str| {
@@ -1150,12 +1151,14 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
             }
             "sentinel-failover" | "sentinel-failover-wait" => {
                 run.wait_holder();
-                run.sentinel_round(*rounds % 2 == 0);
+                // SIGKILL first: the sentinels notice a returning old master within a
+                // second; after SENTINEL FAILOVER they take up to 10 s (their INFO period).
+                run.sentinel_round(*rounds % 2 == 1, deadline);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             "cluster-failover" | "cluster-kill" => {
                 run.wait_holder();
-                run.cluster_round(s.name == "cluster-kill");
+                run.cluster_round(s.name == "cluster-kill", deadline);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             other => unreachable!("scenario {other}"),
