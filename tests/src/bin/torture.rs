@@ -1009,7 +1009,8 @@ impl Run {
             let _ = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
             wait_for(Duration::from_secs(10), promoted);
         }
-        let healthy = wait_for(Duration::from_secs(15), || {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let healthy = wait_for(limit.min(Duration::from_secs(15)), || {
             topology::replica_online(&replica)
         });
         self.log(&format!(
