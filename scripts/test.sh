@@ -76,6 +76,15 @@ if ! command -v openssl >/dev/null 2>&1; then
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssl
 fi
+# iproute2 and iptables: the torture run's network-namespace partition (partition-netns).
+if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
+    echo "missing: ip/iptables; installing with apt-get"
+    command -v apt-get >/dev/null 2>&1 || die "ip/iptables missing and apt-get not available: install iproute2 and iptables"
+    sudo_cmd=()
+    [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 iptables
+fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 redis-server --version
 redis-sentinel --version | sed 's/^/sentinel: /'

@@ -12,7 +12,10 @@
 # default; about 2 minutes) runs in scripts/test.sh; --long runs each scenario 60 s.
 #
 # Servers listen on 127.0.0.1:17300..17319, proxies on 17320..17339. Everything the run
-# starts is in its own process group, killed on every way out of this script.
+# starts is in its own process group, killed on every way out of this script; so are the
+# network namespaces of partition-netns (dlt<PID>n<I>, with their veth pairs and iptables
+# rules). Needs root, iproute2 and iptables for partition-netns, and cc (the C compiler
+# Rust links with) for the redlock-clock scenarios' wall-clock shifter.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,6 +29,9 @@ die() {
 command -v redis-server >/dev/null 2>&1 ||
     die "redis-server not found (scripts/test.sh installs it with apt-get)"
 command -v setsid >/dev/null 2>&1 || die "setsid (util-linux) not found"
+command -v ip >/dev/null 2>&1 || die "ip (iproute2) not found (scripts/test.sh installs it with apt-get)"
+command -v iptables >/dev/null 2>&1 || die "iptables not found (scripts/test.sh installs it with apt-get)"
+command -v cc >/dev/null 2>&1 || die "cc (a C compiler) not found: apt-get install -y gcc"
 
 busy=()
 for port in $(seq 17300 17339); do
@@ -46,8 +52,20 @@ cleanup() {
         kill -KILL -- "-$pid" 2>/dev/null || true
         kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
+        remove_netns "$pid"
     fi
     exit "$rc"
+}
+
+# The namespaces (and veth host ends) of the torture process $1, if it left any.
+remove_netns() {
+    local ns link
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^dlt$1n" || true); do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^dlt$1h" || true); do
+        ip link del "$link" 2>/dev/null || true
+    done
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -62,5 +80,6 @@ pid_done=$pid
 pid=
 # Anything of the group still alive (it should not be) goes too.
 kill -KILL -- "-$pid_done" 2>/dev/null || true
+remove_netns "$pid_done"
 echo "torture.sh: $(($(date +%s) - start)) s, exit status $status"
 exit "$status"

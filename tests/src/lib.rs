@@ -474,6 +474,8 @@ pub struct RedisProcess {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// Extra environment of the server process (e.g. libfaketime's), kept across restarts.
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -504,6 +506,7 @@ impl RedisProcess {
             port: 0,
             dir,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             child: None,
         };
         // Spread concurrent test binaries over the range by pid; within one
@@ -534,6 +537,16 @@ impl RedisProcess {
     /// # Panics
     /// If it does not come up within 10 s (the message shows the end of its log).
     pub fn start_on_port(port: u16, extra_args: &[&str]) -> RedisProcess {
+        Self::start_on_port_env(port, extra_args, &[])
+    }
+
+    /// Like [`RedisProcess::start_on_port`], with extra environment variables for the
+    /// server process (kept for [`RedisProcess::restart`]), e.g. libfaketime's
+    /// `LD_PRELOAD` and `FAKETIME_TIMESTAMP_FILE`.
+    ///
+    /// # Panics
+    /// If it does not come up within 10 s (the message shows the end of its log).
+    pub fn start_on_port_env(port: u16, extra_args: &[&str], env: &[(&str, &str)]) -> RedisProcess {
         let dir = std::env::temp_dir().join(format!(
             "distlock-redis-{}-{}",
             std::process::id(),
@@ -545,6 +558,10 @@ impl RedisProcess {
             port,
             dir,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
         };
         if let Err(e) = process.launch() {
@@ -572,6 +589,7 @@ impl RedisProcess {
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -44,11 +44,26 @@ impl PrivateCluster {
     /// [`READY_TIMEOUT`].
     pub fn start() -> PrivateCluster {
         let ports: Vec<u16> = (0..6).map(|_| allocate_port()).collect();
+        Self::start_on_ports(&ports, None)
+    }
+
+    /// Like [`PrivateCluster::start`], on the six `ports` given, with the cluster bus on
+    /// `bus_ports` (`cluster-port`; default: each port + 10000).
+    ///
+    /// # Panics
+    /// As [`PrivateCluster::start`]; also when `ports` (or `bus_ports`) are not six.
+    pub fn start_on_ports(ports: &[u16], bus_ports: Option<&[u16]>) -> PrivateCluster {
+        assert_eq!(ports.len(), 6, "a private cluster has six nodes");
+        if let Some(bus) = bus_ports {
+            assert_eq!(bus.len(), 6, "one cluster bus port per node");
+        }
         let nodes: Vec<RedisProcess> = thread::scope(|s| {
             let handles: Vec<_> = ports
                 .iter()
-                .map(|&port| {
+                .enumerate()
+                .map(|(i, &port)| {
                     s.spawn(move || {
+                        let bus = bus_ports.map(|b| b[i].to_string());
                         let mut args = vec![
                             "--cluster-enabled",
                             "yes",
@@ -59,6 +74,9 @@ impl PrivateCluster {
                             "--cluster-replica-validity-factor",
                             "0",
                         ];
+                        if let Some(bus) = &bus {
+                            args.extend_from_slice(&["--cluster-port", bus.as_str()]);
+                        }
                         args.extend_from_slice(COMMON_ARGS);
                         RedisProcess::start_on_port(port, &args)
                     })
@@ -215,7 +233,19 @@ impl SentinelProcess {
     /// # Panics
     /// If it cannot be started or does not answer within 10 s.
     pub fn start(master_name: &str, master_port: u16, quorum: u32) -> SentinelProcess {
-        let port = allocate_port();
+        Self::start_on_port(allocate_port(), master_name, master_port, quorum)
+    }
+
+    /// Like [`SentinelProcess::start`], on `port`.
+    ///
+    /// # Panics
+    /// If it cannot be started or does not answer within 10 s.
+    pub fn start_on_port(
+        port: u16,
+        master_name: &str,
+        master_port: u16,
+        quorum: u32,
+    ) -> SentinelProcess {
         let dir = std::env::temp_dir().join(format!(
             "distlock-sentinel-{}-{}",
             std::process::id(),
@@ -342,18 +372,36 @@ impl PrivateSentinel {
     /// # Panics
     /// If a process cannot start or the group is not ready within [`READY_TIMEOUT`].
     pub fn start(n: usize) -> PrivateSentinel {
-        let master = RedisProcess::start_on_port(allocate_port(), COMMON_ARGS);
+        let master = allocate_port();
+        let replica = allocate_port();
+        let sentinels: Vec<u16> = (0..n).map(|_| allocate_port()).collect();
+        Self::start_on_ports(master, replica, &sentinels)
+    }
+
+    /// Like [`PrivateSentinel::start`], on the ports given (one sentinel per port of
+    /// `sentinel_ports`).
+    ///
+    /// # Panics
+    /// As [`PrivateSentinel::start`].
+    pub fn start_on_ports(
+        master_port: u16,
+        replica_port: u16,
+        sentinel_ports: &[u16],
+    ) -> PrivateSentinel {
+        let n = sentinel_ports.len();
+        let master = RedisProcess::start_on_port(master_port, COMMON_ARGS);
         let master_port = master.port().to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", master_port.as_str()];
         args.extend_from_slice(COMMON_ARGS);
-        let replica = RedisProcess::start_on_port(allocate_port(), &args);
+        let replica = RedisProcess::start_on_port(replica_port, &args);
         wait_until(READY_TIMEOUT, "the replica to be in sync", || {
             replica_online(&master.addr())
         });
         wait_acknowledged(&master.addr(), 1);
         let quorum = (n / 2 + 1) as u32;
-        let sentinels: Vec<SentinelProcess> = (0..n)
-            .map(|_| SentinelProcess::start(Self::MASTER_NAME, master.port(), quorum))
+        let sentinels: Vec<SentinelProcess> = sentinel_ports
+            .iter()
+            .map(|&p| SentinelProcess::start_on_port(p, Self::MASTER_NAME, master.port(), quorum))
             .collect();
         let group = PrivateSentinel {
             master,

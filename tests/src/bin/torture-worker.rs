@@ -58,6 +58,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fenced = format!("torture:{key}:fenced");
     let start = Instant::now();
     let mut sections = 0u64;
+    // The first few acquire errors in full, on stderr (the run keeps it next to the
+    // history when a run fails or with --keep).
+    let mut shown = 0u32;
     while start.elapsed() < duration && sections < max_sections {
         let guard = match registry
             .lock(key.as_str())
@@ -67,6 +70,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         {
             Ok(g) => g,
             Err(e) => {
+                if shown < 5 {
+                    shown += 1;
+                    eprintln!("acquire failed at {} ns: {e}", now_ns());
+                }
                 rec.lock().unwrap().failed(kind(&e));
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;

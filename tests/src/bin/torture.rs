@@ -7,9 +7,16 @@
 //! error).
 //!
 //! Every server listens on 127.0.0.1 in 17300..17319 (the resource 17300, the backend's
-//! servers from 17301), proxies in 17320..17339. Servers and workers are child processes
+//! servers from 17301: up to six nodes 17301..17306, sentinels 17307..17309, the cluster
+//! bus 17310..17315), proxies in 17320..17339. Servers and workers are child processes
 //! killed when their owner is dropped; workers also die with this process
 //! (`PR_SET_PDEATHSIG`), and `scripts/torture.sh` kills this process's group on exit.
+//!
+//! `partition-netns` puts each worker in a network namespace of its own (`dlt<PID>n<I>`,
+//! a veth pair 10.213.I.1 (host) / 10.213.I.2 (namespace)), deleted with its veth pair
+//! and iptables rules when the run ends (and by `scripts/torture.sh` on every way out).
+//! The `redlock-clock` scenarios run redis-server with `tests/clockshift/clockshift.c`
+//! preloaded (compiled with `cc` into the run's directory), which shifts its wall clock.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use distlock_tests::history::{self, now_ns, Interventions, Report, Section};
 use distlock_tests::proxy::Proxy;
+use distlock_tests::topology::{self, PrivateCluster, PrivateSentinel};
 use distlock_tests::{resp_command, RedisProcess};
 
 const RESOURCE_PORT: u16 = 17300;
@@ -25,11 +33,19 @@ const FIRST_NODE_PORT: u16 = 17301;
 const WATCHDOG: Duration = Duration::from_secs(1);
 const HOLD_MS: u64 = 60;
 const WORKERS: usize = 3;
+/// Sentinels of the `sentinel` backend.
+const SENTINEL_PORTS: [u16; 3] = [17307, 17308, 17309];
+/// The cluster bus of the `cluster` backend's six nodes (17301..17306).
+const CLUSTER_BUS_PORTS: [u16; 6] = [17310, 17311, 17312, 17313, 17314, 17315];
+/// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
+const CLOCK_STEP_SECS: u64 = 3600;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Single,
     Redlock,
+    Sentinel,
+    Cluster,
 }
 
 impl Backend {
@@ -37,6 +53,8 @@ impl Backend {
         match self {
             Backend::Single => "single",
             Backend::Redlock => "redlock(5)",
+            Backend::Sentinel => "sentinel",
+            Backend::Cluster => "cluster(3+3)",
         }
     }
 }
@@ -51,6 +69,9 @@ struct Scenario {
     persistent: bool,
     /// Shows a documented limit (not a library bug): its overlaps do not fail the run.
     limit: bool,
+    /// Seconds it runs in `--quick` (`None`: not in the default `--quick` set; 12 s when
+    /// named); `--long` runs every scenario 60 s.
+    quick: Option<u64>,
     what: &'static str,
 }
 
@@ -61,6 +82,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "holder SIGSTOPped for 2.5 leases, then SIGCONT",
     },
     Scenario {
@@ -69,6 +91,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "holder SIGKILLed (a new worker takes its place)",
     },
     Scenario {
@@ -77,6 +100,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: true,
         limit: false,
+        quick: Some(12),
         what: "redis-server SIGKILLed and restarted (AOF appendfsync always)",
     },
     Scenario {
@@ -85,6 +109,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: true,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "proxy latency 0 / 150 ms / 700 ms each way",
     },
     Scenario {
@@ -93,6 +118,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: true,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "proxy blackhole for 1.5 s at a time",
     },
     Scenario {
@@ -101,6 +127,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: true,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "proxy resets connections, also right after a reply",
     },
     Scenario {
@@ -109,6 +136,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: true,
         persistent: false,
         limit: false,
+        quick: Some(12),
         what: "the holder alone cut off from Redis (its own proxy blackholed) for 2.5 leases",
     },
     Scenario {
@@ -117,6 +145,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: true,
         limit: false,
+        quick: Some(12),
         what: "2 of 5 masters SIGKILLed, restarted (AOF) 1 s later",
     },
     Scenario {
@@ -125,6 +154,7 @@ const SCENARIOS: &[Scenario] = &[
         proxied: true,
         persistent: false,
         limit: false,
+        quick: None,
         what: "2 of 5 masters blackholed through the proxy",
     },
     Scenario {
@@ -133,7 +163,71 @@ const SCENARIOS: &[Scenario] = &[
         proxied: false,
         persistent: false,
         limit: true,
+        quick: Some(12),
         what: "redis-server SIGKILLed, restarted EMPTY (no persistence): documented limit",
+    },
+    Scenario {
+        name: "partition-netns",
+        backend: Backend::Single,
+        proxied: false,
+        persistent: false,
+        limit: false,
+        quick: Some(8),
+        what: "the holder's network namespace cut off from Redis (iptables DROP on its veth) for 2.5 leases",
+    },
+    Scenario {
+        name: "redlock-clock",
+        backend: Backend::Redlock,
+        proxied: false,
+        persistent: false,
+        limit: true,
+        quick: Some(8),
+        what: "the wall clock of 1 of 5 masters jumps 1 h forward (its lock keys expire at once): documented limit",
+    },
+    Scenario {
+        name: "redlock-clock-2",
+        backend: Backend::Redlock,
+        proxied: false,
+        persistent: false,
+        limit: true,
+        quick: None,
+        what: "the wall clocks of 2 of 5 masters jump 1 h forward: documented limit",
+    },
+    Scenario {
+        name: "sentinel-failover",
+        backend: Backend::Sentinel,
+        proxied: false,
+        persistent: false,
+        limit: true,
+        quick: Some(8),
+        what: "SENTINEL FAILOVER and master SIGKILL, alternately (sync_replicas = 0): documented limit",
+    },
+    Scenario {
+        name: "sentinel-failover-wait",
+        backend: Backend::Sentinel,
+        proxied: false,
+        persistent: false,
+        limit: true,
+        quick: None,
+        what: "SENTINEL FAILOVER and master SIGKILL, alternately (sync_replicas = 1): documented limit",
+    },
+    Scenario {
+        name: "cluster-failover",
+        backend: Backend::Cluster,
+        proxied: false,
+        persistent: false,
+        limit: false,
+        quick: Some(8),
+        what: "CLUSTER FAILOVER on the replica of the lock's master (coordinated hand-over)",
+    },
+    Scenario {
+        name: "cluster-kill",
+        backend: Backend::Cluster,
+        proxied: false,
+        persistent: false,
+        limit: true,
+        quick: None,
+        what: "the lock's master SIGKILLed, its replica promoted, the old one back as replica: documented limit",
     },
 ];
 
@@ -171,16 +265,176 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
+/// Run a command to its end; its failure, with its stderr, as the error.
+fn run_cmd(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{program} {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A network namespace of the run, joined to the host by a veth pair: the host end
+/// 10.213.I.1/30, the namespace end 10.213.I.2/30. Deleting the namespace (on drop)
+/// deletes its veth pair and its iptables rules with it.
+struct Netns {
+    name: String,
+    host_if: String,
+    /// The host end's address: where the namespace reaches the servers.
+    host_ip: String,
+}
+
+impl Netns {
+    /// Create namespace `i` of this process (`ip` and `iptables` must be installed; root).
+    ///
+    /// # Panics
+    /// If a step fails (the message names the command); what was created is removed.
+    fn create(i: usize) -> Netns {
+        let pid = std::process::id();
+        let ns = Netns {
+            name: format!("dlt{pid}n{i}"),
+            host_if: format!("dlt{pid}h{i}"),
+            host_ip: format!("10.213.{i}.1"),
+        };
+        let peer = format!("dlt{pid}p{i}");
+        let ns_ip = format!("10.213.{i}.2/30");
+        let host_cidr = format!("{}/30", ns.host_ip);
+        let n = ns.name.as_str();
+        let steps: Vec<(&str, Vec<&str>)> = vec![
+            ("ip", vec!["netns", "add", n]),
+            (
+                "ip",
+                vec![
+                    "link",
+                    "add",
+                    &ns.host_if,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &peer,
+                ],
+            ),
+            ("ip", vec!["link", "set", &peer, "netns", n]),
+            ("ip", vec!["addr", "add", &host_cidr, "dev", &ns.host_if]),
+            ("ip", vec!["link", "set", &ns.host_if, "up"]),
+            (
+                "ip",
+                vec![
+                    "netns", "exec", n, "ip", "addr", "add", &ns_ip, "dev", &peer,
+                ],
+            ),
+            (
+                "ip",
+                vec!["netns", "exec", n, "ip", "link", "set", &peer, "up"],
+            ),
+            (
+                "ip",
+                vec!["netns", "exec", n, "ip", "link", "set", "lo", "up"],
+            ),
+            // iptables works in the namespace (fail now rather than at the first cut).
+            (
+                "ip",
+                vec!["netns", "exec", n, "iptables", "-L", "OUTPUT", "-n"],
+            ),
+        ];
+        for (program, args) in steps {
+            if let Err(e) = run_cmd(program, &args) {
+                panic!(
+                    "partition-netns needs root, iproute2 and iptables (apt-get install -y iproute2 iptables; scripts/test.sh installs them): {e}"
+                );
+            }
+        }
+        ns
+    }
+
+    /// Drop (`on`) or let through again every TCP packet between the namespace and the
+    /// host's `port`, both ways.
+    fn cut(&self, port: u16, on: bool) {
+        let op = if on { "-I" } else { "-D" };
+        let port = port.to_string();
+        for (chain, addr, dir) in [("OUTPUT", "-d", "--dport"), ("INPUT", "-s", "--sport")] {
+            let args = [
+                "netns",
+                "exec",
+                &self.name,
+                "iptables",
+                op,
+                chain,
+                "-p",
+                "tcp",
+                addr,
+                &self.host_ip,
+                dir,
+                &port,
+                "-j",
+                "DROP",
+            ];
+            if let Err(e) = run_cmd("ip", &args) {
+                eprintln!("torture: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run_cmd("ip", &["netns", "del", &self.name]);
+        // Gone with the namespace already, unless the namespace never got its end.
+        let _ = run_cmd("ip", &["link", "del", &self.host_if]);
+    }
+}
+
+/// Compile the wall-clock shifter (`tests/clockshift/clockshift.c`) into `dir`.
+///
+/// # Panics
+/// If `cc` fails (it is the C compiler Rust links with, so it is there wherever this
+/// was built).
+fn build_clockshift(dir: &Path) -> PathBuf {
+    let src = dir.join("clockshift.c");
+    let lib = dir.join("libclockshift.so");
+    std::fs::write(&src, include_str!("../../clockshift/clockshift.c")).expect("clockshift.c");
+    let (src_s, lib_s) = (src.to_string_lossy(), lib.to_string_lossy());
+    if let Err(e) = run_cmd("cc", &["-shared", "-fPIC", "-O2", "-o", &lib_s, &src_s]) {
+        panic!("the redlock-clock scenarios need a C compiler (cc): {e}");
+    }
+    lib
+}
+
 /// Everything one run owns; dropped (servers, proxies, workers killed) on every way out.
 struct Run {
     dir: PathBuf,
     resource: RedisProcess,
     nodes: Vec<RedisProcess>,
+    /// The `sentinel` backend's master, replica and sentinels.
+    sentinel: Option<PrivateSentinel>,
+    /// The `cluster` backend's six nodes.
+    cluster: Option<PrivateCluster>,
+    /// One per worker in `partition-netns`.
+    netns: Vec<Netns>,
+    /// Per node of the `redlock-clock` scenarios: the file its wall-clock offset is read
+    /// from, and the offset now (seconds).
+    clocks: Vec<(PathBuf, u64)>,
+    /// `redlock-clock*`: on how many nodes the lock key was when a clock jumped, and how
+    /// often (index = nodes).
+    held_at_jump: [u32; 6],
     proxies: Vec<Proxy>,
     workers: Vec<Worker>,
     /// The configuration of each worker (one for all, or one per worker when each has
-    /// its own proxy).
+    /// its own proxy or namespace).
     configs: Vec<PathBuf>,
+    /// The resource's URL as each configuration's worker reaches it.
+    resource_urls: Vec<String>,
     key: String,
     /// How long each section sleeps between its GET and SET.
     hold: Duration,
@@ -195,6 +449,9 @@ impl Drop for Run {
         self.workers.clear();
         self.proxies.clear();
         self.nodes.clear();
+        self.sentinel = None;
+        self.cluster = None;
+        self.netns.clear();
     }
 }
 
@@ -226,17 +483,23 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-fn start_server(port: u16, persistent: bool) -> RedisProcess {
+fn start_server(
+    port: u16,
+    persistent: bool,
+    extra: &[String],
+    env: &[(&str, &str)],
+) -> RedisProcess {
     if !port_free(port) {
         eprintln!("torture: port {port} is in use (a previous run left a server?)");
         std::process::exit(2);
     }
-    let args: &[&str] = if persistent {
-        &["--appendonly", "yes", "--appendfsync", "always"]
+    let mut args: Vec<&str> = if persistent {
+        vec!["--appendonly", "yes", "--appendfsync", "always"]
     } else {
-        &[]
+        Vec::new()
     };
-    RedisProcess::start_on_port(port, args)
+    args.extend(extra.iter().map(String::as_str));
+    RedisProcess::start_on_port_env(port, &args, env)
 }
 
 impl Run {
@@ -244,14 +507,75 @@ impl Run {
         let dir = dir.join(format!("{}-{}", s.name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("run dir");
-        let resource = start_server(RESOURCE_PORT, false);
+        // "partition-netns": every worker in a namespace of its own; the servers listen on
+        // the host ends of the veth pairs too (not only loopback, hence protected-mode off).
+        let netns: Vec<Netns> = if s.name == "partition-netns" {
+            (0..WORKERS).map(Netns::create).collect()
+        } else {
+            Vec::new()
+        };
+        let mut extra: Vec<String> = Vec::new();
+        if !netns.is_empty() {
+            extra.push("--bind".into());
+            extra.push("127.0.0.1".into());
+            extra.extend(netns.iter().map(|n| n.host_ip.clone()));
+            extra.extend(["--protected-mode".into(), "no".into()]);
+        }
+        let resource = start_server(RESOURCE_PORT, false, &extra, &[]);
         let n = match s.backend {
             Backend::Single => 1,
             Backend::Redlock => 5,
+            Backend::Sentinel | Backend::Cluster => 0,
         };
+        // "redlock-clock*": every node's wall clock shifted by the offset in its file.
+        let clockshift = s
+            .name
+            .starts_with("redlock-clock")
+            .then(|| build_clockshift(&dir));
+        let mut clocks = Vec::new();
         let nodes: Vec<RedisProcess> = (0..n)
-            .map(|i| start_server(FIRST_NODE_PORT + i as u16, s.persistent))
+            .map(|i| {
+                let port = FIRST_NODE_PORT + i as u16;
+                match &clockshift {
+                    Some(lib) => {
+                        let file = dir.join(format!("clock-{port}"));
+                        std::fs::write(&file, "0\n").expect("clock file");
+                        let (lib, f) = (lib.to_string_lossy(), file.to_string_lossy());
+                        let node = start_server(
+                            port,
+                            s.persistent,
+                            &extra,
+                            &[("LD_PRELOAD", &lib), ("DISTLOCK_CLOCK_FILE", &f)],
+                        );
+                        clocks.push((file, 0));
+                        node
+                    }
+                    None => start_server(port, s.persistent, &extra, &[]),
+                }
+            })
             .collect();
+        let sentinel = (s.backend == Backend::Sentinel).then(|| {
+            for p in [FIRST_NODE_PORT, FIRST_NODE_PORT + 1]
+                .into_iter()
+                .chain(SENTINEL_PORTS)
+            {
+                if !port_free(p) {
+                    eprintln!("torture: port {p} is in use (a previous run left a server?)");
+                    std::process::exit(2);
+                }
+            }
+            PrivateSentinel::start_on_ports(FIRST_NODE_PORT, FIRST_NODE_PORT + 1, &SENTINEL_PORTS)
+        });
+        let cluster = (s.backend == Backend::Cluster).then(|| {
+            let ports: Vec<u16> = (0..6).map(|i| FIRST_NODE_PORT + i).collect();
+            for &p in ports.iter().chain(&CLUSTER_BUS_PORTS) {
+                if !port_free(p) {
+                    eprintln!("torture: port {p} is in use (a previous run left a server?)");
+                    std::process::exit(2);
+                }
+            }
+            PrivateCluster::start_on_ports(&ports, Some(&CLUSTER_BUS_PORTS))
+        });
         // "partition": every worker reaches the server through a proxy of its own.
         let per_worker = s.name == "partition";
         let proxies: Vec<Proxy> = if per_worker {
@@ -268,29 +592,58 @@ impl Run {
         };
         let url_sets: Vec<Vec<String>> = if per_worker {
             proxies.iter().map(|p| vec![p.url()]).collect()
+        } else if !netns.is_empty() {
+            netns
+                .iter()
+                .map(|ns| vec![format!("redis://{}:{}", ns.host_ip, nodes[0].port())])
+                .collect()
         } else if s.proxied {
             vec![proxies.iter().map(Proxy::url).collect()]
+        } else if let Some(g) = &sentinel {
+            vec![g.sentinel_urls()]
+        } else if let Some(c) = &cluster {
+            vec![c.urls()]
         } else {
             vec![nodes.iter().map(RedisProcess::url).collect()]
+        };
+        let resource_urls: Vec<String> = if netns.is_empty() {
+            vec![resource.url()]
+        } else {
+            netns
+                .iter()
+                .map(|ns| format!("redis://{}:{}", ns.host_ip, resource.port()))
+                .collect()
         };
         let configs: Vec<PathBuf> = url_sets
             .iter()
             .enumerate()
             .map(|(i, urls)| {
-                write_config(s, &dir.join(format!("distlock-{i}.toml")), urls, &resource)
+                let resource_url = &resource_urls[i.min(resource_urls.len() - 1)];
+                write_config(
+                    s,
+                    &dir.join(format!("distlock-{i}.toml")),
+                    urls,
+                    resource_url,
+                )
             })
             .collect();
         let mut run = Run {
             dir,
             resource,
             nodes,
+            sentinel,
+            cluster,
+            netns,
+            clocks,
+            held_at_jump: [0; 6],
             proxies,
             workers: Vec::new(),
             configs,
+            resource_urls,
             key: s.name.to_string(),
             // Partitioned holders must still be inside when their lease runs out; so must
             // a holder whose server restarts empty, for the limit to show.
-            hold: if per_worker || s.name == "restart-nopersist" {
+            hold: if per_worker || s.name == "partition-netns" || s.name == "restart-nopersist" {
                 WATCHDOG * 2
             } else {
                 Duration::from_millis(HOLD_MS)
@@ -306,27 +659,40 @@ impl Run {
     }
 }
 
-/// Write a worker configuration: `main` on `urls`, `resource` on the resource server.
-fn write_config(s: &Scenario, path: &Path, urls: &[String], resource: &RedisProcess) -> PathBuf {
+/// Write a worker configuration: `main` on `urls`, `resource` on `resource_url`.
+fn write_config(s: &Scenario, path: &Path, urls: &[String], resource_url: &str) -> PathBuf {
+    let list = |urls: &[String]| {
+        urls.iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let timeouts = "response_timeout = \"300ms\"\nconnect_timeout = \"300ms\"";
     let main = match s.backend {
-        Backend::Single => format!(
-            "mode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
-            urls[0]
-        ),
+        Backend::Single => format!("mode = \"single\"\nurl = \"{}\"\n{timeouts}", urls[0]),
         Backend::Redlock => format!(
-            "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"100ms\"\nresponse_timeout = \"300ms\"\nconnect_timeout = \"300ms\"",
-            urls.iter()
-                .map(|u| format!("\"{u}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"100ms\"\n{timeouts}",
+            list(urls)
         ),
+        // "-wait": acquisitions WAIT for the replica, so a crash of the master alone loses
+        // no lock granted (renewals are not WAITed: see the README).
+        Backend::Sentinel => format!(
+            "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]\n{}{timeouts}",
+            PrivateSentinel::MASTER_NAME,
+            list(urls),
+            if s.name.ends_with("-wait") {
+                "sync_replicas = 1\nsync_timeout = \"200ms\"\n"
+            } else {
+                ""
+            }
+        ),
+        Backend::Cluster => format!("mode = \"cluster\"\nnodes = [{}]\n{timeouts}", list(urls)),
     };
     std::fs::write(
         path,
         format!(
-            "[defaults]\nbackend = \"main\"\nwatchdog_timeout = \"{}ms\"\nwait = \"5s\"\nkey_prefix = \"torture:\"\n\n[backends.main]\n{main}\n\n[backends.resource]\nmode = \"single\"\nurl = \"{}\"\n",
+            "[defaults]\nbackend = \"main\"\nwatchdog_timeout = \"{}ms\"\nwait = \"5s\"\nkey_prefix = \"torture:\"\n\n[backends.main]\n{main}\n\n[backends.resource]\nmode = \"single\"\nurl = \"{resource_url}\"\n",
             WATCHDOG.as_millis(),
-            resource.url()
         ),
     )
     .expect("config");
@@ -338,12 +704,23 @@ impl Run {
         let exe = std::env::current_exe().expect("current_exe");
         let bin = exe.with_file_name("torture-worker");
         let history = self.dir.join(format!("worker-{}.log", self.spawned));
-        let config = &self.configs[self.spawned.min(self.configs.len() - 1)];
+        let idx = self.spawned.min(self.configs.len() - 1);
+        let config = &self.configs[idx];
+        let resource_url = &self.resource_urls[idx.min(self.resource_urls.len() - 1)];
         self.spawned += 1;
-        let child = Command::new(&bin)
+        // In its namespace: `ip netns exec` execs the worker (same pid).
+        let mut command = match self.netns.get(idx) {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
+        let child = command
             .arg(config)
             .arg(&self.key)
-            .arg(self.resource.url())
+            .arg(resource_url)
             .arg(&history)
             .arg(duration.as_millis().to_string())
             .arg(self.hold.as_millis().to_string())
@@ -427,7 +804,7 @@ impl Run {
     }
 
     /// Wait for the workers to finish (bounded), then check.
-    fn finish(mut self, started: Instant) -> (Report, Interventions) {
+    fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>) {
         let until = Instant::now() + Duration::from_secs(20);
         for w in &mut self.workers {
             loop {
@@ -465,10 +842,211 @@ impl Run {
         .and_then(|v| v.as_str().and_then(|s| s.parse::<u64>().ok()))
         .unwrap_or(0);
         let _ = self.duration;
+        let jumps: Vec<String> = (0..=5)
+            .rev()
+            .filter(|&h| self.held_at_jump[h] > 0)
+            .map(|h| format!("{h} of 5: {}×", self.held_at_jump[h]))
+            .collect();
+        let note = (!jumps.is_empty())
+            .then(|| format!("the lock was on {} when a clock jumped", jumps.join(", ")));
         (
             history::check(sections, errors, &self.done, end, counter),
             self.done.clone(),
+            note,
         )
+    }
+}
+
+impl Run {
+    /// Note a fault step in the run's `driver.log` (kept with the histories), stamped on
+    /// the same clock as the histories.
+    fn log(&self, what: &str) {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("driver.log"))
+        {
+            let _ = writeln!(f, "{} {what}", now_ns());
+        }
+    }
+}
+
+/// Poll `f` every 20 ms until it holds or `limit` has passed; whether it held.
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `127.0.0.1:PORT` of the first replica of the master at `addr` (`INFO replication`).
+fn first_replica(addr: &str) -> Option<String> {
+    let line = topology::info_field(addr, "replication", "slave0")?;
+    let port = line
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("port="))?
+        .to_string();
+    Some(format!("127.0.0.1:{port}"))
+}
+
+impl Run {
+    /// One round on the sentinel group: `SENTINEL FAILOVER`, or (`kill`) the master
+    /// SIGKILLed, the sentinels' promotion awaited, the old master restarted (empty; the
+    /// sentinels turn it into a replica). Then until the new master's replica is online
+    /// again (at most 15 s, and not past `deadline`).
+    fn sentinel_round(&mut self, kill: bool, deadline: Instant) {
+        let Some(master) = self
+            .sentinel
+            .as_ref()
+            .and_then(PrivateSentinel::master_addr)
+        else {
+            return;
+        };
+        self.log(&format!(
+            "sentinel: {} master {master}",
+            if kill {
+                "SIGKILL"
+            } else {
+                "SENTINEL FAILOVER from"
+            }
+        ));
+        let g = self.sentinel.as_mut().expect("sentinel backend");
+        if kill {
+            let first = if g.master.addr() == master {
+                true
+            } else if g.replica.addr() == master {
+                false
+            } else {
+                return;
+            };
+            if first {
+                g.master.kill();
+            } else {
+                g.replica.kill();
+            }
+            wait_for(Duration::from_secs(15), || {
+                g.master_addr().is_some_and(|m| m != master)
+            });
+            if first {
+                g.master.restart();
+            } else {
+                g.replica.restart();
+            }
+        } else {
+            for sentinel in &g.sentinels {
+                let r = resp_command(
+                    &sentinel.addr(),
+                    &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
+                );
+                if r.is_ok_and(|v| v.is_ok()) {
+                    break;
+                }
+            }
+            wait_for(Duration::from_secs(10), || {
+                g.master_addr().is_some_and(|m| m != master)
+            });
+        }
+        let new = g.master_addr();
+        self.log(&format!("sentinel: master now {new:?}"));
+        let g = self.sentinel.as_mut().expect("sentinel backend");
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let healthy = wait_for(limit.min(Duration::from_secs(15)), || {
+            g.master_addr()
+                .is_some_and(|m| topology::replica_online(&m))
+        });
+        self.log(&format!("sentinel: replica online again: {healthy}"));
+    }
+
+    /// One round on the cluster: the master of the lock's slot (the one master holding
+    /// keys: the lock and its fencing counter share a slot) is replaced by its replica,
+    /// with `CLUSTER FAILOVER` sent to the replica, or (`kill`) by SIGKILLing the master
+    /// and restarting it (empty; it rejoins as a replica). Then until the new master's
+    /// replica is online again (at most 15 s, and not past `deadline`).
+    fn cluster_round(&mut self, kill: bool, deadline: Instant) {
+        let c = self.cluster.as_mut().expect("cluster backend");
+        let addrs: Vec<String> = c.nodes.iter().map(RedisProcess::addr).collect();
+        let dbsize = |a: &str| {
+            resp_command(a, &["DBSIZE"])
+                .ok()
+                .and_then(|v| v.as_int())
+                .unwrap_or(0)
+        };
+        let Some(master) = addrs
+            .iter()
+            .find(|a| topology::role(a).as_deref() == Some("master") && dbsize(a) > 0)
+            .cloned()
+        else {
+            return;
+        };
+        let Some(replica) = first_replica(&master) else {
+            return;
+        };
+        self.log(&format!(
+            "cluster: {} (master {master}, replica {replica})",
+            if kill {
+                "SIGKILL master"
+            } else {
+                "CLUSTER FAILOVER"
+            }
+        ));
+        let c = self.cluster.as_mut().expect("cluster backend");
+        let promoted = || topology::role(&replica).as_deref() == Some("master");
+        if kill {
+            let Some(i) = c.index_of(&master) else {
+                return;
+            };
+            c.nodes[i].kill();
+            wait_for(Duration::from_secs(15), promoted);
+            c.nodes[i].restart();
+        } else {
+            let _ = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
+            wait_for(Duration::from_secs(10), promoted);
+        }
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let healthy = wait_for(limit.min(Duration::from_secs(15)), || {
+            topology::replica_online(&replica)
+        });
+        self.log(&format!(
+            "cluster: {replica} master with its replica online: {healthy}"
+        ));
+    }
+
+    /// Move the wall clocks of `k` distinct random nodes `CLOCK_STEP_SECS` forward.
+    fn jump_clocks(&mut self, k: usize, rand: &mut impl FnMut(usize) -> usize) {
+        let n = self.clocks.len();
+        let mut picked: Vec<usize> = Vec::new();
+        while picked.len() < k.min(n) {
+            let i = rand(n);
+            if !picked.contains(&i) {
+                picked.push(i);
+            }
+        }
+        let lock = format!("torture:{{{}}}", self.key);
+        let held = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                resp_command(&n.addr(), &["EXISTS", &lock]).is_ok_and(|v| v.as_int() == Some(1))
+            })
+            .count();
+        self.held_at_jump[held.min(5)] += 1;
+        self.log(&format!(
+            "clock: nodes {picked:?} jump {CLOCK_STEP_SECS} s forward; the lock is on {held} of 5"
+        ));
+        for i in picked {
+            let (file, offset) = &mut self.clocks[i];
+            *offset += CLOCK_STEP_SECS;
+            let tmp = file.with_extension("tmp");
+            std::fs::write(&tmp, format!("{offset}\n")).expect("clock file");
+            std::fs::rename(&tmp, &*file).expect("clock file");
+        }
     }
 }
 
@@ -557,6 +1135,33 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.proxies[b].set_blackhole(false);
                 std::thread::sleep(Duration::from_millis(1500));
             }
+            "partition-netns" => {
+                if let Some(i) = run.wait_holder() {
+                    let port = run.nodes[0].port();
+                    run.netns[i].cut(port, true);
+                    std::thread::sleep(WATCHDOG * 5 / 2);
+                    run.netns[i].cut(port, false);
+                }
+                std::thread::sleep(Duration::from_millis(800));
+            }
+            "redlock-clock" | "redlock-clock-2" => {
+                run.wait_holder();
+                let k = if s.name == "redlock-clock" { 1 } else { 2 };
+                run.jump_clocks(k, &mut rand);
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            "sentinel-failover" | "sentinel-failover-wait" => {
+                run.wait_holder();
+                // SIGKILL first: the sentinels notice a returning old master within a
+                // second; after SENTINEL FAILOVER they take up to 10 s (their INFO period).
+                run.sentinel_round(*rounds % 2 == 1, deadline);
+                std::thread::sleep(Duration::from_millis(1000));
+            }
+            "cluster-failover" | "cluster-kill" => {
+                run.wait_holder();
+                run.cluster_round(s.name == "cluster-kill", deadline);
+                std::thread::sleep(Duration::from_millis(1000));
+            }
             other => unreachable!("scenario {other}"),
         }
     }
@@ -585,7 +1190,7 @@ fn main() {
     let chosen: Vec<&Scenario> = if names.is_empty() {
         SCENARIOS
             .iter()
-            .filter(|s| !quick || s.name != "redlock-blackhole")
+            .filter(|s| !quick || s.quick.is_some())
             .collect()
     } else {
         names
@@ -598,20 +1203,22 @@ fn main() {
             })
             .collect()
     };
-    let duration = if quick {
-        Duration::from_secs(12)
-    } else {
-        Duration::from_secs(60)
+    let duration_of = |s: &Scenario| {
+        Duration::from_secs(match (quick, s.quick) {
+            (true, Some(secs)) => secs,
+            (true, None) => 12,
+            (false, _) => 60,
+        })
     };
     std::fs::create_dir_all(&dir).expect("torture dir");
     println!(
-        "distlock torture ({}), {WORKERS} worker processes, watchdog_timeout {:?}, hold {HOLD_MS} ms, {:?} per scenario",
+        "distlock torture ({}), {WORKERS} worker processes, watchdog_timeout {:?}, hold {HOLD_MS} ms, {} per scenario",
         if quick { "--quick" } else { "--long" },
         WATCHDOG,
-        duration
+        if quick { "8-12 s" } else { "60 s" }
     );
     println!(
-        "{:<19} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  faults / notes",
+        "{:<22} {:<12} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  faults / notes",
         "scenario",
         "backend",
         "sections",
@@ -626,12 +1233,13 @@ fn main() {
     let mut failed = false;
     for s in chosen {
         let started = Instant::now();
+        let duration = duration_of(s);
         let mut run = Run::start(s, &dir, duration);
         let deadline = started + duration;
         let mut rounds = 0;
         inject(s, &mut run, deadline, &mut rounds);
         let run_dir = run.dir.clone();
-        let (r, done_debug) = run.finish(started);
+        let (r, done_debug, run_note) = run.finish(started);
         let bad = r.failed() && !s.limit;
         failed |= bad;
         let mut notes = format!("{rounds}× {}", s.what);
@@ -640,6 +1248,9 @@ fn main() {
                 "; lost() came >= {:.0} ms before the next acquire",
                 lead as f64 / 1e6
             ));
+        }
+        if let Some(n) = run_note {
+            notes.push_str(&format!("; {n}"));
         }
         if !r.acquire_errors.is_empty() {
             let errs: Vec<String> = r
@@ -653,7 +1264,7 @@ fn main() {
             notes.push_str("; EXPECTED (documented limit)");
         }
         println!(
-            "{:<19} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>5.0}s  {}{}",
+            "{:<22} {:<12} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>5.0}s  {}{}",
             s.name,
             s.backend.name(),
             r.sections,
