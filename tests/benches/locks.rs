@@ -5,12 +5,15 @@
 //! `RELEASE`) as raw EVALSHA over one multiplexed connection: two round trips per pair.
 //! Prints a table; asserts nothing.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{Lease, Registry};
 use redis::aio::MultiplexedConnection;
+use support::{cpu_seconds, hand_off, median, pct};
 
 const SEQ_PAIRS: usize = 5_000;
 const ROUNDS: usize = 3;
@@ -101,16 +104,6 @@ fn rand_u128() -> u128 {
     let mut h = s.build_hasher();
     h.write_u64(7);
     (u128::from(h.finish()) << 64) | u128::from(s.build_hasher().finish())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn pct(times: &mut [Duration], p: f64) -> Duration {
-    times.sort();
-    times[((times.len() as f64 - 1.0) * p).round() as usize]
 }
 
 async fn sequential(
@@ -274,38 +267,6 @@ async fn concurrent_pairs(label: &str, reg: Option<&Registry>, floor: Option<&Fl
     n as f64 / secs
 }
 
-async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
-    let key = format!("handoff:{}", owner());
-    let mut times = Vec::new();
-    for _ in 0..rounds {
-        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
-        let (r2, k2) = (reg.clone(), key.clone());
-        let waiter = tokio::spawn(async move {
-            let g = r2
-                .lock(k2)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("waiter");
-            let t = Instant::now();
-            g.release().await.expect("release");
-            t
-        });
-        while reg.waiting("main") == Some(0) {
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        held.release().await.expect("release");
-        times.push(
-            waiter
-                .await
-                .expect("waiter")
-                .saturating_duration_since(released),
-        );
-    }
-    times
-}
-
 async fn rslock_hand_off(rs: &rslock::LockManager, rounds: usize) -> Vec<Duration> {
     let key = format!("rslock:handoff:{}", owner());
     let mut times = Vec::new();
@@ -336,15 +297,6 @@ async fn rslock_hand_off(rs: &rslock::LockManager, rounds: usize) -> Vec<Duratio
         );
     }
     times
-}
-
-fn cpu_seconds() -> f64 {
-    // utime + stime of this process, from /proc/self/stat (clock ticks, 100 per second).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// (commands processed, counting those run inside scripts; EVALSHA calls).
@@ -491,7 +443,7 @@ async fn main() {
     );
     println!();
 
-    let mut t = hand_off(&reg, HANDOFFS).await;
+    let mut t = hand_off(&reg, &format!("handoff:{}", owner()), HANDOFFS).await;
     let mut rt = rslock_hand_off(&rs, RSLOCK_HANDOFFS).await;
     println!("hand-off: release -> waiter holds the lock");
     println!("  {:<28} {:>10} {:>10} {:>10}", "", "p50", "p99", "max");

@@ -15,11 +15,14 @@
 //! does. On loopback the round trip is mostly CPU (client and servers), which grows with the
 //! number of nodes: the "client CPU" column shows this process's share.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::Registry;
+use support::{cpu_seconds, hand_off, pct};
 
 const PAIRS: usize = 3_000;
 const ROUNDS: usize = 3;
@@ -54,20 +57,6 @@ fn unique(name: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-fn pct(times: &mut [Duration], p: f64) -> Duration {
-    times.sort();
-    times[((times.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// This process's CPU time (user + system), from /proc/self/stat (100 ticks a second).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// Median over `ROUNDS` of the mean µs per sequential, uncontended lock+unlock; the p99 of
@@ -117,39 +106,6 @@ async fn concurrent(reg: &Registry) -> f64 {
         t.await.expect("task");
     }
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
-}
-
-/// Release → the waiting task holds the lock.
-async fn hand_off(reg: &Registry) -> Vec<Duration> {
-    let key = unique("handoff");
-    let mut times = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
-        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
-        let (reg2, key2) = (reg.clone(), key.clone());
-        let waiter = tokio::spawn(async move {
-            let g = reg2
-                .lock(key2.as_str())
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("waiter");
-            let got = Instant::now();
-            g.release().await.expect("release");
-            got
-        });
-        while reg.waiting("main").unwrap_or(0) == 0 {
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        held.release().await.expect("release");
-        times.push(
-            waiter
-                .await
-                .expect("waiter")
-                .saturating_duration_since(released),
-        );
-    }
-    times
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +162,7 @@ async fn main() {
     println!("hand-off ({HANDOFFS} rounds): release -> the waiter holds the lock");
     println!("  {:<10} {:>10} {:>10} {:>10}", "", "p50", "p99", "max");
     for (mode, reg) in modes.iter().zip(&registries) {
-        let mut t = hand_off(reg).await;
+        let mut t = hand_off(reg, &unique("handoff"), HANDOFFS).await;
         println!(
             "  {:<10} {:>10.1?} {:>10.1?} {:>10.1?}",
             mode,

@@ -14,12 +14,15 @@
 //! Every comparison alternates its contenders in batches (A B A B …) and reports medians,
 //! so a noisy neighbour on the machine hits both sides alike.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, Lease, LockError, Registry};
 use redis::aio::MultiplexedConnection;
+use support::{cpu_seconds, hand_off, list, median, pct};
 
 const TASKS: usize = 64;
 const LEASES: usize = 100_000;
@@ -103,23 +106,6 @@ fn unique() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("{}:{nanos}", std::process::id())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn pct(times: &mut [Duration], p: f64) -> Duration {
-    times.sort();
-    times[((times.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn list(urls: &[String]) -> String {
-    urls.iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 async fn registry(backend: &str) -> Registry {
@@ -219,48 +205,6 @@ async fn concurrent(c: &Contender, run_for: Duration) -> f64 {
         h.await.expect("task");
     }
     n as f64 / secs
-}
-
-/// Release → the waiter holds the lock, `rounds` times.
-async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
-    let key = format!("t:handoff:{}", unique());
-    let mut times = Vec::new();
-    for _ in 0..rounds {
-        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
-        let (r2, k2) = (reg.clone(), key.clone());
-        let waiter = tokio::spawn(async move {
-            let g = r2
-                .lock(k2)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("waiter");
-            let t = Instant::now();
-            g.release().await.expect("release");
-            t
-        });
-        while reg.waiting("main") == Some(0) {
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        held.release().await.expect("release");
-        times.push(
-            waiter
-                .await
-                .expect("waiter")
-                .saturating_duration_since(released),
-        );
-    }
-    times
-}
-
-fn cpu_seconds() -> f64 {
-    // utime + stime of this process, from /proc/self/stat (clock ticks, 100 per second).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn rss_bytes() -> f64 {
@@ -705,7 +649,7 @@ async fn main() {
 
     if wanted("handoff") {
         // 7. hand-off.
-        let mut t = hand_off(&single, 300).await;
+        let mut t = hand_off(&single, &format!("t:handoff:{}", unique()), 300).await;
         let (p50, max) = (pct(&mut t, 0.5), pct(&mut t, 1.0));
         row(
             &mut rows,

@@ -11,11 +11,14 @@
 //!
 //! Prints tables; asserts nothing (beyond the locks working).
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use distlock::{Lease, Registry};
+use support::{cpu_seconds, hand_off, list, median, pct};
 
 const SEQ_PAIRS: usize = 2_000;
 const ROUNDS: usize = 3;
@@ -30,13 +33,6 @@ fn unique() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("{}:{nanos}", std::process::id())
-}
-
-fn list(urls: &[String]) -> String {
-    urls.iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn config(backend: &str, watchdog: &str) -> String {
@@ -70,16 +66,6 @@ fn backends() -> Vec<(&'static str, String)> {
             format!("{sentinel}sync_replicas = 1\nsync_timeout = \"1s\"\n"),
         ),
     ]
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-fn pct(times: &mut [Duration], p: f64) -> Duration {
-    times.sort();
-    times[((times.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Median µs per uncontended lock+unlock pair, one task.
@@ -134,48 +120,6 @@ async fn concurrent(reg: &Registry) -> f64 {
         h.await.expect("task");
     }
     n as f64 / secs
-}
-
-/// Release → the waiting task holds the lock.
-async fn hand_off(reg: &Registry) -> Vec<Duration> {
-    let key = format!("bench:handoff:{}", unique());
-    let mut times = Vec::with_capacity(HANDOFFS);
-    for _ in 0..HANDOFFS {
-        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
-        let (r2, k2) = (reg.clone(), key.clone());
-        let waiter = tokio::spawn(async move {
-            let g = r2
-                .lock(k2)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .expect("waiter");
-            let t = Instant::now();
-            g.release().await.expect("release");
-            t
-        });
-        while reg.waiting("main") == Some(0) {
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        held.release().await.expect("release");
-        times.push(
-            waiter
-                .await
-                .expect("waiter")
-                .saturating_duration_since(released),
-        );
-    }
-    times
-}
-
-fn cpu_seconds() -> f64 {
-    // utime + stime of this process, from /proc/self/stat (clock ticks, 100 per second).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// CPU of this process (% of one core) while `LEASES` auto leases are renewed every second
@@ -278,7 +222,7 @@ async fn main() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let seq = sequential(&reg).await;
         let conc = concurrent(&reg).await;
-        let mut t = hand_off(&reg).await;
+        let mut t = hand_off(&reg, &format!("bench:handoff:{}", unique()), HANDOFFS).await;
         println!(
             "  {:<26} {:>12.1} {:>12.0} {:>10.3?} {:>10.3?} {:>10.3?}",
             name,
