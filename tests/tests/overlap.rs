@@ -58,6 +58,43 @@ fn acquire_script_run_twice_counts_once() {
     assert_eq!(freed, RespValue::Integer(0), "one release frees it");
 }
 
+fn pttl(key: &str) -> i64 {
+    resp_command(&addr_of(&single_url()), &["PTTL", key])
+        .expect("PTTL")
+        .as_int()
+        .expect("an integer")
+}
+
+/// Item 2, found by the torture run's `latency` scenario: the first run of an acquire
+/// takes the lock, its reply is late, and the client's retry (sent later) finds the
+/// level's mark. The client counts its lease from the retry's send time, so the retry
+/// must make the server's expiry at least a full lease from then (only ever extending),
+/// else the lock expires on the server while its holder believes it has time left, and
+/// another process gets in unsignalled. Same for a nested acquisition's retry.
+#[test]
+fn a_retried_acquire_extends_the_lease_from_the_retry() {
+    use distlock::__private::scripts::ACQUIRE;
+    let hash = format!("lock:{{{}}}", unique("retry-lease"));
+    let fence = format!("{hash}:fence");
+    let keys = [hash.as_str(), fence.as_str()];
+    let first = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1", "0"]);
+    std::thread::sleep(Duration::from_millis(600)); // the late reply (a fault, not a sync)
+    let retry = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1", "0"]);
+    assert_eq!(first, retry, "the same answer, with the same token");
+    let left = pttl(&hash);
+    assert!(
+        left > 900,
+        "a full lease from the retry, not what the first run left: {left} ms"
+    );
+
+    // A nested acquisition's retry likewise.
+    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "1"]);
+    std::thread::sleep(Duration::from_millis(600));
+    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "1"]);
+    let left = pttl(&hash);
+    assert!(left > 900, "nested retry: {left} ms");
+}
+
 /// Items 2 and 3: a nested release run twice, or a release of a level that was never
 /// taken (a rolled-back attempt that did not run on that node), leaves the outer hold.
 #[test]

@@ -14,7 +14,8 @@
 --   appended); the hash always has the lock's expiry (renew.lua, release.lua and
 --   force_release.lua keep it so), so it never outlives the lock.
 -- Returns: {1, token} newly acquired (run again: the same, with the counter's current
---   value); {2, 0} re-entered by the same owner (the expiry is only ever extended);
+--   value, and the expiry raised to a full lease from the run again); {2, 0} re-entered
+--   by the same owner (the expiry is only ever extended);
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
@@ -23,8 +24,16 @@ local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
+-- A run again of this acquisition (its first reply was lost or late): answer the same,
+-- and make the expiry a full lease from now (only ever extending): the client counts its
+-- lease from when it sent this run, so the server must not end it earlier.
+local function again(answer)
+  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
+  return answer
+end
 if nested then
-  if redis.call('hexists', lock, level) == 1 then return {2, 0} end
+  if redis.call('hexists', lock, level) == 1 then return again({2, 0}) end
   if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
   redis.call('hincrby', lock, owner, 1)
   redis.call('hset', lock, level, 1)
@@ -38,7 +47,7 @@ end
 -- EXISTS, and only an existing lock is looked at for a first run of this acquisition.
 if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, level) == 1 then
-    return {1, tonumber(redis.call('get', fence))}
+    return again({1, tonumber(redis.call('get', fence))})
   end
   return {0, redis.call('pttl', lock)}
 end

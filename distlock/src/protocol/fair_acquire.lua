@@ -25,6 +25,10 @@ if not wait or wait < 0 or wait > 31536000000 then
   return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[3]))
 end
 if redis.call('hexists', lock, level) == 1 then
+  -- Run again (a lost or late reply): the same answer, and a full lease from now, as the
+  -- client counts its lease from this run (see acquire.lua).
+  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
   if nested then return {2, 0} end
   return {1, tonumber(redis.call('get', KEYS[4]))}
 end
