@@ -95,6 +95,74 @@ fn a_retried_acquire_extends_the_lease_from_the_retry() {
     assert!(left > 900, "nested retry: {left} ms");
 }
 
+/// Item 2 for read-write locks: an acquire (write or read) run again answers the same and
+/// counts once; a release run again changes nothing; one release per acquisition frees it.
+#[test]
+fn rw_scripts_run_twice_count_once() {
+    let prologue = include_str!("../../distlock/src/protocol/rw_prologue.lua");
+    let fence = include_str!("../../distlock/src/protocol/fence_prologue.lua");
+    let acquire = format!(
+        "{prologue}{fence}{}",
+        include_str!("../../distlock/src/protocol/rw_acquire.lua")
+    );
+    let release = format!(
+        "{prologue}{}",
+        include_str!("../../distlock/src/protocol/rw_release.lua")
+    );
+    let base = format!("lock:{{{}}}:rw", unique("rw-twice"));
+    let (readers, writers, counter) = (
+        format!("{base}:readers"),
+        format!("{base}:writers"),
+        format!("{base}:fence"),
+    );
+    let keys = [
+        base.as_str(),
+        readers.as_str(),
+        writers.as_str(),
+        counter.as_str(),
+    ];
+    let acq = |mode: &str, level: &str, nested: &str| {
+        eval(&acquire, &keys, &[OWNER, "10000", mode, "0", level, nested])
+    };
+    let rel = |mode: &str, level: &str| {
+        eval(&release, &keys[..3], &[OWNER, mode, "ch", "publish", level])
+    };
+    // Write: first run and run again answer the same token; counted once.
+    let first = acq("write", "w1", "0");
+    assert_eq!(first, acq("write", "w1", "0"), "the same answer");
+    assert_eq!(hget(&base, "wcount"), Some(1), "counted once");
+    // A nested write level, its acquire and its release each run twice.
+    acq("write", "w2", "1");
+    acq("write", "w2", "1");
+    assert_eq!(hget(&base, "wcount"), Some(2));
+    assert_eq!(rel("write", "w2"), RespValue::Integer(1));
+    assert_eq!(
+        rel("write", "w2"),
+        RespValue::Integer(1),
+        "run again: no change"
+    );
+    assert_eq!(hget(&base, "wcount"), Some(1), "the outer level stands");
+    // Read, downgraded under the write lock, run twice each.
+    acq("read", "r1", "0");
+    acq("read", "r1", "0");
+    assert_eq!(
+        hget(&base, &format!("r:{OWNER}")),
+        Some(1),
+        "read counted once"
+    );
+    assert_eq!(rel("read", "r1"), RespValue::Integer(0));
+    assert_eq!(
+        rel("read", "r1"),
+        RespValue::Integer(-1),
+        "run again: nothing held"
+    );
+    // The last write release frees it; run again: nothing held.
+    assert_eq!(rel("write", "w1"), RespValue::Integer(0));
+    assert_eq!(rel("write", "w1"), RespValue::Integer(-1));
+    let exists = resp_command(&addr_of(&single_url()), &["EXISTS", &base]).expect("EXISTS");
+    assert_eq!(exists.as_int(), Some(0), "freed");
+}
+
 /// Items 2 and 3: a nested release run twice, or a release of a level that was never
 /// taken (a rolled-back attempt that did not run on that node), leaves the outer hold.
 #[test]

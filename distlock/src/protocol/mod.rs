@@ -261,7 +261,9 @@ impl Call {
                 .arg(hold.owner.hex())
                 .arg(lease)
                 .arg(rw_mode(keys.kind))
-                .arg(wait),
+                .arg(wait)
+                .arg(hold.level_hex())
+                .arg(nested),
         };
         call.keys.push(keys.fence.clone());
         if let Some(info) = &keys.info {
@@ -315,7 +317,8 @@ impl Call {
                 .arg(hold.owner.hex())
                 .arg(rw_mode(keys.kind))
                 .arg(&keys.channel)
-                .arg(publish.verb()),
+                .arg(publish.verb())
+                .arg(hold.level_hex()),
         }
         .with_info_key(keys)
     }

@@ -9,13 +9,17 @@
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
 -- ARGV[4] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
--- KEYS[5], ARGV[5] (optional) holder information: the info hash gets one entry per holder
+-- ARGV[5] level id (one per acquisition; see acquire.lua)
+-- ARGV[6] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- KEYS[5], ARGV[7] (optional) holder information: the info hash gets one entry per holder
 --   (`host\tpid\tsite\tsince_ms\ttoken`) and the expiry of the rw hash
--- Returns: as acquire.lua.
+-- Returns: as acquire.lua; run again (the level's mark found), the same answer, with the
+--   owner's lease end raised to a full lease from now.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, lease, mode, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local level, nested = ARGV[5], ARGV[6] == '1'
 -- Checked before this script's first write (the prologue only purged expired state).
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
@@ -23,17 +27,32 @@ end
 if not wait or wait < 0 or wait > 31536000000 then
   return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[4]))
 end
+if not level or level == '' or string.find(level, ',', 1, true) then
+  return redis.error_reply('ERR distlock: bad level id: ' .. tostring(level))
+end
+local function again()
+  if nested then return {2, 0} end
+  return {1, tonumber(redis.call('get', KEYS[4]))}
+end
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
   if not KEYS[5] then return end
-  if token then redis.call('hset', KEYS[5], owner, ARGV[5] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token)) end
+  if token then redis.call('hset', KEYS[5], owner, ARGV[7] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token)) end
   local p = redis.call('pttl', rw)
   if p > 0 then redis.call('pexpire', KEYS[5], p) end
 end
 if mode == 'read' then
-  local rc = 'r:' .. owner
+  local rc, mr = 'r:' .. owner, 'mr:' .. owner
+  if marked(mr, level) then
+    local e = tonumber(redis.call('zscore', readers, owner) or 0)
+    if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
+    touch()
+    note(nil)
+    return again()
+  end
   if redis.call('hexists', rw, rc) == 1 then
     redis.call('hincrby', rw, rc, 1)
+    mark(mr, level)
     local e = tonumber(redis.call('zscore', readers, owner) or 0)
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
@@ -47,13 +66,25 @@ if mode == 'read' then
   end
   local token = next_token(KEYS[4])
   redis.call('hset', rw, rc, 1)
+  mark(mr, level)
   redis.call('zadd', readers, now + lease, owner)
   touch()
   note(token)
   return {1, token}
 end
+local mw = 'mw:' .. owner
+if writer == owner and marked(mw, level) then
+  if wexp < now + lease then
+    wexp = now + lease
+    redis.call('hset', rw, 'wexp', wexp)
+  end
+  touch()
+  note(nil)
+  return again()
+end
 if writer == owner then
   redis.call('hincrby', rw, 'wcount', 1)
+  mark(mw, level)
   if wexp < now + lease then
     wexp = now + lease
     redis.call('hset', rw, 'wexp', wexp)
@@ -73,7 +104,7 @@ if busy then
 end
 local token = next_token(KEYS[4])
 writer, wexp = owner, now + lease
-redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp)
+redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, mw, ',' .. level .. ',')
 redis.call('zrem', writers, owner)
 touch()
 note(token)

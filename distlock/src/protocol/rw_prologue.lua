@@ -4,21 +4,40 @@
 -- (deleting what holds nothing live).
 --
 -- Layout (all under the lock's hash tag): PREFIX{KEY}:rw a hash: writer (owner id), wcount
--- (its reentrancy count), wexp (its lease end, ms) and r:<owner> (a reader's reentrancy
--- count); PREFIX{KEY}:rw:readers a zset owner -> lease end (ms); PREFIX{KEY}:rw:writers a
+-- (its reentrancy count), wexp (its lease end, ms), r:<owner> (a reader's reentrancy
+-- count) and mr:<owner> / mw:<owner> (the level ids it holds, see marked()); PREFIX{KEY}:rw:readers a zset owner -> lease end (ms); PREFIX{KEY}:rw:writers a
 -- zset waiting writer -> deadline (ms).
 local rw, readers, writers = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead = redis.call('zrangebyscore', readers, '-inf', now)
-for _, o in ipairs(dead) do redis.call('hdel', rw, 'r:' .. o) end
+for _, o in ipairs(dead) do redis.call('hdel', rw, 'r:' .. o, 'mr:' .. o) end
 if #dead > 0 then redis.call('zremrangebyscore', readers, '-inf', now) end
 redis.call('zremrangebyscore', writers, '-inf', now)
 local writer = redis.call('hget', rw, 'writer')
 local wexp = tonumber(redis.call('hget', rw, 'wexp') or 0)
 if writer and wexp <= now then
-  redis.call('hdel', rw, 'writer', 'wcount', 'wexp')
+  redis.call('hdel', rw, 'writer', 'wcount', 'wexp', 'mw:' .. writer)
   writer = false
+end
+-- The levels an owner holds in a mode, `,<level>,<level>,` under `mr:<owner>` (read) or
+-- `mw:<owner>` (write): a script run again (a client or proxy retrying) finds its level
+-- and does not count it twice; they go with the owner's hold.
+local function marked(f, level)
+  local m = redis.call('hget', rw, f)
+  return m and string.find(m, ',' .. level .. ',', 1, true) ~= nil
+end
+local function mark(f, level)
+  redis.call('hset', rw, f, (redis.call('hget', rw, f) or ',') .. level .. ',')
+end
+local function unmark(f, level)
+  local m = redis.call('hget', rw, f)
+  if not m then return false end
+  local i, j = string.find(m, ',' .. level .. ',', 1, true)
+  if not i then return false end
+  local rest = string.sub(m, 1, i) .. string.sub(m, j + 1)
+  if rest == ',' then redis.call('hdel', rw, f) else redis.call('hset', rw, f, rest) end
+  return true
 end
 local function last_reader()
   local r = redis.call('zrange', readers, -1, -1, 'withscores')
