@@ -186,50 +186,13 @@ fn check_names_a_missing_right() {
     let pw = format!(">{password}");
     args.push(&pw);
     // The README's rights but +hincrby.
-    args.extend_from_slice(&[
-        "resetkeys",
-        "resetchannels",
-        "~lock:*",
-        "&lock:*",
-        "-@all",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+ping",
-        "+incr",
-        "+incrby",
-        "+expire",
-        "+publish",
-        "+spublish",
-        "+subscribe",
-        "+unsubscribe",
-        "+ssubscribe",
-        "+sunsubscribe",
-        "+del",
-        "+exists",
-        "+get",
-        "+set",
-        "+hdel",
-        "+hexists",
-        "+hget",
-        "+hmget",
-        "+hset",
-        "+lindex",
-        "+lpop",
-        "+lrem",
-        "+persist",
-        "+pexpire",
-        "+pttl",
-        "+rpush",
-        "+time",
-        "+zadd",
-        "+zcard",
-        "+zrange",
-        "+zrangebyscore",
-        "+zrem",
-        "+zremrangebyscore",
-        "+zscore",
-    ]);
+    args.extend_from_slice(&["resetkeys", "resetchannels", "-@all"]);
+    args.extend(
+        distlock_tests::README_ACL_RIGHTS
+            .iter()
+            .copied()
+            .filter(|r| *r != "+hincrby"),
+    );
     let r = distlock_tests::resp_command(&server.addr(), &args).expect("ACL SETUSER");
     assert!(r.is_ok(), "{r:?}");
     let path = std::env::temp_dir().join(format!("distlock-cli-{}-acl.toml", std::process::id()));

@@ -739,6 +739,52 @@ impl Drop for RedisProcess {
     }
 }
 
+/// The rights of the README's minimal `ACL SETUSER` line (key prefix `lock:`), as
+/// arguments: the least-privilege tests grant exactly these (`tests/tests/acl.rs` checks
+/// the README's line against them).
+pub const README_ACL_RIGHTS: &[&str] = &[
+    "~lock:*",
+    "&lock:*",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+ping",
+    "+incr",
+    "+incrby",
+    "+expire",
+    "+publish",
+    "+spublish",
+    "+subscribe",
+    "+unsubscribe",
+    "+ssubscribe",
+    "+sunsubscribe",
+    "+del",
+    "+exists",
+    "+hdel",
+    "+hexists",
+    "+hget",
+    "+hincrby",
+    "+hmget",
+    "+hset",
+    "+get",
+    "+set",
+    "+lindex",
+    "+lpop",
+    "+lrem",
+    "+persist",
+    "+pexpire",
+    "+pttl",
+    "+rpush",
+    "+time",
+    "+zadd",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zrem",
+    "+zremrangebyscore",
+    "+zscore",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

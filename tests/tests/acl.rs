@@ -11,50 +11,29 @@ use distlock_tests::topology::{PrivateCluster, PrivateSentinel};
 use distlock_tests::{resp_command, RedisProcess, RespValue};
 
 /// The README's `ACL SETUSER` rights (key prefix `lock:`), as arguments.
-pub const RIGHTS: &[&str] = &[
-    "~lock:*",
-    "&lock:*",
-    "+evalsha",
-    "+eval",
-    "+script|load",
-    "+ping",
-    "+incr",
-    "+incrby",
-    "+expire",
-    "+publish",
-    "+spublish",
-    "+subscribe",
-    "+unsubscribe",
-    "+ssubscribe",
-    "+sunsubscribe",
-    "+del",
-    "+exists",
-    "+hdel",
-    "+hexists",
-    "+hget",
-    "+hincrby",
-    "+hmget",
-    "+hset",
-    "+get",
-    "+set",
-    "+lindex",
-    "+lpop",
-    "+lrem",
-    "+persist",
-    "+pexpire",
-    "+pttl",
-    "+rpush",
-    "+time",
-    "+zadd",
-    "+zcard",
-    "+zrange",
-    "+zrangebyscore",
-    "+zrem",
-    "+zremrangebyscore",
-    "+zscore",
-];
+pub use distlock_tests::README_ACL_RIGHTS as RIGHTS;
 
 const PASSWORD: &str = "Sup3r-s3cret-pw";
+
+/// The README's `ACL SETUSER distlock …` line grants exactly the rights tested here (and
+/// the CLI's tests), so the documented line and the tested one cannot drift apart.
+#[test]
+fn readme_acl_line_is_the_tested_one() {
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER distlock "))
+        .expect("the README's ACL line");
+    let documented: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| w.starts_with('~') || w.starts_with('&') || w.starts_with('+'))
+        .collect();
+    let mut a = documented.clone();
+    let mut b = RIGHTS.to_vec();
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b, "README line: {line}");
+}
 
 /// The README's additions for `mode = "cluster"` (the client discovers the slots).
 const CLUSTER_RIGHTS: &[&str] = &["+cluster|slots", "+asking"];
