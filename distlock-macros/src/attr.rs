@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "..."` (or `keys = ["...", ...]`), `wait = "...",
-//! lease = "...", backend = "...", kind = "...", on_lost = "..."`, parsed with the span of every value so that errors point
+//! lease = "...", backend = "...", kind = "...", on_lost = "...", hold_at_least = "..."`, parsed with the span of every value so that errors point
 //! at it. The key may also come first without its name: `#[distributed_lock("order:<id>")]`.
 
 use std::time::Duration;
@@ -10,7 +10,16 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 /// The arguments the attribute knows, in the order the docs list them.
-const KNOWN: &[&str] = &["key", "keys", "wait", "lease", "backend", "kind", "on_lost"];
+const KNOWN: &[&str] = &[
+    "key",
+    "keys",
+    "wait",
+    "lease",
+    "backend",
+    "kind",
+    "on_lost",
+    "hold_at_least",
+];
 
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 pub(crate) struct Args {
@@ -24,6 +33,8 @@ pub(crate) struct Args {
     pub kind: Option<String>,
     /// `on_lost = "cancel"` (the default) or `"signal"`.
     pub on_lost: Option<OnLostArg>,
+    /// `hold_at_least = "30s"`: a run-once job's least hold (on the server's clock).
+    pub hold_at_least: Option<Duration>,
 }
 
 /// `on_lost = "cancel" | "signal"`.
@@ -64,12 +75,14 @@ impl Parse for Args {
             backend: None,
             kind: None,
             on_lost: None,
+            hold_at_least: None,
         };
         // Which arguments were given, to report repeats.
         let mut seen: Vec<String> = Vec::new();
         // The names as written, in order, and the `kind` value: where conflicts are reported.
         let mut names: Vec<Ident> = Vec::new();
         let mut kind_value: Option<Expr> = None;
+        let mut hold_value: Option<LitStr> = None;
         // Errors that do not stop parsing: all of them are reported together.
         let mut errors: Vec<syn::Error> = Vec::new();
 
@@ -147,6 +160,12 @@ impl Parse for Args {
                 "on_lost" => string(&name_str, &value, "\"cancel\" or \"signal\"")
                     .and_then(parse_on_lost)
                     .map(|o| args.on_lost = Some(o)),
+                "hold_at_least" => string(&name_str, &value, "\"30s\"")
+                    .and_then(|lit| {
+                        hold_value = Some(lit.clone());
+                        parse_hold_at_least(lit)
+                    })
+                    .map(|h| args.hold_at_least = Some(h)),
                 _ => Err(syn::Error::new_spanned(
                     &name,
                     format!(
@@ -191,6 +210,33 @@ impl Parse for Args {
                          available with it (leave `kind` out)"
                     ),
                 ));
+            }
+        }
+        // `hold_at_least`: a reentrant lock on one key, held at most its fixed lease.
+        if let (Some(hold), Some(lit)) = (args.hold_at_least, &hold_value) {
+            if args.keys.is_some() {
+                errors.push(syn::Error::new_spanned(
+                    lit,
+                    "`hold_at_least` (a run-once job) takes one `key`, not `keys`",
+                ));
+            }
+            if let Some(kind) = args.kind.as_deref().filter(|k| *k != "reentrant") {
+                errors.push(syn::Error::new_spanned(
+                    lit,
+                    format!(
+                        "`hold_at_least` (a run-once job) is for reentrant locks; kind {kind:?} \
+                         is not available with it (leave `kind` out)"
+                    ),
+                ));
+            }
+            if let Some(LeaseArg::Fixed(lease)) = &args.lease {
+                if hold > *lease {
+                    errors.push(syn::Error::new_spanned(
+                        lit,
+                        "`hold_at_least` is longer than the fixed `lease`, which is the longest \
+                         the lock is held: make the lease at least as long",
+                    ));
+                }
             }
         }
         match combine(errors) {
@@ -284,6 +330,20 @@ fn parse_wait(lit: LitStr) -> syn::Result<Duration> {
             format!("`wait`: {why}; write e.g. \"250ms\", \"5s\" or \"1m30s\" (\"0s\" tries once)"),
         )
     })
+}
+
+fn parse_hold_at_least(lit: LitStr) -> syn::Result<Duration> {
+    match distlock_config::parse_duration(&lit.value()) {
+        Ok(d) if d.is_zero() => Err(syn::Error::new_spanned(
+            &lit,
+            "`hold_at_least` must be greater than 0 (leave it out for a lock released at once)",
+        )),
+        Ok(d) => Ok(d),
+        Err(why) => Err(syn::Error::new_spanned(
+            &lit,
+            format!("`hold_at_least`: {why}"),
+        )),
+    }
 }
 
 fn parse_lease(lit: LitStr) -> syn::Result<LeaseArg> {

@@ -420,6 +420,10 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     if let Some(OnLostArg::Signal) = args.on_lost {
         builder.extend(quote!(.on_lost(::distlock::OnLost::Signal)));
     }
+    if let Some(h) = args.hold_at_least {
+        let ms = millis(h);
+        builder.extend(quote!(.hold_at_least(::core::time::Duration::from_millis(#ms))));
+    }
 
     // The conversion of a `LockError` into the function's error type is located at the
     // return type: a missing `From<LockError>` is reported there.

@@ -66,6 +66,7 @@ use proc_macro::TokenStream;
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |
 /// | `kind`    | no  | `"reentrant"` (the default; `kind = reentrant` also works); `"fair"`: granted in the order callers asked; `"read"` / `"write"`: a read-write lock (many readers or one writer, writer-preferring) shared by every function naming the same key with either kind. Fair and read-write locks need a single, cluster, sentinel or memory backend (redlock/multi: `LockError::Unsupported`) |
 /// | `on_lost` | no  | what happens to the body when its auto-lease is lost: `"cancel"` (the default): dropped at its next `.await`, the function returns `LeaseLost`; `"signal"`: it runs to its end and its result is returned, the loss visible through `distlock::lease_lost()` |
+/// | `hold_at_least` | no | a run-once scheduled job (ShedLock's `lockAtLeastFor`), e.g. `"30s"`: the lock is kept at least this long after it was taken, measured on the Redis server's clock, even when the body ends sooner; instances whose schedules fire a few seconds apart then run the job once, and the others return `Err(LockError::Skipped { .. }.into())` (`is_skipped()`), not `Timeout`: not a failure, and not to be retried. Not longer than a fixed `lease`; reentrant locks on one `key` only ([`Lock::hold_at_least`](../distlock/struct.Lock.html#method.hold_at_least)) |
 ///
 /// The key may also be written first without its name: `#[distributed_lock("order:<user_id>", wait = "5s")]`.
 ///
@@ -107,6 +108,25 @@ use proc_macro::TokenStream;
 /// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
 /// ```
 ///
+/// A job that runs once per schedule across instances (wait `"0s"`: skip when another
+/// instance has it):
+///
+/// ```
+/// # use distlock::distributed_lock;
+/// #[distributed_lock(key = "nightly-report", wait = "0s", lease = "10m", hold_at_least = "30s")]
+/// async fn nightly_report() -> Result<(), distlock::LockError> {
+///     Ok(())
+/// }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await?;
+/// nightly_report().await?;
+/// // Fired again within 30 s (here, or by another instance): skipped.
+/// let again = nightly_report().await;
+/// assert!(again.is_err_and(|e| e.is_skipped()));
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
+/// ```
+///
 /// # Behaviour
 ///
 /// - The key is rendered first, then the lock is acquired (waiting at most `wait`), then
@@ -141,7 +161,9 @@ use proc_macro::TokenStream;
 /// - `on_lost` is `"cancel"` or `"signal"`.
 /// - Every placeholder names a parameter; `wait` and `lease` parse; `key` or `keys` is
 ///   given, not both; `keys` is a non-empty array of distinct string literals, with no
-///   `kind` but `"reentrant"`; no argument is unknown or given twice.
+///   `kind` but `"reentrant"`; `hold_at_least` parses, is not 0, not longer than a fixed
+///   `lease`, and comes with one `key` and no `kind` but `"reentrant"`; no argument is
+///   unknown or given twice.
 ///
 /// ```compile_fail
 /// # use distlock::distributed_lock;

@@ -43,6 +43,43 @@ pub enum LockError {
         /// process, recently (`None`: none released yet).
         recent_hold: Option<Duration>,
     },
+    /// A run-once job ([`Lock::hold_at_least`](crate::Lock::hold_at_least), the attribute's
+    /// `hold_at_least`) was not run here: another instance holds its lock, or ran it less
+    /// than `hold_at_least` ago (on the Redis server's clock). Not a failure: the job ran,
+    /// or is running, elsewhere; a scheduler should not retry it. [`LockError::is_skipped`]
+    /// tells it apart; `try_acquire` answers `Ok(None)` instead.
+    ///
+    /// ```
+    /// use distlock::{Lease, LockError, Registry};
+    /// use std::time::Duration;
+    /// # async fn f() -> Result<(), LockError> {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let job = || {
+    ///     registry
+    ///         .lock("nightly-report")
+    ///         .wait(Duration::ZERO)
+    ///         .lease(Lease::Fixed(Duration::from_secs(600)))
+    ///         .hold_at_least(Duration::from_secs(30))
+    /// };
+    /// job().run(async { /* the report */ }).await?;
+    /// // Another instance firing the same schedule a second later skips it:
+    /// let again = job().run(async { unreachable!() }).await;
+    /// assert!(matches!(again, Err(LockError::Skipped { .. })));
+    /// assert!(again.unwrap_err().is_skipped());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    #[error("skipped: lock `{key}` on backend `{backend}` is held, or was taken less than its hold_at_least ago (the job ran or runs elsewhere)")]
+    #[non_exhaustive]
+    Skipped {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// How long until the lock can be taken again, as the last attempt reported it
+        /// (`None`: not reported).
+        free_in: Option<Duration>,
+    },
     /// The lease ended while the lock was held: the renewal found the lock gone, or could
     /// not renew before the lease expired.
     #[error("lease of lock `{key}` on backend `{backend}` was lost: {reason}")]
@@ -173,7 +210,8 @@ pub enum LockError {
         key: String,
         /// The backend's name.
         backend: String,
-        /// Which duration: `"lease"` or `"lease (watchdog_timeout)"`.
+        /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, or `"hold_at_least"`
+        /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`).
         what: &'static str,
         /// The value given.
         value: Duration,
@@ -224,10 +262,17 @@ impl LockError {
         }
     }
 
+    /// Whether this is [`LockError::Skipped`]: a run-once job that ran, or runs, on
+    /// another instance. Not an error to retry or alert on.
+    pub fn is_skipped(&self) -> bool {
+        matches!(self, LockError::Skipped { .. })
+    }
+
     /// The key concerned, when there is one.
     pub fn key(&self) -> Option<&str> {
         match self {
             LockError::Timeout { key, .. }
+            | LockError::Skipped { key, .. }
             | LockError::LeaseLost { key, .. }
             | LockError::NotHeld { key, .. }
             | LockError::QuorumNotReached { key, .. }
@@ -246,6 +291,7 @@ impl LockError {
     pub fn backend(&self) -> Option<&str> {
         match self {
             LockError::Timeout { backend, .. }
+            | LockError::Skipped { backend, .. }
             | LockError::LeaseLost { backend, .. }
             | LockError::NotHeld { backend, .. }
             | LockError::QuorumNotReached { backend, .. }

@@ -334,10 +334,11 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
 }
 
 /// The inspect script's reply as the locks it shows (`None`: not that script's reply).
-/// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`);
-/// owners are the other fields.
+/// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`),
+/// and `hold:until` a run-once job's `hold_at_least`; owners are the other fields (so a lock
+/// kept after its job by `hold_at_least` shows no holder).
 fn is_level_mark(field: &str) -> bool {
-    field.starts_with("l:")
+    field.starts_with("l:") || field == "hold:until"
 }
 
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {

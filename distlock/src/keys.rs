@@ -29,6 +29,10 @@ pub(crate) struct LockKeys {
     /// `Some` under `protocol = "redisson"`: `hash` is then the name itself, `channel`
     /// `redisson_lock__channel:{name}`, `fence` the fenced lock's `redisson_lock_token:{name}`.
     pub redisson: Option<RedissonKeys>,
+    /// A run-once job's `hold_at_least` (reentrant locks only): a new holder records the
+    /// server time it may release at (`hold:until`), and a release before then keeps the
+    /// lock, without a holder, until that time.
+    pub hold_at_least: Option<std::time::Duration>,
 }
 
 /// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
@@ -81,6 +85,7 @@ impl LockKeys {
             kind: LockKind::Reentrant,
             info: None,
             redisson: None,
+            hold_at_least: None,
         })
     }
 

@@ -52,6 +52,7 @@ pub struct Lock {
     on_lost: OnLost,
     registry: Option<Registry>,
     site: LockSite,
+    hold_at_least: Option<Duration>,
 }
 
 impl Lock {
@@ -71,6 +72,7 @@ impl Lock {
             on_lost: OnLost::Cancel,
             registry: None,
             site: LockSite::Caller(std::panic::Location::caller()),
+            hold_at_least: None,
         }
     }
 
@@ -148,6 +150,43 @@ impl Lock {
         self
     }
 
+    /// A run-once job: keep the lock at least this long after it was taken, measured on
+    /// the Redis server's clock (as ShedLock's `lockAtLeastFor`). Instances of a service that
+    /// fire the same schedule, with clocks seconds apart, then run the job once: the first
+    /// takes the lock, and a release before `hold_at_least` has passed leaves the lock in
+    /// place, without a holder, until then. The others find it held and get
+    /// [`LockError::Skipped`] (from `acquire` and `run`; `try_acquire` answers `Ok(None)`),
+    /// not `Timeout`: the job ran or runs elsewhere, which a scheduler must not retry.
+    ///
+    /// The lease stays the longest the lock is held (ShedLock's `lockAtMostFor`): a fixed
+    /// lease shorter than `hold_at_least` is refused (`InvalidDuration`), and a holder that
+    /// crashes keeps it only until its lease ends. Reentrant locks only (fair and read-write
+    /// locks, and `protocol = "redisson"` backends, answer `Unsupported`); a nested
+    /// acquisition re-enters and ignores it. The attribute's argument is `hold_at_least`.
+    ///
+    /// ```
+    /// use distlock::{Lease, Registry};
+    /// use std::time::Duration;
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let report = registry
+    ///     .lock("nightly-report")
+    ///     .wait(Duration::ZERO)
+    ///     .lease(Lease::Fixed(Duration::from_secs(600)))
+    ///     .hold_at_least(Duration::from_secs(30));
+    /// match report.run(async { /* build the report */ }).await {
+    ///     Ok(()) => println!("ran the report"),
+    ///     Err(e) if e.is_skipped() => println!("another instance ran it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Lock {
+        self.hold_at_least = Some(hold);
+        self
+    }
+
     /// The key, as given.
     pub fn key(&self) -> &str {
         &self.key
@@ -178,14 +217,37 @@ impl Lock {
         let name = backend.name.clone();
         let start = Instant::now();
         let r = tracing::Instrument::instrument(
-            acquire(backend, self.key, self.kind, wait, lease, site),
+            acquire(
+                backend,
+                self.key,
+                self.kind,
+                wait,
+                lease,
+                site,
+                self.hold_at_least,
+            ),
             span,
         )
         .await;
+        // A run-once job that found its lock held: skipped, not timed out.
+        let r = match r {
+            Err(LockError::Timeout {
+                key,
+                backend,
+                holder_lease,
+                ..
+            }) if self.hold_at_least.is_some() => Err(LockError::Skipped {
+                key,
+                backend,
+                free_in: holder_lease,
+            }),
+            r => r,
+        };
         let outcome = match &r {
             Ok(g) if g.state.outermost => crate::metrics::Outcome::Acquired,
             Ok(_) => crate::metrics::Outcome::Reentered,
             Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+            Err(LockError::Skipped { .. }) => crate::metrics::Outcome::Skipped,
             Err(_) => crate::metrics::Outcome::Error,
         };
         crate::metrics::acquisition(&name, site, outcome, start.elapsed());
@@ -196,7 +258,7 @@ impl Lock {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(g) => Ok(Some(g)),
-            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(LockError::Timeout { .. } | LockError::Skipped { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -268,12 +330,46 @@ async fn acquire(
     wait: Duration,
     lease: Lease,
     label: &'static str,
+    hold_at_least: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
     let mut keys = backend.keys(key, kind, lease_len)?;
+    if let Some(hold) = hold_at_least {
+        if kind != LockKind::Reentrant || backend.is_redisson() {
+            return Err(LockError::Unsupported {
+                backend: backend.name.to_string(),
+                what: format!(
+                    "hold_at_least (lock `{}`) is for reentrant locks in distlock's format; \
+                     this is a {} lock{}",
+                    keys.user,
+                    kind.name(),
+                    if backend.is_redisson() {
+                        " on a protocol = \"redisson\" backend"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let limit = if auto { crate::MAX_LEASE } else { lease_len };
+        if hold > limit {
+            return Err(LockError::InvalidDuration {
+                key: keys.user,
+                backend: backend.name.to_string(),
+                what: if auto {
+                    "hold_at_least"
+                } else {
+                    "hold_at_least (longer than the fixed lease)"
+                },
+                value: hold,
+                limit,
+            });
+        }
+        keys.hold_at_least = Some(hold).filter(|h| !h.is_zero());
+    }
     if backend.holder_info {
         keys = keys.with_holder(crate::inspect::holder_text(label));
     }

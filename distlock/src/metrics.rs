@@ -5,7 +5,7 @@
 //!
 //! | name                                  | kind      | labels                     |
 //! |---------------------------------------|-----------|----------------------------|
-//! | `distlock_acquisitions_total`         | counter   | backend, site, outcome (`acquired`, `reentered`, `timeout`, `error`) |
+//! | `distlock_acquisitions_total`         | counter   | backend, site, outcome (`acquired`, `reentered`, `timeout`, `skipped`, `error`) |
 //! | `distlock_wait_seconds`               | histogram | backend, site (acquisitions that got the lock) |
 //! | `distlock_hold_seconds`               | histogram | backend, site (outermost holds, at release) |
 //! | `distlock_leases_lost_total`          | counter   | backend, site              |
@@ -40,6 +40,7 @@ pub(crate) enum Outcome {
     Acquired,
     Reentered,
     Timeout,
+    Skipped,
     Error,
 }
 
@@ -49,6 +50,7 @@ impl Outcome {
             Outcome::Acquired => "acquired",
             Outcome::Reentered => "reentered",
             Outcome::Timeout => "timeout",
+            Outcome::Skipped => "skipped",
             Outcome::Error => "error",
         }
     }

@@ -119,7 +119,7 @@ use crate::LockError;
 const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl LockError {
-    /// The HTTP status this error maps to: 409 for `Timeout`, 503 for `Backend`,
+    /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
     /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
     /// (the outcome is unknown) and the rest (see the [module docs](crate::web)).
     ///
@@ -130,7 +130,7 @@ impl LockError {
     /// ```
     pub fn http_status(&self) -> StatusCode {
         match self {
-            LockError::Timeout { .. } => StatusCode::CONFLICT,
+            LockError::Timeout { .. } | LockError::Skipped { .. } => StatusCode::CONFLICT,
             LockError::Backend { .. }
             | LockError::QuorumNotReached { .. }
             | LockError::ReplicationFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -149,7 +149,8 @@ impl LockError {
     ///
     /// `Timeout`: the smaller of the holder's remaining lease (`holder_lease`) and the
     /// recent average hold time (`recent_hold`), rounded up, between 1 and 60 seconds; 1
-    /// when neither was measured. 503 errors: 1 second. Others, `LeaseLost` included:
+    /// when neither was measured. 503 errors: 1 second. Others, `LeaseLost` and `Skipped`
+    /// (the job ran elsewhere) included:
     /// `None` (a retry does not help, or must not be blind).
     ///
     /// ```
@@ -185,6 +186,7 @@ impl LockError {
     fn code(&self) -> &'static str {
         match self {
             LockError::Timeout { .. } => "lock_timeout",
+            LockError::Skipped { .. } => "lock_skipped",
             LockError::LeaseLost { .. } => "lock_lease_lost",
             LockError::NotHeld { .. } => "lock_not_held",
             LockError::NotInitialized => "lock_not_initialized",
@@ -209,6 +211,9 @@ impl LockError {
         match self {
             LockError::Timeout { .. } => {
                 format!("{lock} is held by another request; try again later")
+            }
+            LockError::Skipped { .. } => {
+                format!("{lock} is held by a run of this job elsewhere, or was taken too recently; not run again here")
             }
             LockError::LeaseLost { .. } => {
                 format!("{lock} was lost while the request ran: the request may or may not have taken effect; check its outcome before repeating it")

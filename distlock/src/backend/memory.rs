@@ -16,6 +16,9 @@ use crate::LockKind;
 struct Held {
     owners: HashMap<OwnerId, u32>,
     expires_at: Instant,
+    /// A run-once job's `hold_at_least` (as `hold:until` in `protocol/acquire.lua`): a
+    /// release before this keeps the lock, without owners, until then.
+    hold_until: Option<Instant>,
 }
 
 /// A read-write lock (as `RW_ACQUIRE` in `scripts.rs`).
@@ -205,6 +208,7 @@ impl MemoryDriver {
                     Held {
                         owners: HashMap::from([(owner, 1)]),
                         expires_at: later(now, lease),
+                        hold_until: keys.hold_at_least.map(|h| later(now, h)),
                     },
                 );
                 Attempt::Acquired { token }
@@ -361,6 +365,12 @@ impl MemoryDriver {
         *count -= 1;
         if *count > 0 {
             return Released::StillHeld;
+        }
+        if let Some(until) = held.hold_until.filter(|u| *u > now) {
+            // Kept, without owners, until `hold_at_least` has passed: nothing to wake.
+            held.owners.clear();
+            held.expires_at = until;
+            return Released::Freed;
         }
         st.locks.remove(&keys.hash);
         drop(st);

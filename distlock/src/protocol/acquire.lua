@@ -9,7 +9,10 @@
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
 -- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
--- KEYS[3], ARGV[5] (optional, holder information on) the info hash, and this holder's
+-- ARGV[5] hold_at_least in ms ('0': none; at most the lease, checked by the client): a new
+--   holder records `hold:until` = server TIME + this, and release.lua keeps the lock,
+--   without a holder, until then (run-once jobs)
+-- KEYS[3], ARGV[6] (optional, holder information on) the info hash, and this holder's
 --   `host\tpid\tsite`: a new holder's entry (with the server TIME in ms and the token
 --   appended); the hash always has the lock's expiry (renew.lua, release.lua and
 --   force_release.lua keep it so), so it never outlives the lock.
@@ -19,10 +22,13 @@
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
-local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
+local lease, nested, at_least = tonumber(ARGV[2]), ARGV[4] == '1', tonumber(ARGV[5])
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
+end
+if not at_least or at_least < 0 or at_least > 86400000 then
+  return redis.error_reply('ERR distlock: hold_at_least out of range (0..86400000 ms): ' .. tostring(ARGV[5]))
 end
 -- A run again of this acquisition (its first reply was lost or late): answer the same,
 -- and make the expiry a full lease from now (only ever extending): the client counts its
@@ -53,10 +59,14 @@ if redis.call('exists', lock) == 1 then
 end
 local token = next_token(fence)
 redis.call('hset', lock, owner, 1, level, 1)
+if at_least > 0 then
+  local t = redis.call('time')
+  redis.call('hset', lock, 'hold:until', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + at_least))
+end
 redis.call('pexpire', lock, lease)
 if KEYS[3] then
   local t = redis.call('time')
-  redis.call('hset', KEYS[3], owner, ARGV[5] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
+  redis.call('hset', KEYS[3], owner, ARGV[6] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
   redis.call('pexpire', KEYS[3], lease)
 end
 return {1, token}

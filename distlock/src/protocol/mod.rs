@@ -250,7 +250,8 @@ impl Call {
                 .arg(hold.owner.hex())
                 .arg(lease)
                 .arg(hold.level_hex())
-                .arg(nested),
+                .arg(nested)
+                .arg(keys.hold_at_least.map_or_else(|| "0".to_owned(), millis)),
             LockKind::Fair => Call::new(Script::FairAcquire, keys)
                 .arg(hold.owner.hex())
                 .arg(lease)

@@ -8,9 +8,12 @@
 -- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
 -- ARGV[4] level id of the acquisition released
 -- KEYS[2] (optional) the holder information hash, deleted with the lock
+-- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
+-- freed before that time is kept, without a holder, until then: nothing is published, and
+-- acquirers find it held (run-once jobs).
 -- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly
 --   (also when this level was released already); 0 freed (then the release is published
---   on the channel); {0, error} freed, but the publish failed (an ACL user without the
+--   on the channel; or kept until `hold:until`); {0, error} freed, but the publish failed (an ACL user without the
 --   channel right: NOPERM): the release stands, waiters wake at the lease's end.
 local lock, owner = KEYS[1], ARGV[1]
 if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
@@ -22,8 +25,18 @@ local left = redis.call('hincrby', lock, owner, -1)
 if left > 0 then
   return left
 end
-redis.call('del', lock)
 if KEYS[2] then redis.call('del', KEYS[2]) end
+local hold_until = tonumber(redis.call('hget', lock, 'hold:until'))
+if hold_until then
+  local t = redis.call('time')
+  local left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
+  if left > 0 then
+    redis.call('hdel', lock, owner)
+    redis.call('pexpire', lock, left)
+    return 0
+  end
+end
+redis.call('del', lock)
 local published = redis.pcall(ARGV[3], ARGV[2], owner)
 if type(published) == 'table' and published.err then return {0, published.err} end
 return 0
