@@ -85,6 +85,16 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; the
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 iptables
 fi
+# faketime: the run-once schedule test (examples/tests/scheduled_report.rs) skews the
+# clocks of two of its three instances with it.
+if ! command -v faketime >/dev/null 2>&1; then
+    echo "missing: faketime; installing with apt-get"
+    command -v apt-get >/dev/null 2>&1 || die "faketime missing and apt-get not available: install the Debian package faketime"
+    sudo_cmd=()
+    [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime
+fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 redis-server --version
 redis-sentinel --version | sed 's/^/sentinel: /'
