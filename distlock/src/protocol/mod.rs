@@ -313,7 +313,12 @@ impl Call {
                 .arg(hold.owner.hex())
                 .arg(&keys.channel)
                 .arg(publish.verb())
-                .arg(hold.level_hex()),
+                .arg(hold.level_hex())
+                .arg(if keys.hold_at_least.is_some() || hold.nested {
+                    "1"
+                } else {
+                    "0"
+                }),
             LockKind::Read | LockKind::Write => Call::new(Script::RwRelease, keys)
                 .arg(hold.owner.hex())
                 .arg(rw_mode(keys.kind))

@@ -7,6 +7,9 @@
 -- ARGV[2] channel
 -- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
 -- ARGV[4] level id of the acquisition released
+-- ARGV[5] '1' when the lock may carry `hold:until` (this hold was taken with
+--   hold_at_least, or is a nested level of a hold that may be), else '0': the common
+--   release does not look for it
 -- KEYS[2] (optional) the holder information hash, deleted with the lock
 -- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
 -- freed before that time is kept, without a holder, until then: nothing is published, and
@@ -26,7 +29,7 @@ if left > 0 then
   return left
 end
 if KEYS[2] then redis.call('del', KEYS[2]) end
-local hold_until = tonumber(redis.call('hget', lock, 'hold:until'))
+local hold_until = ARGV[5] == '1' and tonumber(redis.call('hget', lock, 'hold:until'))
 if hold_until then
   local t = redis.call('time')
   local left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
