@@ -6,13 +6,20 @@
 #   scripts/bench.sh --all    also the detailed tables: distlock vs its own-script floor and
 #                             rslock (locks), every topology (topologies), redlock/multi
 #                             (quorum)
+#   scripts/bench.sh --plot   also the charts (SVG, plotters) into docs/bench/: hand-off
+#                             latency per topology, throughput against tasks
+#   (--all and --plot combine; arguments after them go to the benches, e.g.
+#   `scripts/bench.sh -- handoff` runs only that row group)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 benches=(--bench targets)
-if [[ "${1:-}" == "--all" ]]; then
-  shift
-  benches+=(--bench locks --bench topologies --bench quorum)
-fi
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --all) benches+=(--bench locks --bench topologies --bench quorum); shift ;;
+    --plot) export DISTLOCK_BENCH_PLOT="$PWD/docs/bench"; shift ;;
+    *) break ;;
+  esac
+done
 bash scripts/servers.sh stop >/dev/null 2>&1 || true
 bash scripts/servers.sh start
 trap 'bash scripts/servers.sh stop >/dev/null 2>&1 || true' EXIT INT TERM

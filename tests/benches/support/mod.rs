@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use distlock::Registry;
 
+pub mod plot;
+
 /// The median of `v` (the upper one of an even count).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
