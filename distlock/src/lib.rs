@@ -130,6 +130,7 @@ mod hub;
 pub mod ids;
 mod inspect;
 mod keys;
+mod leader;
 mod lease;
 mod lock;
 pub mod metrics;
@@ -153,6 +154,7 @@ pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult
 pub use fence::fence;
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo, Waiter};
+pub use leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
 pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};

@@ -52,6 +52,9 @@ pub struct Lock {
     on_lost: OnLost,
     registry: Option<Registry>,
     site: LockSite,
+    /// Holder information to record whatever the backend's `holder_info` says (the leader
+    /// election's `host\tpid\tinfo`); `None`: as the backend is configured.
+    holder: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -71,7 +74,15 @@ impl Lock {
             on_lost: OnLost::Cancel,
             registry: None,
             site: LockSite::Caller(std::panic::Location::caller()),
+            holder: None,
         }
+    }
+
+    /// Record `holder` (`host\tpid\tsite`) as this acquisition's holder information, also
+    /// on a backend with `holder_info` off and on the memory backend.
+    pub(crate) fn with_holder(mut self, holder: Arc<str>) -> Lock {
+        self.holder = Some(holder);
+        self
     }
 
     #[track_caller]
@@ -178,7 +189,7 @@ impl Lock {
         let name = backend.name.clone();
         let start = Instant::now();
         let r = tracing::Instrument::instrument(
-            acquire(backend, self.key, self.kind, wait, lease, site),
+            acquire(backend, self.key, self.kind, wait, lease, site, self.holder),
             span,
         )
         .await;
@@ -268,13 +279,16 @@ async fn acquire(
     wait: Duration,
     lease: Lease,
     label: &'static str,
+    holder: Option<Arc<str>>,
 ) -> Result<LockGuard, LockError> {
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
     let mut keys = backend.keys(key, kind, lease_len)?;
-    if backend.holder_info {
+    if let Some(holder) = holder {
+        keys = keys.with_holder(holder);
+    } else if backend.holder_info {
         keys = keys.with_holder(crate::inspect::holder_text(label));
     }
     // Checked before anything is sent: Redis cannot expire a key that far out, and a lock

@@ -16,6 +16,9 @@ use crate::LockKind;
 struct Held {
     owners: HashMap<OwnerId, u32>,
     expires_at: Instant,
+    /// The holder information the acquisition recorded (`LockKeys::info`: a leader's
+    /// `host\tpid\tinfo`) and its fencing token; gone with the lock.
+    holder: Option<(Arc<str>, u64)>,
 }
 
 /// A read-write lock (as `RW_ACQUIRE` in `scripts.rs`).
@@ -205,6 +208,7 @@ impl MemoryDriver {
                     Held {
                         owners: HashMap::from([(owner, 1)]),
                         expires_at: later(now, lease),
+                        holder: keys.info.as_ref().map(|i| (i.holder.clone(), token)),
                     },
                 );
                 Attempt::Acquired { token }
@@ -411,6 +415,21 @@ impl MemoryDriver {
             }
             _ => false,
         }
+    }
+
+    /// The recorded holder information of the reentrant lock `keys`, its fencing token and
+    /// what is left of its lease, while it is held (the leader election's observers).
+    pub(crate) fn holder(&self, keys: &LockKeys) -> Option<(Arc<str>, u64, Duration)> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let held = Self::live(&mut st, &keys.hash, now)?;
+        let (text, token) = held.holder.clone()?;
+        Some((text, token, held.expires_at - now))
+    }
+
+    /// Wake the waiters of `channel` in this process (a message outside the lock scripts).
+    pub(crate) fn deliver(&self, channel: &str) {
+        self.hub.deliver(channel);
     }
 
     /// A counter outside the lock layout (ids).
