@@ -138,6 +138,7 @@ async fn observe_resign_and_lose() {
             assert!(Instant::now() < asleep, "{mode}: b never waited");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let a_epoch = a.epoch();
         let resigned = Instant::now();
         a.resign().await.expect("resign");
         let (b, elected) = tokio::time::timeout(Duration::from_secs(5), b)
@@ -151,7 +152,6 @@ async fn observe_resign_and_lose() {
             gap < Duration::from_millis(500),
             "{mode}: not woken by pub/sub: {gap:?}"
         );
-        let a_epoch = who.borrow().as_ref().map(|l| l.epoch).unwrap_or(0);
         assert!(b.epoch() > a_epoch, "{mode}: epochs grow");
         until_seen(&mut who, Duration::from_secs(3), mode, leads("b")).await;
 
