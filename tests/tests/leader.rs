@@ -102,7 +102,10 @@ async fn observe_resign_and_lose() {
         let name = unique("observe");
         let mut who = reg.leader(name.as_str()).changes().await.expect("observe");
         assert_eq!(*who.borrow(), None, "{mode}: nobody leads yet");
-        assert_eq!(reg.leader(name.as_str()).current().await.expect("read"), None);
+        assert_eq!(
+            reg.leader(name.as_str()).current().await.expect("read"),
+            None
+        );
 
         let a = reg
             .leader(name.as_str())
@@ -190,11 +193,7 @@ async fn observe_resign_and_lose() {
 async fn a_dropped_campaign_leaves_nothing_held() {
     for (mode, reg) in registries().await {
         let name = unique("drop");
-        let a = reg
-            .leader(name.as_str())
-            .campaign()
-            .await
-            .expect("a leads");
+        let a = reg.leader(name.as_str()).campaign().await.expect("a leads");
         let waiting = tokio::time::timeout(
             Duration::from_millis(200),
             reg.leader(name.as_str()).campaign(),
@@ -259,7 +258,10 @@ async fn bad_input_and_unsupported_modes() {
         .await;
     assert!(matches!(big, Err(LockError::InvalidKey { .. })), "{big:?}");
     let long = reg.leader("n".repeat(2000)).campaign().await;
-    assert!(matches!(long, Err(LockError::InvalidKey { .. })), "{long:?}");
+    assert!(
+        matches!(long, Err(LockError::InvalidKey { .. })),
+        "{long:?}"
+    );
     let nobackend = reg.leader("x").backend("nope").campaign().await;
     assert!(
         matches!(nobackend, Err(LockError::NoSuchBackend { .. })),
@@ -345,39 +347,55 @@ fn spawn_workers(
 ) -> (Vec<Worker>, mpsc::UnboundedReceiver<Event>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let workers = (0..n)
-        .map(|i| {
-            let id = format!("w{i}");
-            let mut child = Command::new(env!("CARGO_BIN_EXE_lock-worker"))
-                .args(["leader", mode, nodes, name, "1s", &id])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn lock-worker");
-            let stdout = child.stdout.take().expect("stdout");
-            let stdin = child.stdin.take().expect("stdin");
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    let parts: Vec<&str> = line.split_whitespace().collect();
-                    if let [what, id, epoch, t] = parts.as_slice() {
-                        let _ = tx.send(Event {
-                            what: what.to_string(),
-                            id: id.to_string(),
-                            epoch: epoch.parse().expect("epoch"),
-                            t: t.parse().expect("t"),
-                        });
-                    }
-                }
-            });
-            Worker { id, child, stdin }
-        })
+        .map(|i| spawn_worker(mode, nodes, name, &format!("w{i}"), &tx))
         .collect();
     (workers, rx)
 }
 
-async fn next_event(rx: &mut mpsc::UnboundedReceiver<Event>, within: Duration, what: &str) -> Event {
+/// One `lock-worker leader` process, its events sent to `tx`.
+fn spawn_worker(
+    mode: &str,
+    nodes: &str,
+    name: &str,
+    id: &str,
+    tx: &mpsc::UnboundedSender<Event>,
+) -> Worker {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lock-worker"))
+        .args(["leader", mode, nodes, name, "1s", id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn lock-worker");
+    let stdout = child.stdout.take().expect("stdout");
+    let stdin = child.stdin.take().expect("stdin");
+    let tx = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            if let [what, id, epoch, t] = parts.as_slice() {
+                let _ = tx.send(Event {
+                    what: what.to_string(),
+                    id: id.to_string(),
+                    epoch: epoch.parse().expect("epoch"),
+                    t: t.parse().expect("t"),
+                });
+            }
+        }
+    });
+    Worker {
+        id: id.to_owned(),
+        child,
+        stdin,
+    }
+}
+
+async fn next_event(
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+    within: Duration,
+    what: &str,
+) -> Event {
     tokio::time::timeout(within, rx.recv())
         .await
         .unwrap_or_else(|_| panic!("{what}: no event within {within:?}"))
@@ -450,7 +468,10 @@ async fn three_processes(mode: &str, nodes: &str, reg: Registry) {
     );
 
     // SIGKILL the leader: a new one within the lease and its margin (plus scheduling).
-    let i = workers.iter().position(|w| w.id == first.id).expect("worker");
+    let i = workers
+        .iter()
+        .position(|w| w.id == first.id)
+        .expect("worker");
     let mut dead = workers.remove(i);
     let killed_at = now_ns();
     dead.child.kill().expect("SIGKILL");
@@ -467,7 +488,10 @@ async fn three_processes(mode: &str, nodes: &str, reg: Registry) {
     until_seen(&mut who, Duration::from_secs(3), mode, leads(&second.id)).await;
 
     // The new leader resigns: the last candidate is woken by pub/sub.
-    let j = workers.iter().position(|w| w.id == second.id).expect("worker");
+    let j = workers
+        .iter()
+        .position(|w| w.id == second.id)
+        .expect("worker");
     writeln!(workers[j].stdin, "resign").expect("write");
     let third = next_elected(&mut rx, &mut log, Duration::from_secs(10), "after resign").await;
     let resigning = log
@@ -481,13 +505,20 @@ async fn three_processes(mode: &str, nodes: &str, reg: Registry) {
     until_seen(&mut who, Duration::from_secs(3), mode, leads(&third.id)).await;
 
     // The last one resigns: nobody leads, and the observer hears so.
-    let k = workers.iter().position(|w| w.id == third.id).expect("worker");
+    let k = workers
+        .iter()
+        .position(|w| w.id == third.id)
+        .expect("worker");
     writeln!(workers[k].stdin, "resign").expect("write");
     until_seen(&mut who, Duration::from_secs(3), mode, Option::is_none).await;
     for mut w in workers {
         drop(w.stdin);
         let status = w.child.wait().expect("wait");
-        assert!(status.success(), "{mode}: worker {} failed: {status:?}", w.id);
+        assert!(
+            status.success(),
+            "{mode}: worker {} failed: {status:?}",
+            w.id
+        );
     }
     while let Ok(e) = rx.try_recv() {
         log.push(e);
@@ -497,7 +528,10 @@ async fn three_processes(mode: &str, nodes: &str, reg: Registry) {
         "{mode}: no leader lost its lease here: {log:?}"
     );
     check_intervals(mode, &log, &[(first.id.clone(), killed_at)]);
-    assert_eq!(reg.leader(name.as_str()).current().await.expect("read"), None);
+    assert_eq!(
+        reg.leader(name.as_str()).current().await.expect("read"),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -512,4 +546,45 @@ async fn three_processes_cluster() {
     let urls = cluster_urls();
     let reg = registry(&format!("mode = \"cluster\"\nnodes = [{}]", quoted(&urls))).await;
     three_processes("cluster", &urls.join(","), reg).await;
+}
+
+/// The leader's link to Redis goes silent (a TCP blackhole: nothing answered, nothing
+/// closed): its renewals fail, and its `lost()` fires before the server can expire the
+/// lease, so before either other process is elected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_is_told_before_a_successor_leads() {
+    let url = single_url();
+    let proxy = distlock_tests::proxy::Proxy::start(&distlock_tests::addr_of(&url));
+    let name = unique("partition");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut log = Vec::new();
+    // w0 through the proxy, elected first; then two candidates straight to Redis.
+    let mut workers = vec![spawn_worker("single", &proxy.url(), &name, "w0", &tx)];
+    let first = next_elected(&mut rx, &mut log, Duration::from_secs(15), "w0 leads").await;
+    assert_eq!(first.id, "w0");
+    for id in ["w1", "w2"] {
+        workers.push(spawn_worker("single", &url, &name, id, &tx));
+    }
+    let cut = now_ns();
+    proxy.set_blackhole(true);
+    let second = next_elected(&mut rx, &mut log, Duration::from_secs(10), "a successor").await;
+    assert_ne!(second.id, "w0");
+    let lost = log
+        .iter()
+        .find(|e| e.what == "LOST" && e.id == "w0")
+        .unwrap_or_else(|| panic!("w0 was not told before {} was elected: {log:?}", second.id))
+        .clone();
+    println!(
+        "partition: w0 told {:?} after the cut, {:?} before {} was elected",
+        Duration::from_nanos(lost.t - cut),
+        Duration::from_nanos(second.t.saturating_sub(lost.t)),
+        second.id
+    );
+    assert!(second.epoch > first.epoch);
+    check_intervals("partition", &log, &[]);
+    for mut w in workers {
+        let _ = w.child.kill();
+        let _ = w.child.wait();
+    }
+    proxy.clear();
 }
