@@ -272,7 +272,8 @@ impl Leader {
         Ok(leader)
     }
 
-    /// Who leads now, read with the holder in one call; `None` when nobody leads.
+    /// Who leads now, read with the holder in one call; `None` when nobody leads. Reads
+    /// with the inspection script: an ACL user needs `+hgetall +lrange` for it.
     ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {

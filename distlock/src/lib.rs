@@ -38,7 +38,8 @@
 //! ```
 //!
 //! The [`#[distributed_lock]`](distributed_lock) attribute locks an `async fn`; [`Lock`]
-//! is the builder without the attribute; [`Registry`] is a configuration without the
+//! is the builder without the attribute ([`Lock::all`] for several keys at once, [`Leader`]
+//! to elect one leader among replicas); [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
 //!
