@@ -629,3 +629,25 @@ fn wake_after(ttl: Option<Duration>) -> Duration {
         (t + Duration::from_millis(1)).min(OBSERVE_POLL)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_info_is_what_follows_host_and_pid() {
+        assert_eq!(info_of("h\t42\tsvc:8080"), "svc:8080");
+        assert_eq!(info_of("h\t42\ta\tb"), "a\tb");
+        assert_eq!(info_of("plain"), "plain");
+    }
+
+    #[test]
+    fn observers_read_again_at_the_lease_end_at_most_every_poll() {
+        assert_eq!(wake_after(None), OBSERVE_POLL);
+        assert_eq!(wake_after(Some(Duration::from_secs(30))), OBSERVE_POLL);
+        assert_eq!(
+            wake_after(Some(Duration::from_millis(200))),
+            Duration::from_millis(201)
+        );
+    }
+}

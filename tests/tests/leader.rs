@@ -1,4 +1,5 @@
-//! Leader election (`distlock::Leader`) on real servers: three OS processes campaign; the
+//! Leader election (`distlock::Leader`) on real servers: three OS processes campaign (on
+//! single, cluster and sentinel); the
 //! leader is SIGKILLed and a new one leads within the lease and its margin; a resigning
 //! leader's successor is woken by pub/sub; observers see every change; the leadership
 //! intervals (each process records [elected, lost/resigning], the killed one ends at the
@@ -115,6 +116,7 @@ async fn observe_resign_and_lose() {
             .expect("a leads");
         assert!(a.is_leader());
         let took = until_seen(&mut who, Duration::from_secs(3), mode, leads("a")).await;
+        println!("{mode}: elected -> observer updated in {took:?}");
         assert!(
             took < Duration::from_millis(500),
             "{mode}: the observer was not woken by the announce: {took:?}"
@@ -587,4 +589,16 @@ async fn a_partitioned_leader_is_told_before_a_successor_leads() {
         let _ = w.child.wait();
     }
     proxy.clear();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_sentinel() {
+    let (master, sentinels) = (sentinel_master_name(), sentinel_urls());
+    let reg = registry(&format!(
+        "mode = \"sentinel\"\nmaster_name = \"{master}\"\nsentinels = [{}]",
+        quoted(&sentinels)
+    ))
+    .await;
+    let nodes = format!("{master},{}", sentinels.join(","));
+    three_processes("sentinel", &nodes, reg).await;
 }

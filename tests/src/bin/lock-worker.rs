@@ -12,8 +12,8 @@
 //! must be 1, and `KEY:count` gets a non-atomic read-modify-write increment. Prints
 //! `DONE <overlaps>`.
 //!
-//! `lock-worker leader MODE NODES NAME WATCHDOG ID`: on a backend of MODE (`single` or
-//! `cluster`) at NODES, campaigns in the election NAME with info ID (watchdog_timeout
+//! `lock-worker leader MODE NODES NAME WATCHDOG ID`: on a backend of MODE (`single`,
+//! `cluster`, or `sentinel` with NODES `MASTER_NAME,SENTINEL_URL,..`) at NODES, campaigns in the election NAME with info ID (watchdog_timeout
 //! WATCHDOG), and prints one line per event with `CLOCK_MONOTONIC` nanoseconds (comparable
 //! across the processes of the machine): `ELECTED ID EPOCH T` when the campaign returned,
 //! `LOST ID EPOCH T` when `lost()` fired (then it campaigns again), `RESIGNING ID EPOCH T`
@@ -131,6 +131,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "cluster" => {
                     let list: Vec<String> = nodes.split(',').map(|n| format!("\"{n}\"")).collect();
                     format!("mode = \"cluster\"\nnodes = [{}]", list.join(", "))
+                }
+                "sentinel" => {
+                    // NODES: MASTER_NAME,SENTINEL_URL,...
+                    let mut parts = nodes.split(',');
+                    let master = parts.next().unwrap_or_default();
+                    let list: Vec<String> = parts.map(|n| format!("\"{n}\"")).collect();
+                    format!(
+                        "mode = \"sentinel\"\nmaster_name = \"{master}\"\nsentinels = [{}]",
+                        list.join(", ")
+                    )
                 }
                 other => return Err(format!("unknown mode {other}").into()),
             };
