@@ -30,14 +30,18 @@ use crate::registry::Registry;
 use crate::{Lease, LockError, LockKind};
 
 /// The longest an observer ([`Leader::observe`], [`Leader::changes`]) goes without reading
-/// the leader's state again, even when no change was announced: the bound on how late it
-/// sees a change whose message was lost (a subscriber reconnecting). A leader that crashed
-/// is seen gone when its lease ends (at most this much later).
+/// the leader's state again, even when no change was announced: the bound (plus one read)
+/// on how late it sees a change whose message was lost, or while pub/sub is down. A leader
+/// that crashed is seen gone when its lease ends (at most this much later).
 ///
 /// ```
 /// assert_eq!(distlock::OBSERVE_POLL, std::time::Duration::from_secs(1));
 /// ```
 pub const OBSERVE_POLL: Duration = Duration::from_secs(1);
+
+/// How long an observer waits for its channel's subscription to be confirmed before it
+/// reads anyway (after a reconnect of the subscriber, or while it is down).
+const RESUBSCRIBE_WAIT: Duration = Duration::from_millis(50);
 
 /// The longest [`Leader::info`] accepted, in bytes.
 ///
@@ -601,7 +605,9 @@ async fn observe_task(
         notified = Box::pin(watcher.notified());
         notified.as_mut().enable();
         if !watcher.is_live() {
-            watcher.subscribe(Instant::now() + OBSERVE_POLL).await;
+            // Asked again (the subscriber reconnected, or is down); briefly, so that a
+            // broken subscriber does not hold up the read: the poll is the fallback.
+            watcher.subscribe(Instant::now() + RESUBSCRIBE_WAIT).await;
         }
         match read(&backend, &keys).await {
             Ok((now, ttl)) => {

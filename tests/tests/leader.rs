@@ -602,3 +602,36 @@ async fn three_processes_sentinel() {
     let nodes = format!("{master},{}", sentinels.join(","));
     three_processes("sentinel", &nodes, reg).await;
 }
+
+/// With its pub/sub silenced (every connection that sends SUBSCRIBE goes half-open), an
+/// observer still sees each change within its poll interval (`OBSERVE_POLL`, 1 s) plus a read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_fall_back_to_polling_without_pub_sub() {
+    let url = single_url();
+    let proxy = distlock_tests::proxy::Proxy::start(&distlock_tests::addr_of(&url));
+    proxy.set_silence_on_send(Some(b"SUBSCRIBE"));
+    let observer = registry(&format!("mode = \"single\"\nurl = \"{}\"", proxy.url())).await;
+    let reg = registry(&format!("mode = \"single\"\nurl = \"{url}\"")).await;
+    let name = unique("poll");
+    let mut who = observer
+        .leader(name.as_str())
+        .changes()
+        .await
+        .expect("observe");
+    let bound = distlock::OBSERVE_POLL + Duration::from_millis(1500);
+    for round in 0..2 {
+        let info = format!("p{round}");
+        let g = reg
+            .leader(name.as_str())
+            .info(info.as_str())
+            .campaign()
+            .await
+            .expect("lead");
+        let took = until_seen(&mut who, bound, "polling", leads(&info)).await;
+        println!("without pub/sub: elected -> observer updated in {took:?}");
+        g.resign().await.expect("resign");
+        let took = until_seen(&mut who, bound, "polling", Option::is_none).await;
+        println!("without pub/sub: resigned -> observer updated in {took:?}");
+    }
+    proxy.clear();
+}
