@@ -211,7 +211,7 @@ fn no_inspection(backend: &str) -> LockError {
     }
 }
 
-async fn inspect_on(
+pub(crate) async fn inspect_on(
     backend: &crate::backend::Backend,
     key: &str,
 ) -> Result<Vec<LockInfo>, LockError> {

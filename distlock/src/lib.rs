@@ -38,7 +38,8 @@
 //! ```
 //!
 //! The [`#[distributed_lock]`](distributed_lock) attribute locks an `async fn`; [`Lock`]
-//! is the builder without the attribute; [`Registry`] is a configuration without the
+//! is the builder without the attribute ([`Lock::all`] for several keys at once, [`Leader`]
+//! to elect one leader among replicas); [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
 //!
@@ -130,6 +131,7 @@ mod hub;
 pub mod ids;
 mod inspect;
 mod keys;
+mod leader;
 mod lease;
 mod lock;
 pub mod metrics;
@@ -153,6 +155,7 @@ pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult
 pub use fence::fence;
 pub use guard::LockGuard;
 pub use inspect::{Holder, LockInfo, Waiter};
+pub use leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
 pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};

@@ -53,6 +53,9 @@ pub struct Lock {
     registry: Option<Registry>,
     site: LockSite,
     hold_at_least: Option<Duration>,
+    /// Holder information to record whatever the backend's `holder_info` says (the leader
+    /// election's `host\tpid\tinfo`); `None`: as the backend is configured.
+    holder: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -73,7 +76,15 @@ impl Lock {
             registry: None,
             site: LockSite::Caller(std::panic::Location::caller()),
             hold_at_least: None,
+            holder: None,
         }
+    }
+
+    /// Record `holder` (`host\tpid\tsite`) as this acquisition's holder information, also
+    /// on a backend with `holder_info` off and on the memory backend.
+    pub(crate) fn with_holder(mut self, holder: Arc<str>) -> Lock {
+        self.holder = Some(holder);
+        self
     }
 
     #[track_caller]
@@ -224,7 +235,10 @@ impl Lock {
                 wait,
                 lease,
                 site,
-                self.hold_at_least,
+                Extras {
+                    hold_at_least: self.hold_at_least,
+                    holder: self.holder,
+                },
             ),
             span,
         )
@@ -323,6 +337,13 @@ impl Lock {
     }
 }
 
+/// What some acquisitions add: a run-once job's `hold_at_least`, and holder information to
+/// record whatever the backend's `holder_info` says (a leader's).
+struct Extras {
+    hold_at_least: Option<Duration>,
+    holder: Option<Arc<str>>,
+}
+
 async fn acquire(
     backend: Arc<Backend>,
     key: String,
@@ -330,12 +351,16 @@ async fn acquire(
     wait: Duration,
     lease: Lease,
     label: &'static str,
-    hold_at_least: Option<Duration>,
+    extras: Extras,
 ) -> Result<LockGuard, LockError> {
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
+    let Extras {
+        hold_at_least,
+        holder,
+    } = extras;
     let mut keys = backend.keys(key, kind, lease_len)?;
     if let Some(hold) = hold_at_least {
         if kind != LockKind::Reentrant || backend.is_redisson() {
@@ -370,7 +395,9 @@ async fn acquire(
         }
         keys.hold_at_least = Some(hold).filter(|h| !h.is_zero());
     }
-    if backend.holder_info {
+    if let Some(holder) = holder {
+        keys = keys.with_holder(holder);
+    } else if backend.holder_info {
         keys = keys.with_holder(crate::inspect::holder_text(label));
     }
     // Checked before anything is sent: Redis cannot expire a key that far out, and a lock

@@ -19,6 +19,9 @@ struct Held {
     /// A run-once job's `hold_at_least` (as `hold:until` in `protocol/acquire.lua`): a
     /// release before this keeps the lock, without owners, until then.
     hold_until: Option<Instant>,
+    /// The holder information the acquisition recorded (`LockKeys::info`: a leader's
+    /// `host\tpid\tinfo`) and its fencing token; gone with the lock.
+    holder: Option<(Arc<str>, u64)>,
 }
 
 /// A read-write lock (as `RW_ACQUIRE` in `scripts.rs`).
@@ -209,6 +212,7 @@ impl MemoryDriver {
                         owners: HashMap::from([(owner, 1)]),
                         expires_at: later(now, lease),
                         hold_until: keys.hold_at_least.map(|h| later(now, h)),
+                        holder: keys.info.as_ref().map(|i| (i.holder.clone(), token)),
                     },
                 );
                 Attempt::Acquired { token }
@@ -369,6 +373,7 @@ impl MemoryDriver {
         if let Some(until) = held.hold_until.filter(|u| *u > now) {
             // Kept, without owners, until `hold_at_least` has passed: nothing to wake.
             held.owners.clear();
+            held.holder = None;
             held.expires_at = until;
             return Released::Freed;
         }
@@ -421,6 +426,21 @@ impl MemoryDriver {
             }
             _ => false,
         }
+    }
+
+    /// The recorded holder information of the reentrant lock `keys`, its fencing token and
+    /// what is left of its lease, while it is held (the leader election's observers).
+    pub(crate) fn holder(&self, keys: &LockKeys) -> Option<(Arc<str>, u64, Duration)> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let held = Self::live(&mut st, &keys.hash, now)?;
+        let (text, token) = held.holder.clone()?;
+        Some((text, token, held.expires_at - now))
+    }
+
+    /// Wake the waiters of `channel` in this process (a message outside the lock scripts).
+    pub(crate) fn deliver(&self, channel: &str) {
+        self.hub.deliver(channel);
     }
 
     /// A counter outside the lock layout (ids).

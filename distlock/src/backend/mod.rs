@@ -506,6 +506,55 @@ impl Backend {
         Some((replies, needed))
     }
 
+    /// The mode's name when it is a quorum backend (redlock, multi), else `None`.
+    pub(crate) fn quorum_mode(&self) -> Option<&'static str> {
+        match &self.driver {
+            Driver::Quorum(q) => Some(q.mode_name()),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                None
+            }
+        }
+    }
+
+    /// Publish `message` on `channel`, a channel under the hash tag of the lock `keys`
+    /// (`crate::leader`: a change of leader for its observers), with the verb the topology
+    /// uses; on the memory backend the watchers in this process are woken. Not offered on a
+    /// quorum backend (`Unsupported`).
+    pub(crate) async fn announce(
+        &self,
+        keys: &LockKeys,
+        channel: &str,
+        message: &str,
+    ) -> Result<(), LockError> {
+        let verb = match &self.driver {
+            Driver::Memory(m) => {
+                m.deliver(channel);
+                return Ok(());
+            }
+            Driver::Quorum(q) => {
+                return Err(LockError::Unsupported {
+                    backend: self.name.to_string(),
+                    what: format!("announcing on mode = \"{}\"", q.mode_name()),
+                })
+            }
+            Driver::Cluster(_) => crate::protocol::Publish::Sharded,
+            Driver::Single(_) | Driver::Sentinel(_) => crate::protocol::Publish::Plain,
+        };
+        let call = crate::protocol::Call::raw(
+            crate::protocol::Script::Announce,
+            vec![keys.hash.clone()],
+            vec![
+                verb.verb().as_bytes().to_vec(),
+                channel.as_bytes().to_vec(),
+                message.as_bytes().to_vec(),
+            ],
+        );
+        match self.run_script(&keys.user, &call).await {
+            Some((mut replies, _)) => replies.pop().unwrap_or(Ok(redis::Value::Nil)).map(drop),
+            None => Ok(()),
+        }
+    }
+
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
     pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, hold: Hold) {
         match &self.driver {

@@ -50,6 +50,8 @@ pub(crate) enum Script {
     RedissonUnlock,
     /// `protocol = "redisson"`: the watchdog's renewal.
     RedissonRenew,
+    /// `crate::leader`: publish a change of leader to the observers.
+    Announce,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
@@ -57,7 +59,7 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 16] = [
+    pub(crate) const ALL: [Script; 17] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -74,11 +76,12 @@ impl Script {
         Script::RedissonLock,
         Script::RedissonUnlock,
         Script::RedissonRenew,
+        Script::Announce,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 16]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 17]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -98,6 +101,7 @@ impl Script {
                 Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
                 Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
                 Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
+                Script::Announce => include_str!("announce.lua").to_owned(),
             })
         });
         &SOURCES[self as usize]
@@ -105,7 +109,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 16]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 17]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -122,7 +126,7 @@ pub(crate) enum Publish {
 }
 
 impl Publish {
-    fn verb(self) -> &'static str {
+    pub(crate) fn verb(self) -> &'static str {
         match self {
             Publish::Plain => "publish",
             Publish::Sharded => "spublish",

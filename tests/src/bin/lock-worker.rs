@@ -12,6 +12,14 @@
 //! must be 1, and `KEY:count` gets a non-atomic read-modify-write increment. Prints
 //! `DONE <overlaps>`.
 //!
+//! `lock-worker leader MODE NODES NAME WATCHDOG ID`: on a backend of MODE (`single`,
+//! `cluster`, or `sentinel` with NODES `MASTER_NAME,SENTINEL_URL,..`) at NODES, campaigns in the election NAME with info ID (watchdog_timeout
+//! WATCHDOG), and prints one line per event with `CLOCK_MONOTONIC` nanoseconds (comparable
+//! across the processes of the machine): `ELECTED ID EPOCH T` when the campaign returned,
+//! `LOST ID EPOCH T` when `lost()` fired (then it campaigns again), `RESIGNING ID EPOCH T`
+//! when it stops leading on a `resign` line on stdin, then `RESIGNED ID EPOCH T` and exits.
+//! `exit` on stdin (or stdin closed) while campaigning drops the campaign and exits.
+//!
 //! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
 //! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
 
@@ -116,6 +124,66 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("DONE {}", overlaps.load(Ordering::SeqCst));
             Ok(())
         }
+        Some("leader") if args.len() == 7 => {
+            let (mode, nodes, name, watchdog, id) = (&args[2], &args[3], &args[4], &args[5], &args[6]);
+            let backend = match mode.as_str() {
+                "single" => format!("mode = \"single\"\nurl = \"{nodes}\""),
+                "cluster" => {
+                    let list: Vec<String> = nodes.split(',').map(|n| format!("\"{n}\"")).collect();
+                    format!("mode = \"cluster\"\nnodes = [{}]", list.join(", "))
+                }
+                "sentinel" => {
+                    // NODES: MASTER_NAME,SENTINEL_URL,...
+                    let mut parts = nodes.split(',');
+                    let master = parts.next().unwrap_or_default();
+                    let list: Vec<String> = parts.map(|n| format!("\"{n}\"")).collect();
+                    format!(
+                        "mode = \"sentinel\"\nmaster_name = \"{master}\"\nsentinels = [{}]",
+                        list.join(", ")
+                    )
+                }
+                other => return Err(format!("unknown mode {other}").into()),
+            };
+            let registry = Registry::from_str(&format!(
+                "[defaults]\nwatchdog_timeout = \"{watchdog}\"\n[backends.main]\n{backend}\n"
+            ))
+            .await?;
+            let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+            std::thread::spawn(move || {
+                for line in std::io::stdin().lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            let now = distlock_tests::history::now_ns;
+            loop {
+                let campaign = registry.leader(name.as_str()).info(id.as_str()).campaign();
+                let leader = tokio::select! {
+                    g = campaign => g?,
+                    // Dropping the campaign future leaves nothing held.
+                    _ = lines.recv() => return Ok(()),
+                };
+                let epoch = leader.epoch();
+                println!("ELECTED {id} {epoch} {}", now());
+                tokio::select! {
+                    _ = leader.lost() => {
+                        println!("LOST {id} {epoch} {}", now());
+                        drop(leader);
+                    }
+                    line = lines.recv() => {
+                        if line.as_deref() != Some("resign") {
+                            return Err(format!("{id}: expected `resign`, got {line:?}").into());
+                        }
+                        println!("RESIGNING {id} {epoch} {}", now());
+                        leader.resign().await?;
+                        println!("RESIGNED {id} {epoch} {}", now());
+                        return Ok(());
+                    }
+                }
+            }
+        }
         Some("hold") if args.len() == 5 => {
             let registry = Registry::from_str(&config(&args[2], &args[4])).await?;
             let guard = registry.lock(args[3].as_str()).lease(Lease::Auto).acquire().await?;
@@ -161,6 +229,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("DONE");
             Ok(())
         }
-        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS".into()),
+        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS | lock-worker leader MODE NODES NAME WATCHDOG ID".into()),
     }
 }
