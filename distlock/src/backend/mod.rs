@@ -168,8 +168,14 @@ impl Backend {
                 let (server, hub) = single::connect(&name, url, &settings).await.map_err(fail)?;
                 (Driver::Single(server), hub, url.address.clone())
             }
-            Mode::Cluster { nodes, .. } => {
-                let (cluster, hub) = cluster::connect(&name, nodes, &settings)
+            Mode::Cluster {
+                nodes,
+                sharded_subscription_mode,
+                ..
+            } => {
+                let redisson =
+                    (cfg.protocol == Protocol::Redisson).then_some(*sharded_subscription_mode);
+                let (cluster, hub) = cluster::connect(&name, nodes, redisson, &settings)
                     .await
                     .map_err(fail)?;
                 let address = cluster.address().to_owned();
