@@ -791,6 +791,78 @@ mod tests {
     }
 
     #[test]
+    fn redisson_fair_and_rw_calls_use_redissons_names() {
+        let d = Duration::from_secs(30);
+        let hold = Hold::fresh();
+        let field = hold.owner.redisson_field();
+        let latch = format!(
+            "redisson_unlock_latch:{{o}}:{}",
+            hold.redisson_request()
+        );
+        let mut fair = LockKeys::redisson("o".into(), LockKind::Fair, d).unwrap();
+        fair.redisson.as_mut().unwrap().allowance = Duration::from_secs(5);
+        let a = Call::acquire(&fair, hold, d, Duration::from_secs(5));
+        assert_eq!(a.script, Script::RedissonFairLock);
+        assert_eq!(
+            a.keys,
+            vec![
+                "o",
+                "redisson_lock_queue:{o}",
+                "redisson_lock_timeout:{o}",
+                "redisson_lock_token:{o}"
+            ]
+        );
+        assert_eq!(a.args[1], field.as_bytes());
+        assert_eq!(a.args[2], b"5000", "the allowance");
+        assert_eq!(a.args[3], b"wait");
+        assert_eq!(
+            Call::acquire(&fair, hold, d, Duration::ZERO).args[3],
+            b"try"
+        );
+        let r = Call::release(&fair, hold, Publish::Plain);
+        assert_eq!(r.script, Script::RedissonFairUnlock);
+        assert_eq!(r.keys[3], "redisson_lock__channel:{o}");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        let c = Call::cancel(&fair, hold.owner, Publish::Sharded).unwrap();
+        assert_eq!(c.script, Script::RedissonFairCancel);
+        assert_eq!(c.args[1], b"5000", "the same allowance as queued with");
+        assert_eq!(c.args[3], b"spublish");
+        assert_eq!(
+            Call::renew(&fair, hold.owner, d).script,
+            Script::RedissonRenew
+        );
+
+        let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
+        let a = Call::acquire(&read, hold, d, Duration::ZERO);
+        assert_eq!(a.script, Script::RedissonReadLock);
+        assert_eq!(a.keys[1], format!("{{o}}:{field}:rwlock_timeout"));
+        assert_eq!(a.args[2], format!("{field}:write").as_bytes());
+        let r = Call::release(&read, hold, Publish::Plain);
+        assert_eq!(r.keys[1], "redisson_rwlock:{o}");
+        assert_eq!(r.keys[3], "{o}");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert!(Call::cancel(&read, hold.owner, Publish::Plain).is_none());
+        let w = Call::renew(&read, hold.owner, d);
+        assert_eq!(w.script, Script::RedissonReadRenew);
+        assert_eq!(w.keys, vec!["o", "{o}"]);
+
+        let write = LockKeys::redisson("o".into(), LockKind::Write, d).unwrap();
+        let a = Call::acquire(&write, hold, d, Duration::from_secs(1));
+        assert_eq!(a.script, Script::RedissonWriteLock);
+        assert_eq!(a.args[1], format!("{field}:write").as_bytes());
+        let r = Call::release(&write, hold, Publish::Plain);
+        assert_eq!(r.script, Script::RedissonWriteUnlock);
+        assert_eq!(r.args[0], b"1", "READ_UNLOCK_MESSAGE");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert!(Call::cancel(&write, hold.owner, Publish::Plain).is_none());
+        assert_eq!(
+            Call::renew(&write, hold.owner, d).args[1],
+            format!("{field}:write").as_bytes()
+        );
+    }
+
+    #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
         let call = Call::acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);

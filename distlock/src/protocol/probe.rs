@@ -526,7 +526,7 @@ mod tests {
         assert!(words.iter().any(|w| w.starts_with("pexpire {distlock-check}:")
             && w.contains(":rwlock_timeout:1")));
         assert!(
-            !words.iter().any(|w| w.contains("lock:{distlock-check}")),
+            !words.iter().any(|w| w.contains(" lock:{distlock-check}")),
             "none of distlock's own names"
         );
         assert_eq!(probe.key_pattern, "~*");
