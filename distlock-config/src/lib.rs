@@ -319,9 +319,9 @@ impl Mode {
     pub fn urls(&self) -> Vec<&RedisUrl> {
         match self {
             Mode::Single { url } => vec![url],
-            Mode::Cluster { nodes, .. } | Mode::Redlock { nodes, .. } | Mode::Multi { nodes, .. } => {
-                nodes.iter().collect()
-            }
+            Mode::Cluster { nodes, .. }
+            | Mode::Redlock { nodes, .. }
+            | Mode::Multi { nodes, .. } => nodes.iter().collect(),
             Mode::Sentinel { sentinels, .. } => sentinels.iter().collect(),
             Mode::Memory => Vec::new(),
         }

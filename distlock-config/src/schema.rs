@@ -12,8 +12,7 @@ use crate::error::Locator;
 use crate::interp::{interpolate, EnvLookup};
 use crate::{
     BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, Protocol, QuorumOptions,
-    ShardedSubscriptionMode,
-    RedisUrl, Source,
+    RedisUrl, ShardedSubscriptionMode, Source,
 };
 
 type Key<'i> = Spanned<DeString<'i>>;

@@ -643,7 +643,9 @@ async fn queue_len(addr: &str, name: &str, n: i64) {
 }
 
 fn hget(addr: &str, key: &str, field: &str) -> Option<String> {
-    cmd(addr, &["HGET", key, field]).as_str().map(str::to_string)
+    cmd(addr, &["HGET", key, field])
+        .as_str()
+        .map(str::to_string)
 }
 
 fn subscribers(addr: &str, channel: &str, sharded: bool) -> i64 {
@@ -672,7 +674,11 @@ async fn single_fair_lock_fifo_wake_ups_and_cancellation_across_the_two() {
     let rl = r.lock(&name, LockKind::Fair);
     assert!(!rl.try_lock_now(1).await.unwrap(), "Redisson refused");
     assert!(fair(&reg).try_acquire().await.unwrap().is_none());
-    assert_eq!(llen(&addr, &fair_queue_name(&name)), 0, "try-once never queues");
+    assert_eq!(
+        llen(&addr, &fair_queue_name(&name)),
+        0,
+        "try-once never queues"
+    );
 
     // queue: Redisson thread 1, then a distlock task, then Redisson thread 2
     let a = r.lock(&name, LockKind::Fair);
@@ -729,12 +735,13 @@ async fn single_fair_lock_fifo_wake_ups_and_cancellation_across_the_two() {
     );
     assert!(at - released < FAST, "{:?}", at - released);
     assert_eq!(fields(&addr, &name), vec![(b_field.clone(), 1)]);
-    assert_eq!(queue(&addr, &name), vec![rl.owner(2)], "thread 2 still waits");
+    assert_eq!(
+        queue(&addr, &name),
+        vec![rl.owner(2)],
+        "thread 2 still waits"
+    );
     // re-entry in the task counts on the same field
-    let nested = gb
-        .scope(fair(&reg).acquire())
-        .await
-        .expect("re-entered");
+    let nested = gb.scope(fair(&reg).acquire()).await.expect("re-entered");
     assert_eq!(fields(&addr, &name), vec![(b_field.clone(), 2)]);
     nested.release().await.unwrap();
     let released = Instant::now();
@@ -792,7 +799,11 @@ async fn single_read_write_sharing_exclusion_and_wake_ups_across_the_two() {
         RespValue::Array(a) => a.iter().map(|v| v.as_str().unwrap().to_string()).collect(),
         other => panic!("{other:?}"),
     };
-    assert_eq!(reader_fields.len(), 3, "mode and two readers: {reader_fields:?}");
+    assert_eq!(
+        reader_fields.len(),
+        3,
+        "mode and two readers: {reader_fields:?}"
+    );
     let mine = reader_fields
         .iter()
         .find(|f| *f != "mode" && !f.starts_with(r.id()))
@@ -800,11 +811,18 @@ async fn single_read_write_sharing_exclusion_and_wake_ups_across_the_two() {
         .clone();
     let timeout_key = format!("{{{name}}}:{mine}:rwlock_timeout:1");
     let pttl = int(&addr, &["PTTL", &timeout_key]);
-    assert!(pttl > 25_000, "the per-hold timeout key {timeout_key}: {pttl}");
+    assert!(
+        pttl > 25_000,
+        "the per-hold timeout key {timeout_key}: {pttl}"
+    );
 
     // read-write exclusion: neither side's writer gets in
     assert!(lock(Kind::Write).try_acquire().await.unwrap().is_none());
-    assert!(!r.lock(&name, LockKind::Write).try_lock_now(2).await.unwrap());
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(2)
+        .await
+        .unwrap());
 
     // a distlock writer waits; the last reader's release (Redisson's) wakes it
     let before = subscribers(&addr, &channel, false);
@@ -835,7 +853,11 @@ async fn single_read_write_sharing_exclusion_and_wake_ups_across_the_two() {
     // distlock writes: Redisson readers and writers refused; a Redisson reader waits and
     // is woken by distlock's write release (message 1)
     assert!(!r.lock(&name, LockKind::Read).try_lock_now(3).await.unwrap());
-    assert!(!r.lock(&name, LockKind::Write).try_lock_now(3).await.unwrap());
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(3)
+        .await
+        .unwrap());
     assert!(lock(Kind::Read).try_acquire().await.unwrap().is_none());
     let before = subscribers(&addr, &channel, false);
     let er2 = r.lock(&name, LockKind::Read);
@@ -1004,7 +1026,13 @@ async fn cluster_fair_and_rw_wake_ups_both_ways() {
     });
     queue_len(&master, &name, 1).await;
     let field = queue(&master, &name)[0].clone();
-    wait_subscribers(&master, &format!("{}:{field}", lock_channel(&name)), 1, true).await;
+    wait_subscribers(
+        &master,
+        &format!("{}:{field}", lock_channel(&name)),
+        1,
+        true,
+    )
+    .await;
     let released = Instant::now();
     rl.unlock(1).await.unwrap();
     let (g, at) = w.await.unwrap();
@@ -1036,7 +1064,10 @@ async fn cluster_fair_and_rw_wake_ups_both_ways() {
     // (the test's own sharded subscriber above is gone first)
     let deadline = Instant::now() + Duration::from_secs(10);
     while subscribers(&master, &channel, true) > 0 {
-        assert!(Instant::now() < deadline, "the test's subscriber never left");
+        assert!(
+            Instant::now() < deadline,
+            "the test's subscriber never left"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let before = 0;
@@ -1059,8 +1090,15 @@ async fn cluster_fair_and_rw_wake_ups_both_ways() {
         at - released
     );
     assert!(at - released < FAST, "{:?}", at - released);
-    assert!(r.lock(&name, LockKind::Read).try_lock_now(4).await.unwrap(), "readers share");
-    assert!(!r.lock(&name, LockKind::Write).try_lock_now(5).await.unwrap());
+    assert!(
+        r.lock(&name, LockKind::Read).try_lock_now(4).await.unwrap(),
+        "readers share"
+    );
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(5)
+        .await
+        .unwrap());
     g.release().await.unwrap();
     r.lock(&name, LockKind::Read).unlock(4).await.unwrap();
     assert_eq!(int(&master, &["EXISTS", &name]), 0);

@@ -76,11 +76,9 @@ pub(crate) async fn connect(
             let mut c = conn.clone();
             let mut ask = redis::cmd("PUBSUB");
             ask.arg("SHARDNUMSUB");
-            let asked = tokio::time::timeout(
-                settings.response_timeout,
-                ask.query_async::<Value>(&mut c),
-            )
-            .await;
+            let asked =
+                tokio::time::timeout(settings.response_timeout, ask.query_async::<Value>(&mut c))
+                    .await;
             match asked {
                 Ok(Ok(_)) => Publish::Sharded,
                 // An error reply (Redis 6: unknown subcommand): plain, as Redisson decides.

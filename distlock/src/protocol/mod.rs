@@ -129,9 +129,7 @@ impl Script {
                 Script::RedissonReadUnlock => include_str!("redisson/read_unlock.lua").to_owned(),
                 Script::RedissonReadRenew => include_str!("redisson/read_renew.lua").to_owned(),
                 Script::RedissonWriteLock => include_str!("redisson/write_lock.lua").to_owned(),
-                Script::RedissonWriteUnlock => {
-                    include_str!("redisson/write_unlock.lua").to_owned()
-                }
+                Script::RedissonWriteUnlock => include_str!("redisson/write_unlock.lua").to_owned(),
             })
         });
         &SOURCES[self as usize]
@@ -740,7 +738,12 @@ mod tests {
 
     #[test]
     fn redisson_calls_use_redissons_keys_and_fields() {
-        let keys = LockKeys::redisson("order:42".into(), LockKind::Reentrant, Duration::from_secs(30)).unwrap();
+        let keys = LockKeys::redisson(
+            "order:42".into(),
+            LockKind::Reentrant,
+            Duration::from_secs(30),
+        )
+        .unwrap();
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
         let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
@@ -795,10 +798,7 @@ mod tests {
         let d = Duration::from_secs(30);
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
-        let latch = format!(
-            "redisson_unlock_latch:{{o}}:{}",
-            hold.redisson_request()
-        );
+        let latch = format!("redisson_unlock_latch:{{o}}:{}", hold.redisson_request());
         let mut fair = LockKeys::redisson("o".into(), LockKind::Fair, d).unwrap();
         fair.redisson.as_mut().unwrap().allowance = Duration::from_secs(5);
         let a = Call::acquire(&fair, hold, d, Duration::from_secs(5));

@@ -523,8 +523,12 @@ mod tests {
         assert!(words
             .iter()
             .any(|w| w.starts_with("set redisson_unlock_latch:{distlock-check}:")));
-        assert!(words.iter().any(|w| w.starts_with("pexpire {distlock-check}:")
-            && w.contains(":rwlock_timeout:1")));
+        assert!(
+            words
+                .iter()
+                .any(|w| w.starts_with("pexpire {distlock-check}:")
+                    && w.contains(":rwlock_timeout:1"))
+        );
         assert!(
             !words.iter().any(|w| w.contains(" lock:{distlock-check}")),
             "none of distlock's own names"
