@@ -1185,3 +1185,87 @@ async fn cluster_sharded_subscription_mode_off_uses_plain_pub_sub_both_ways() {
     int(&master, &["DEL", &token_name(&name)]);
     r.crash();
 }
+
+/// A distlock holder in another process, `lock-worker hold-redisson`: started now, its
+/// stdout read until `HELD` (bounded by the worker's own 60 s wait).
+fn spawn_holder(url: &str, name: &str, kind: &str) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"))
+        .args(["hold-redisson", url, name, "1s", kind])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lock-worker")
+}
+
+/// Waits for the worker's `HELD` line; the instant it was read.
+async fn held(child: &mut std::process::Child) -> Instant {
+    let out = child.stdout.take().expect("stdout");
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("read the worker's stdout");
+        assert!(line.starts_with("HELD"), "worker said {line:?}");
+        Instant::now()
+    })
+    .await
+    .expect("reader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_across_processes_exclusion_wake_ups_and_a_killed_holder() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    for (kind, theirs) in [
+        ("reentrant", LockKind::Plain),
+        ("fair", LockKind::Fair),
+        ("write", LockKind::Read),
+        ("read", LockKind::Write),
+    ] {
+        let name = unique("proc");
+        let r = emulator(&url, RedissonConfig::default()).await;
+        let rl = r.lock(&name, theirs);
+        // Redisson (this process) holds; distlock in another process waits, and is woken
+        // by Redisson's unlock
+        assert!(rl.try_lock_now(1).await.unwrap());
+        let mut child = spawn_holder(&url, &name, kind);
+        let channel = match theirs {
+            LockKind::Read | LockKind::Write => rwlock_channel(&name),
+            LockKind::Plain | LockKind::Fenced => lock_channel(&name),
+            LockKind::Fair => {
+                queue_len(&addr, &name, 1).await;
+                format!("{}:{}", lock_channel(&name), queue(&addr, &name)[0])
+            }
+        };
+        wait_subscribers(&addr, &channel, 1, false).await;
+        let released = Instant::now();
+        rl.unlock(1).await.unwrap();
+        let at = held(&mut child).await;
+        eprintln!(
+            "single {kind}: distlock in another process woken by Redisson's unlock after {:?}",
+            at - released
+        );
+        assert!(at - released < FAST, "{kind}: {:?}", at - released);
+        // the other process holds: Redisson is refused; killed, its lease (1 s) frees it
+        assert!(
+            !r.lock(&name, theirs).try_lock_now(2).await.unwrap(),
+            "{kind}"
+        );
+        child.kill().expect("SIGKILL the worker");
+        let killed = Instant::now();
+        let _ = child.wait();
+        assert!(r
+            .lock(&name, theirs)
+            .try_lock(3, Duration::from_secs(10), Some(LONG))
+            .await
+            .unwrap());
+        let waited = killed.elapsed();
+        eprintln!(
+            "single {kind}: Redisson acquired {waited:?} after the distlock process was killed"
+        );
+        assert!(waited < WOKEN, "{kind}: {waited:?}");
+        r.lock(&name, theirs).unlock(3).await.unwrap();
+        int(&addr, &["DEL", &token_name(&name)]);
+        r.crash();
+    }
+}
