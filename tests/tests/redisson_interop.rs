@@ -605,6 +605,55 @@ async fn sentinel_master_speaks_the_same_format() {
     assert_eq!(t as u64, token + 1);
     fr.unlock(1).await.unwrap();
     assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+
+    // fair: Redisson holds, a distlock fair waiter is woken on its own channel
+    let rf = r.lock(&name, LockKind::Fair);
+    assert!(rf.try_lock_now(2).await.unwrap());
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let w = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Fair)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    queue_len(&addr, &name, 1).await;
+    let field = queue(&addr, &name)[0].clone();
+    wait_subscribers(&addr, &format!("{}:{field}", lock_channel(&name)), 1, false).await;
+    let released = Instant::now();
+    rf.unlock(2).await.unwrap();
+    let (g, at) = w.await.unwrap();
+    let g = g.expect("distlock's fair waiter acquired");
+    assert!(at - released < FAST, "{:?}", at - released);
+    g.release().await.unwrap();
+
+    // read-write: distlock writes, a Redisson reader waits and is woken by its release
+    let gw = reg.lock(&name).kind(Kind::Write).acquire().await.unwrap();
+    let rr = r.lock(&name, LockKind::Read);
+    let w = tokio::spawn(async move {
+        let ok = rr.try_lock(3, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    wait_subscribers(&addr, &rwlock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    gw.release().await.unwrap();
+    let (ok, at) = w.await.unwrap();
+    assert!(ok.unwrap(), "Redisson's reader acquired");
+    assert!(at - released < FAST, "{:?}", at - released);
+    let gr = reg
+        .lock(&name)
+        .kind(Kind::Read)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("readers share");
+    gr.release().await.unwrap();
+    r.lock(&name, LockKind::Read).unlock(3).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    int(&addr, &["DEL", &token_name(&name)]);
     r.crash();
 }
 
