@@ -247,6 +247,8 @@ impl Lock {
     /// lock). Returns whether a lock was there. The holder's guard will find it lost.
     /// With `kind(Fair)` it deletes the fair lock and its queue; with `kind(Read)` or
     /// `kind(Write)` the read-write lock (all readers, the writer, the waiting writers).
+    /// On a `protocol = "redisson"` backend it does what Redisson's `forceUnlock` does: the
+    /// lock hash goes, a fair lock's queue stays and its head is woken.
     pub async fn force_unlock(self) -> Result<bool, LockError> {
         let registry = match self.registry {
             Some(r) => r,

@@ -824,6 +824,27 @@ async fn single_fair_lock_fifo_wake_ups_and_cancellation_across_the_two() {
     );
     r.lock(&name, LockKind::Fair).unlock(2).await.unwrap();
     assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+
+    // force_unlock of a fair lock (RedissonFairLock.forceUnlock): deleted, the queue's
+    // head (a Redisson waiter) woken on its own channel
+    let g = fair(&reg).acquire().await.unwrap();
+    let d = r.lock(&name, LockKind::Fair);
+    let wd = tokio::spawn(async move {
+        let ok = d.try_lock(7, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    queue_len(&addr, &name, 1).await;
+    wait_subscribers(&addr, &rl.channel(7), 1, false).await;
+    let forced = Instant::now();
+    assert!(fair(&reg).force_unlock().await.unwrap());
+    let (ok, at) = wd.await.unwrap();
+    assert!(ok.unwrap(), "the head acquired after the forced unlock");
+    assert!(at - forced < FAST, "{:?}", at - forced);
+    match g.release().await {
+        Err(LockError::NotHeld { .. }) => {}
+        other => panic!("the old holder's release: expected NotHeld, got {other:?}"),
+    }
+    r.lock(&name, LockKind::Fair).unlock(7).await.unwrap();
     r.crash();
     int(&addr, &["DEL", &token_name(&name)]);
 }

@@ -66,6 +66,8 @@ pub(crate) enum Script {
     RedissonWriteLock,
     /// `protocol = "redisson"`: release one write hold.
     RedissonWriteUnlock,
+    /// `protocol = "redisson"`: delete a fair lock, waking the queue's head.
+    RedissonFairForceUnlock,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
@@ -73,7 +75,7 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 24] = [
+    pub(crate) const ALL: [Script; 25] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -98,11 +100,12 @@ impl Script {
         Script::RedissonReadRenew,
         Script::RedissonWriteLock,
         Script::RedissonWriteUnlock,
+        Script::RedissonFairForceUnlock,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 24]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 25]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -130,6 +133,9 @@ impl Script {
                 Script::RedissonReadRenew => include_str!("redisson/read_renew.lua").to_owned(),
                 Script::RedissonWriteLock => include_str!("redisson/write_lock.lua").to_owned(),
                 Script::RedissonWriteUnlock => include_str!("redisson/write_unlock.lua").to_owned(),
+                Script::RedissonFairForceUnlock => {
+                    include_str!("redisson/fair_force_unlock.lua").to_owned()
+                }
             })
         });
         &SOURCES[self as usize]
@@ -137,7 +143,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 24]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 25]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -382,7 +388,8 @@ impl Call {
             | Script::RedissonFairCancel
             | Script::RedissonReadLock
             | Script::RedissonReadRenew
-            | Script::RedissonWriteLock => return None,
+            | Script::RedissonWriteLock
+            | Script::RedissonFairForceUnlock => return None,
         };
         self.keys.get(at).map(String::as_str)
     }
@@ -609,8 +616,20 @@ impl Call {
     /// Delete a lock whoever holds it (with the other keys of fair and read-write locks).
     /// The holder information goes too, recorded or not (another process may record it).
     pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+        if keys.redisson.is_some() && keys.kind == LockKind::Fair {
+            // `RedissonFairLock.forceUnlockAsync`: DEL the hash, wake the queue's head.
+            let [queue, deadlines] = keys.extra();
+            return Call::raw(
+                Script::RedissonFairForceUnlock,
+                vec![keys.hash.clone(), queue, deadlines, keys.channel.clone()],
+                Vec::new(),
+            )
+            .arg(REDISSON_UNLOCK_MESSAGE)
+            .arg(publish.verb());
+        }
         if keys.redisson.is_some() {
-            // `RedissonLock.forceUnlockAsync`: DEL the hash, publish UNLOCK_MESSAGE.
+            // `RedissonLock.forceUnlockAsync`: DEL the hash, publish UNLOCK_MESSAGE (the
+            // read-write lock: on its channel, whatever its mode).
             return Call::raw(Script::ForceRelease, vec![keys.hash.clone()], Vec::new())
                 .arg(&keys.channel)
                 .arg(publish.verb())
@@ -832,6 +851,10 @@ mod tests {
             Call::renew(&fair, hold.owner, d).script,
             Script::RedissonRenew
         );
+        let f = Call::force_release(&fair, Publish::Sharded);
+        assert_eq!(f.script, Script::RedissonFairForceUnlock);
+        assert_eq!(f.keys[3], "redisson_lock__channel:{o}");
+        assert_eq!(f.args, vec![b"0".to_vec(), b"spublish".to_vec()]);
 
         let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
         let a = Call::acquire(&read, hold, d, Duration::ZERO);
