@@ -1339,3 +1339,58 @@ async fn single_across_processes_exclusion_wake_ups_and_a_killed_holder() {
         r.crash();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_fair_and_rw_watchdog_renews_and_signals_a_lost_lease() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    // auto leases of 900 ms, renewed every 300 ms
+    let reg = single_registry(&url, "900ms").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    for (kind, theirs) in [
+        (Kind::Fair, LockKind::Fair),
+        (Kind::Read, LockKind::Write),
+        (Kind::Write, LockKind::Write),
+    ] {
+        let name = unique("lost-kinds");
+        let g = reg.lock(&name).kind(kind).acquire().await.unwrap();
+        // outlive the lease twice over: renewed (for a reader, its hold key too)
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        assert!(g.is_held(), "{kind:?} renewed past its lease");
+        let pttl = int(&addr, &["PTTL", &name]);
+        assert!(pttl > 0 && pttl <= 900, "{kind:?}: {pttl}");
+        if kind == Kind::Read {
+            let mine = match cmd(&addr, &["HKEYS", &name]) {
+                RespValue::Array(a) => a
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .find(|f| f != "mode")
+                    .expect("the reader's field"),
+                other => panic!("{other:?}"),
+            };
+            let hold = format!("{{{name}}}:{mine}:rwlock_timeout:1");
+            let pttl = int(&addr, &["PTTL", &hold]);
+            assert!(pttl > 0 && pttl <= 900, "{hold}: {pttl}");
+        }
+        // deleted behind its back: the holder hears of it, nothing is re-created
+        int(&addr, &["DEL", &name]);
+        let deleted = Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(5), g.lost())
+            .await
+            .expect("lost() within 5 s");
+        assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost:?}");
+        assert!(deleted.elapsed() < Duration::from_secs(2), "{kind:?}");
+        assert_eq!(
+            int(&addr, &["EXISTS", &name]),
+            0,
+            "{kind:?}: not re-created"
+        );
+        let rl = r.lock(&name, theirs);
+        assert!(rl.try_lock_now(1).await.unwrap(), "{kind:?}");
+        rl.unlock(1).await.unwrap();
+        drop(g);
+        int(&addr, &["DEL", &token_name(&name)]);
+    }
+    r.crash();
+}
