@@ -20,6 +20,8 @@
 //! holder_info = true              # record who holds each lock; every mode but memory (default false)
 //! required = true                 # false: init succeeds while it is down (default true)
 //! protocol = "distlock"           # "redisson": Redisson's on-Redis format; single, cluster, sentinel (default "distlock")
+//! # mode = "cluster" with protocol = "redisson" also takes:
+//! # sharded_subscription_mode = "auto"   # Redisson's shardedSubscriptionMode: "on", "off" (default "auto")
 //!
 //! [backends.secure]               # TLS: rediss:// URLs (every mode but memory)
 //! mode = "single"
@@ -214,6 +216,35 @@ pub enum Protocol {
     Redisson,
 }
 
+/// Redisson's `ClusterServersConfig.shardedSubscriptionMode`, for a cluster backend with
+/// `protocol = "redisson"` (`sharded_subscription_mode = "auto" | "on" | "off"`): both sides
+/// must announce releases the same way, since a sharded message never reaches a plain
+/// subscriber and vice versa.
+///
+/// ```
+/// let cfg = distlock_config::Config::from_str(
+///     "[backends.java]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:7000\"]\nprotocol = \"redisson\"\nsharded_subscription_mode = \"off\"",
+/// ).unwrap();
+/// match &cfg.backends["java"].mode {
+///     distlock_config::Mode::Cluster { sharded_subscription_mode, .. } => assert_eq!(
+///         *sharded_subscription_mode,
+///         distlock_config::ShardedSubscriptionMode::Off
+///     ),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShardedSubscriptionMode {
+    /// Sharded when the servers know `PUBSUB SHARDNUMSUB` (Redis 7 and later), as Redisson's
+    /// `AUTO` (the default).
+    #[default]
+    Auto,
+    /// Always `SPUBLISH`/`SSUBSCRIBE` (Redisson's `ON`).
+    On,
+    /// Always `PUBLISH`/`SUBSCRIBE` (Redisson's `OFF`).
+    Off,
+}
+
 /// `mode = "..."` and the fields that mode takes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mode {
@@ -228,6 +259,10 @@ pub enum Mode {
     Cluster {
         /// Seed nodes (the client discovers the rest).
         nodes: Vec<RedisUrl>,
+        /// With `protocol = "redisson"`: sharded (`SPUBLISH`/`SSUBSCRIBE`) or plain pub/sub
+        /// for wake-ups, as Redisson's `shardedSubscriptionMode` (`sharded_subscription_mode`,
+        /// default `"auto"`). distlock's own protocol always uses sharded pub/sub.
+        sharded_subscription_mode: ShardedSubscriptionMode,
     },
     /// A master found through Redis Sentinel.
     #[non_exhaustive]
@@ -284,9 +319,9 @@ impl Mode {
     pub fn urls(&self) -> Vec<&RedisUrl> {
         match self {
             Mode::Single { url } => vec![url],
-            Mode::Cluster { nodes } | Mode::Redlock { nodes, .. } | Mode::Multi { nodes, .. } => {
-                nodes.iter().collect()
-            }
+            Mode::Cluster { nodes, .. }
+            | Mode::Redlock { nodes, .. }
+            | Mode::Multi { nodes, .. } => nodes.iter().collect(),
             Mode::Sentinel { sentinels, .. } => sentinels.iter().collect(),
             Mode::Memory => Vec::new(),
         }

@@ -12,7 +12,7 @@ use crate::error::Locator;
 use crate::interp::{interpolate, EnvLookup};
 use crate::{
     BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, Protocol, QuorumOptions,
-    RedisUrl, Source,
+    RedisUrl, ShardedSubscriptionMode, Source,
 };
 
 type Key<'i> = Spanned<DeString<'i>>;
@@ -43,6 +43,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "holder_info",
     "required",
     "protocol",
+    "sharded_subscription_mode",
     "master_username",
     "master_password",
 ];
@@ -181,6 +182,7 @@ struct RawBackend {
     holder_info: Option<bool>,
     required: Option<bool>,
     protocol: Option<Protocol>,
+    sharded_subscription_mode: Option<(ShardedSubscriptionMode, usize)>,
     tls: RawTls,
 }
 
@@ -243,7 +245,17 @@ impl ModeKind {
         match self {
             ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8]],
             ModeKind::Cluster => &[
-                "nodes", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8],
+                "nodes",
+                T[0],
+                T[1],
+                T[2],
+                T[3],
+                T[4],
+                T[5],
+                T[6],
+                T[7],
+                T[8],
+                "sharded_subscription_mode",
             ],
             ModeKind::Sentinel => &[
                 "master_name",
@@ -514,6 +526,23 @@ impl Cx<'_> {
                         }
                     })
                 }
+                "sharded_subscription_mode" => {
+                    let mode = match self.string(&field, value)?.as_str() {
+                        "auto" => ShardedSubscriptionMode::Auto,
+                        "on" => ShardedSubscriptionMode::On,
+                        "off" => ShardedSubscriptionMode::Off,
+                        other => {
+                            return Err(self.loc.at(
+                                at,
+                                field,
+                                format!(
+                                    "unknown sharded_subscription_mode \"{other}\" (expected \"auto\", \"on\" or \"off\")"
+                                ),
+                            ))
+                        }
+                    };
+                    raw.sharded_subscription_mode = Some((mode, at));
+                }
                 _ => {}
             }
         }
@@ -537,9 +566,24 @@ impl Cx<'_> {
             ModeKind::Single => Mode::Single {
                 url: raw.url.ok_or_else(|| missing("url"))?,
             },
-            ModeKind::Cluster => Mode::Cluster {
-                nodes: raw.nodes.ok_or_else(|| missing("nodes"))?,
-            },
+            ModeKind::Cluster => {
+                if let Some((_, at)) = raw.sharded_subscription_mode {
+                    if raw.protocol != Some(Protocol::Redisson) {
+                        return Err(self.loc.at(
+                            at,
+                            format!("{base}.sharded_subscription_mode"),
+                            "`sharded_subscription_mode` goes with protocol = \"redisson\" (Redisson's shardedSubscriptionMode); distlock's own protocol always uses sharded pub/sub on a cluster",
+                        ));
+                    }
+                }
+                Mode::Cluster {
+                    nodes: raw.nodes.ok_or_else(|| missing("nodes"))?,
+                    sharded_subscription_mode: raw
+                        .sharded_subscription_mode
+                        .map(|(m, _)| m)
+                        .unwrap_or_default(),
+                }
+            }
             ModeKind::Sentinel => Mode::Sentinel {
                 master_name: raw.master_name.ok_or_else(|| missing("master_name"))?,
                 sentinels: raw.sentinels.ok_or_else(|| missing("sentinels"))?,

@@ -1157,3 +1157,50 @@ fn protocol_field() {
         &["not used by mode \"memory\""],
     );
 }
+
+#[test]
+fn sharded_subscription_mode_field() {
+    use distlock_config::{Mode, ShardedSubscriptionMode as S};
+    let base = "[backends.a]\nmode = \"cluster\"\nnodes = [\"redis://h:1\"]\n";
+    let mode_of = |c: &distlock_config::Config| match &c.backends["a"].mode {
+        Mode::Cluster {
+            sharded_subscription_mode,
+            ..
+        } => *sharded_subscription_mode,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(mode_of(&ok(base)), S::Auto);
+    assert_eq!(
+        mode_of(&ok(&format!("{base}protocol = \"redisson\"\n"))),
+        S::Auto
+    );
+    for (text, want) in [("auto", S::Auto), ("on", S::On), ("off", S::Off)] {
+        let c = ok(&format!(
+            "{base}protocol = \"redisson\"\nsharded_subscription_mode = \"{text}\"\n"
+        ));
+        assert_eq!(mode_of(&c), want, "{text}");
+    }
+    let e = err(&format!(
+        "{base}protocol = \"redisson\"\nsharded_subscription_mode = \"sometimes\"\n"
+    ));
+    check(
+        &e,
+        5,
+        "backends.a.sharded_subscription_mode",
+        &["unknown sharded_subscription_mode \"sometimes\"", "\"off\""],
+    );
+    let e = err(&format!("{base}sharded_subscription_mode = \"off\"\n"));
+    check(
+        &e,
+        4,
+        "backends.a.sharded_subscription_mode",
+        &["goes with protocol = \"redisson\""],
+    );
+    let e = err("[backends.a]\nmode = \"single\"\nurl = \"redis://h\"\nprotocol = \"redisson\"\nsharded_subscription_mode = \"off\"\n");
+    check(
+        &e,
+        5,
+        "backends.a.sharded_subscription_mode",
+        &["not used by mode \"single\""],
+    );
+}

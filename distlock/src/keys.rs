@@ -40,6 +40,10 @@ pub(crate) struct LockKeys {
 pub(crate) struct RedissonKeys {
     /// The lease of this acquisition: the expiry an unlock keeps for the holds left.
     pub lease: std::time::Duration,
+    /// A fair waiter's allowance (`RedissonFairLock`'s per-waiter wait): the acquisition's
+    /// `wait`, or Redisson's `fairLockWaitTimeout` for a try-once acquisition. The same
+    /// value goes to the queueing and to the cancel of one acquisition.
+    pub allowance: std::time::Duration,
 }
 
 /// Where a lock's holder information lives, and what this holder writes there.
@@ -94,8 +98,13 @@ impl LockKeys {
     /// with `RedissonObject.prefixName` (`prefix:{name}`, or `prefix:name` when the name
     /// has a `{`, whose tag then picks the slot). A name whose `{` opens no valid hash tag
     /// is refused: its derived keys would land in other cluster slots than the lock.
+    ///
+    /// By `kind`: the reentrant and fair locks share the hash and the channel stem
+    /// `redisson_lock__channel:{name}` (a fair waiter listens on `<stem>:<owner field>`);
+    /// read and write locks share the hash (field `mode`) and `redisson_rwlock:{name}`.
     pub(crate) fn redisson(
         name: String,
+        kind: LockKind,
         lease: std::time::Duration,
     ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new("", name)?;
@@ -106,9 +115,18 @@ impl LockKeys {
             });
         }
         keys.hash = keys.user.clone();
-        keys.channel = redisson_name("redisson_lock__channel", &keys.user);
+        keys.kind = kind;
+        keys.channel = match kind {
+            LockKind::Reentrant | LockKind::Fair => {
+                redisson_name("redisson_lock__channel", &keys.user)
+            }
+            LockKind::Read | LockKind::Write => redisson_name("redisson_rwlock", &keys.user),
+        };
         keys.fence = redisson_name("redisson_lock_token", &keys.user);
-        keys.redisson = Some(RedissonKeys { lease });
+        keys.redisson = Some(RedissonKeys {
+            lease,
+            allowance: crate::protocol::REDISSON_FAIR_WAIT,
+        });
         Ok(keys)
     }
 
@@ -118,6 +136,27 @@ impl LockKeys {
             "{}:{request}",
             redisson_name("redisson_unlock_latch", &self.user)
         )
+    }
+
+    /// The channel a waiter for this lock listens on: a Redisson fair waiter on its own
+    /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
+    /// only), every other waiter on [`LockKeys::channel`].
+    pub(crate) fn wait_channel(&self, owner: crate::owner::OwnerId) -> String {
+        match (&self.redisson, self.kind) {
+            (Some(_), LockKind::Fair) => format!("{}:{}", self.channel, owner.redisson_field()),
+            _ => self.channel.clone(),
+        }
+    }
+
+    /// Under `protocol = "redisson"`, what the read lock's per-hold timeout keys start
+    /// with (`RedissonReadLock.getKeyPrefix`): `{name}`, or the bare name when it holds a
+    /// `{`; hold i of owner f is `<stem>:<f>:rwlock_timeout:<i>`.
+    pub(crate) fn redisson_rw_stem(&self) -> String {
+        if self.user.contains('{') {
+            self.user.clone()
+        } else {
+            format!("{{{}}}", self.user)
+        }
     }
 
     /// Names for a lock of `kind` on `key`. Fair and read-write locks have Redis keys of
@@ -159,7 +198,16 @@ impl LockKeys {
     /// The other Redis keys of a fair or read-write lock (all derived from `hash`, so in its
     /// slot): fair: the wait queue (list) and the waiters' deadlines (zset); read-write: the
     /// readers' lease ends (zset) and the waiting writers' deadlines (zset).
+    /// Under `protocol = "redisson"` the fair lock's are `redisson_lock_queue:{name}` and
+    /// `redisson_lock_timeout:{name}`; the read-write lock has none (its per-hold keys are
+    /// named by holder, see [`LockKeys::redisson_rw_stem`]).
     pub(crate) fn extra(&self) -> [String; 2] {
+        if self.redisson.is_some() {
+            return [
+                redisson_name("redisson_lock_queue", &self.user),
+                redisson_name("redisson_lock_timeout", &self.user),
+            ];
+        }
         match self.kind {
             LockKind::Fair => [
                 format!("{}:queue", self.hash),
@@ -256,7 +304,7 @@ mod tests {
     #[test]
     fn redisson_names() {
         let d = std::time::Duration::from_secs(30);
-        let k = LockKeys::redisson("order:42".into(), d).unwrap();
+        let k = LockKeys::redisson("order:42".into(), LockKind::Reentrant, d).unwrap();
         assert_eq!(k.hash, "order:42");
         assert_eq!(k.channel, "redisson_lock__channel:{order:42}");
         assert_eq!(k.fence, "redisson_lock_token:{order:42}");
@@ -264,12 +312,33 @@ mod tests {
             k.redisson_latch("ab"),
             "redisson_unlock_latch:{order:42}:ab"
         );
-        let t = LockKeys::redisson("a{t}b".into(), d).unwrap();
+        let t = LockKeys::redisson("a{t}b".into(), LockKind::Reentrant, d).unwrap();
         assert_eq!(t.channel, "redisson_lock__channel:a{t}b");
         assert_eq!(hash_tag(&t.channel), hash_tag(&t.hash));
+        let f = LockKeys::redisson("order:42".into(), LockKind::Fair, d).unwrap();
+        assert_eq!(f.hash, "order:42");
+        assert_eq!(
+            f.extra(),
+            [
+                "redisson_lock_queue:{order:42}".to_string(),
+                "redisson_lock_timeout:{order:42}".to_string()
+            ]
+        );
+        let o = crate::owner::OwnerId::random();
+        assert_eq!(
+            f.wait_channel(o),
+            format!("redisson_lock__channel:{{order:42}}:{}", o.redisson_field())
+        );
+        assert_eq!(k.wait_channel(o), k.channel);
+        let rw = LockKeys::redisson("order:42".into(), LockKind::Write, d).unwrap();
+        assert_eq!(rw.channel, "redisson_rwlock:{order:42}");
+        assert_eq!(rw.redisson_rw_stem(), "{order:42}");
+        let rwt = LockKeys::redisson("a{t}b".into(), LockKind::Read, d).unwrap();
+        assert_eq!(rwt.redisson_rw_stem(), "a{t}b");
+        assert_eq!(rwt.channel, "redisson_rwlock:a{t}b");
         for bad in ["a{b", "x{}y", ""] {
             assert!(matches!(
-                LockKeys::redisson(bad.into(), d),
+                LockKeys::redisson(bad.into(), LockKind::Reentrant, d),
                 Err(LockError::InvalidKey { .. })
             ));
         }

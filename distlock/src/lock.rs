@@ -209,9 +209,7 @@ impl Lock {
     /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
     /// attempt at once; once waiting for another holder, failures such as a failover in
     /// progress are retried within the wait, and the last one is returned if it runs out);
-    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend, or on a
-    /// `protocol = "redisson"` backend (only the reentrant/fenced lock speaks Redisson's
-    /// format so far);
+    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend;
     /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
@@ -325,6 +323,8 @@ impl Lock {
     /// lock). Returns whether a lock was there. The holder's guard will find it lost.
     /// With `kind(Fair)` it deletes the fair lock and its queue; with `kind(Read)` or
     /// `kind(Write)` the read-write lock (all readers, the writer, the waiting writers).
+    /// On a `protocol = "redisson"` backend it does what Redisson's `forceUnlock` does: the
+    /// lock hash goes, a fair lock's queue stays and its head is woken.
     pub async fn force_unlock(self) -> Result<bool, LockError> {
         let registry = match self.registry {
             Some(r) => r,
@@ -417,6 +417,13 @@ async fn acquire(
     }
     let start = Instant::now();
     let deadline = start + wait.min(crate::MAX_WAIT);
+    if let Some(r) = keys.redisson.as_mut() {
+        // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
+        // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
+        if !wait.is_zero() {
+            r.allowance = wait.min(crate::MAX_WAIT);
+        }
+    }
     // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
     // the same kind, it counts a level of that hold, and sibling futures of the task take
     // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
@@ -448,7 +455,9 @@ async fn acquire(
     // this future dropped in flight) must not be "released" — that could take the outer
     // hold's count instead. Its possible extra count ends with the lease (documented).
     let redisson = backend.is_redisson();
-    let ambiguous_is_kept = redisson && hold.nested;
+    // (Also for a read or write acquisition inside a hold of the other kind: it counts on
+    // the same owner's field, so a "release to be safe" could take the outer's count.)
+    let ambiguous_is_kept = redisson && (hold.nested || outer.is_some());
     let outer_token = outer.as_ref().map(|o| o.token);
     let mut pending: Option<ReleaseOnDrop> = None;
     let mut watch = None;
@@ -500,6 +509,7 @@ async fn acquire(
                 if now >= deadline {
                     return Err(e);
                 }
+                drop(notified);
                 if redisson {
                     // Redisson's format cannot tell a retry from a re-entry: the field
                     // this attempt may have taken is released in the background (a field
@@ -507,11 +517,14 @@ async fn acquire(
                     // retry is a fresh acquisition with a field of its own.
                     drop(pending.take());
                     hold = Hold::fresh();
+                    // A queued fair waiter leaves the queue under its old field (in the
+                    // background) and listens on the new field's channel.
+                    drop(queued.take());
+                    watch = None;
                 }
                 let pause = backend_retry.pause();
                 tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
                     "distlock: backend failed while waiting; retrying within the wait");
-                drop(notified);
                 tokio::time::sleep_until(deadline.min(now + pause)).await;
                 continue;
             }
@@ -629,9 +642,10 @@ async fn acquire(
             None => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
                 drop(notified);
-                let w = backend
-                    .hub
-                    .watch_with(&keys.channel, keys.kind == LockKind::Reentrant);
+                let w = backend.hub.watch_with(
+                    &keys.wait_channel(hold.owner),
+                    keys.kind == LockKind::Reentrant || (redisson && keys.kind == LockKind::Fair),
+                );
                 // Subscribed before the next attempt, so a release after it is seen. Without
                 // a subscription (subscriber down) the lease's end is the next chance.
                 if !w.subscribe(until).await {

@@ -55,7 +55,6 @@ enum Slot {
 struct Pending {
     name: String,
     mode: distlock_config::Mode,
-    protocol: distlock_config::Protocol,
     backend: OnceLock<Arc<Backend>>,
     /// The address and why the last attempt failed.
     down: Mutex<(String, BackendError)>,
@@ -93,9 +92,7 @@ impl Slot {
     fn supports(&self, kind: crate::LockKind) -> Result<(), LockError> {
         match (self, self.get()) {
             (_, Some(b)) => b.supports(kind),
-            (Slot::Connecting(p), None) => {
-                crate::backend::mode_offers(&p.name, &p.mode, p.protocol, kind)
-            }
+            (Slot::Connecting(p), None) => crate::backend::mode_offers(&p.name, &p.mode, kind),
             (Slot::Ready(b), None) => b.supports(kind),
         }
     }
@@ -353,7 +350,6 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
                 let pending = Arc::new(Pending {
                     name: backend,
                     mode: cfg.mode.clone(),
-                    protocol: cfg.protocol,
                     backend: OnceLock::new(),
                     down: Mutex::new((address, source)),
                 });

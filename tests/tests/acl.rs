@@ -463,3 +463,64 @@ async fn redlock_checks_every_node() {
         "{text}"
     );
 }
+
+/// Under `protocol = "redisson"` the self-check asks for Redisson's names: a user with
+/// `~*`, `&redisson_*` and the commands runs every lock kind; without the channel
+/// pattern, or without a command only Redisson's scripts call, `init` names the right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_user_with_redisson_protocol() {
+    let server = RedisProcess::start();
+    let mut rights: Vec<&str> = RIGHTS
+        .iter()
+        .copied()
+        .filter(|r| !r.starts_with('~') && !r.starts_with('&'))
+        .collect();
+    rights.extend_from_slice(&[
+        "~*",
+        "&redisson_*",
+        "+hkeys",
+        "+hlen",
+        "+lrange",
+        "+zincrby",
+    ]);
+    setuser(&server, &rights);
+    let toml = format!("{}protocol = \"redisson\"\n", config(&server));
+    let reg = Registry::from_str(&toml)
+        .await
+        .unwrap_or_else(|e| panic!("init as the Redisson least-privilege user: {e}"));
+    exclusion_16_tasks(&reg).await;
+    try_and_timeout(&reg).await;
+    hand_off(&reg, 5).await;
+    reentrancy(&reg).await;
+    readers_overlap(&reg).await;
+    writers_exclude(&reg).await;
+    fair_in_order(&reg).await;
+    fair_timeout_leaves_queue(&reg).await;
+    // distlock's own patterns are not what this protocol needs
+    let cases: &[(&str, &str)] = &[
+        (
+            "&redisson_*",
+            "missing channel permission &redisson_* (PUBLISH redisson_lock__channel:{distlock-check} x)",
+        ),
+        ("~*", "missing key permission ~*"),
+        ("+zincrby", "missing +zincrby"),
+        ("+hkeys", "missing +hkeys"),
+    ];
+    for (right, expected) in cases {
+        let fewer: Vec<&str> = rights.iter().copied().filter(|r| r != right).collect();
+        setuser(&server, &fewer);
+        let err = Registry::from_str(&toml)
+            .await
+            .expect_err(&format!("init without {right}"));
+        let text = err.to_string();
+        println!("redisson, without {right}: {text}");
+        assert!(matches!(err, InitError::MissingRights { .. }), "{text}");
+        assert!(text.contains(expected), "without {right}: {text}");
+    }
+    // the README's distlock rights (lock:* patterns) do not cover Redisson's names
+    setuser(&server, RIGHTS);
+    let err = Registry::from_str(&toml)
+        .await
+        .expect_err("distlock's rights for a redisson backend");
+    assert!(err.to_string().contains("&redisson_*"), "{err}");
+}

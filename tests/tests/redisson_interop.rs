@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use distlock::{InitError, Lease, LockError, LockKind as Kind, Registry};
 use distlock_tests::redisson::{
-    generate_id, lock_channel, token_name, LockKind, Redisson, RedissonConfig,
+    fair_queue_name, fair_timeout_name, generate_id, lock_channel, rwlock_channel, token_name,
+    LockKind, Redisson, RedissonConfig,
 };
 use distlock_tests::topology::{keyslot, master_of_slot, PrivateCluster, PrivateSentinel};
 use distlock_tests::{addr_of, encode_command, read_resp, resp_command, RedisProcess, RespValue};
@@ -381,16 +382,6 @@ async fn unsupported_combinations_are_refused_by_name() {
     let server = RedisProcess::start();
     let url = server.url();
     let reg = single_registry(&url, "30s").await;
-    for kind in [Kind::Fair, Kind::Read, Kind::Write] {
-        match reg.lock(unique("k")).kind(kind).acquire().await {
-            Err(e @ LockError::Unsupported { .. }) => {
-                let text = e.to_string();
-                assert!(text.contains("protocol = \"redisson\""), "{text}");
-                assert!(text.contains(kind.name()), "{text}");
-            }
-            other => panic!("{kind:?}: expected Unsupported, got {other:?}"),
-        }
-    }
     match reg.inspect("x", None).await {
         Err(LockError::Unsupported { what, .. }) => assert!(what.contains("redisson"), "{what}"),
         other => panic!("inspect: expected Unsupported, got {other:?}"),
@@ -614,5 +605,792 @@ async fn sentinel_master_speaks_the_same_format() {
     assert_eq!(t as u64, token + 1);
     fr.unlock(1).await.unwrap();
     assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+
+    // fair: Redisson holds, a distlock fair waiter is woken on its own channel
+    let rf = r.lock(&name, LockKind::Fair);
+    assert!(rf.try_lock_now(2).await.unwrap());
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let w = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Fair)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    queue_len(&addr, &name, 1).await;
+    let field = queue(&addr, &name)[0].clone();
+    wait_subscribers(&addr, &format!("{}:{field}", lock_channel(&name)), 1, false).await;
+    let released = Instant::now();
+    rf.unlock(2).await.unwrap();
+    let (g, at) = w.await.unwrap();
+    let g = g.expect("distlock's fair waiter acquired");
+    assert!(at - released < FAST, "{:?}", at - released);
+    g.release().await.unwrap();
+
+    // read-write: distlock writes, a Redisson reader waits and is woken by its release
+    let gw = reg.lock(&name).kind(Kind::Write).acquire().await.unwrap();
+    let rr = r.lock(&name, LockKind::Read);
+    let w = tokio::spawn(async move {
+        let ok = rr.try_lock(3, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    wait_subscribers(&addr, &rwlock_channel(&name), 1, false).await;
+    let released = Instant::now();
+    gw.release().await.unwrap();
+    let (ok, at) = w.await.unwrap();
+    assert!(ok.unwrap(), "Redisson's reader acquired");
+    assert!(at - released < FAST, "{:?}", at - released);
+    let gr = reg
+        .lock(&name)
+        .kind(Kind::Read)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("readers share");
+    gr.release().await.unwrap();
+    r.lock(&name, LockKind::Read).unlock(3).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    int(&addr, &["DEL", &token_name(&name)]);
+    r.crash();
+}
+
+// ------------------------------------------------------------------ fair and read-write
+
+/// A release by one side wakes the other's waiter within this: far below the 30 s leases
+/// (and the waiters' ttl hints), so only a message can explain it.
+const FAST: Duration = Duration::from_millis(500);
+
+fn llen(addr: &str, key: &str) -> i64 {
+    int(addr, &["LLEN", key])
+}
+
+/// The queue of the fair lock `name`, head first.
+fn queue(addr: &str, name: &str) -> Vec<String> {
+    match cmd(addr, &["LRANGE", &fair_queue_name(name), "0", "-1"]) {
+        RespValue::Array(a) => a
+            .iter()
+            .map(|v| v.as_str().expect("field").to_string())
+            .collect(),
+        other => panic!("LRANGE: {other:?}"),
+    }
+}
+
+/// Waits (bounded) until the fair queue of `name` is `n` long.
+async fn queue_len(addr: &str, name: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while llen(addr, &fair_queue_name(name)) != n {
+        assert!(
+            Instant::now() < deadline,
+            "queue of {name} never {n} long: {:?}",
+            queue(addr, name)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn hget(addr: &str, key: &str, field: &str) -> Option<String> {
+    cmd(addr, &["HGET", key, field])
+        .as_str()
+        .map(str::to_string)
+}
+
+fn subscribers(addr: &str, channel: &str, sharded: bool) -> i64 {
+    let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    cmd(addr, &["PUBSUB", sub, channel])
+        .as_array()
+        .and_then(|a| a.get(1))
+        .and_then(RespValue::as_int)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_fair_lock_fifo_wake_ups_and_cancellation_across_the_two() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    let name = unique("fair");
+    let fair = |reg: &Registry| reg.lock(&name).kind(Kind::Fair);
+
+    // distlock holds the fair lock in Redisson's format: the hash under the name
+    let g = fair(&reg).acquire().await.unwrap();
+    let held = fields(&addr, &name);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let rl = r.lock(&name, LockKind::Fair);
+    assert!(!rl.try_lock_now(1).await.unwrap(), "Redisson refused");
+    assert!(fair(&reg).try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        llen(&addr, &fair_queue_name(&name)),
+        0,
+        "try-once never queues"
+    );
+
+    // queue: Redisson thread 1, then a distlock task, then Redisson thread 2
+    let a = r.lock(&name, LockKind::Fair);
+    let wa = tokio::spawn(async move {
+        let ok = a.try_lock(1, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    queue_len(&addr, &name, 1).await;
+    wait_subscribers(&addr, &rl.channel(1), 1, false).await;
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let wb = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Fair)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    queue_len(&addr, &name, 2).await;
+    let b_field = queue(&addr, &name)[1].clone();
+    assert!(!b_field.starts_with(r.id()), "{b_field}");
+    let b_channel = format!("{}:{b_field}", lock_channel(&name));
+    wait_subscribers(&addr, &b_channel, 1, false).await;
+    let c = r.lock(&name, LockKind::Fair);
+    let wc = tokio::spawn(async move {
+        let ok = c.try_lock(2, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    queue_len(&addr, &name, 3).await;
+    wait_subscribers(&addr, &rl.channel(2), 1, false).await;
+    assert_eq!(queue(&addr, &name)[0], rl.owner(1));
+    assert_eq!(queue(&addr, &name)[2], rl.owner(2));
+
+    // distlock releases: Redisson's head (thread 1) wakes on its own channel
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (ok, at) = wa.await.unwrap();
+    assert!(ok.unwrap(), "Redisson's head acquired");
+    eprintln!(
+        "single fair: Redisson head woken by distlock's release after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    // Redisson releases: the distlock task, next in line, wakes (not thread 2)
+    let released = Instant::now();
+    r.lock(&name, LockKind::Fair).unlock(1).await.unwrap();
+    let (gb, at) = wb.await.unwrap();
+    let gb = gb.expect("distlock, second in line, acquired");
+    eprintln!(
+        "single fair: distlock waiter woken by Redisson's unlock after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    assert_eq!(fields(&addr, &name), vec![(b_field.clone(), 1)]);
+    assert_eq!(
+        queue(&addr, &name),
+        vec![rl.owner(2)],
+        "thread 2 still waits"
+    );
+    // re-entry in the task counts on the same field
+    let nested = gb.scope(fair(&reg).acquire()).await.expect("re-entered");
+    assert_eq!(fields(&addr, &name), vec![(b_field.clone(), 2)]);
+    nested.release().await.unwrap();
+    let released = Instant::now();
+    gb.release().await.unwrap();
+    let (ok, at) = wc.await.unwrap();
+    assert!(ok.unwrap(), "Redisson thread 2 acquired last");
+    assert!(at - released < FAST, "{:?}", at - released);
+
+    // a distlock waiter that gives up leaves the queue, and so does a dropped one
+    let t = fair(&reg).wait(Duration::from_millis(300)).acquire().await;
+    assert!(matches!(t, Err(LockError::Timeout { .. })), "{t:?}");
+    queue_len(&addr, &name, 0).await;
+    let dropped = tokio::spawn({
+        let reg = reg.clone();
+        let name = name.clone();
+        async move {
+            reg.lock(&name)
+                .kind(Kind::Fair)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    queue_len(&addr, &name, 1).await;
+    dropped.abort();
+    queue_len(&addr, &name, 0).await;
+    assert_eq!(
+        int(&addr, &["ZCARD", &fair_timeout_name(&name)]),
+        0,
+        "no deadline left behind"
+    );
+    r.lock(&name, LockKind::Fair).unlock(2).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+
+    // force_unlock of a fair lock (RedissonFairLock.forceUnlock): deleted, the queue's
+    // head (a Redisson waiter) woken on its own channel
+    let g = fair(&reg).acquire().await.unwrap();
+    let d = r.lock(&name, LockKind::Fair);
+    let wd = tokio::spawn(async move {
+        let ok = d.try_lock(7, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    queue_len(&addr, &name, 1).await;
+    wait_subscribers(&addr, &rl.channel(7), 1, false).await;
+    let forced = Instant::now();
+    assert!(fair(&reg).force_unlock().await.unwrap());
+    let (ok, at) = wd.await.unwrap();
+    assert!(ok.unwrap(), "the head acquired after the forced unlock");
+    assert!(at - forced < FAST, "{:?}", at - forced);
+    match g.release().await {
+        Err(LockError::NotHeld { .. }) => {}
+        other => panic!("the old holder's release: expected NotHeld, got {other:?}"),
+    }
+    r.lock(&name, LockKind::Fair).unlock(7).await.unwrap();
+    r.crash();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_read_write_sharing_exclusion_and_wake_ups_across_the_two() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    let name = unique("rw");
+    let channel = rwlock_channel(&name);
+    let lock = |kind| reg.lock(&name).kind(kind);
+
+    // read-read sharing across the two, in one hash with mode = read
+    let er = r.lock(&name, LockKind::Read);
+    assert!(er.try_lock_now(1).await.unwrap());
+    let dr = lock(Kind::Read).acquire().await.expect("readers share");
+    assert_eq!(hget(&addr, &name, "mode").as_deref(), Some("read"));
+    let reader_fields: Vec<String> = match cmd(&addr, &["HKEYS", &name]) {
+        RespValue::Array(a) => a.iter().map(|v| v.as_str().unwrap().to_string()).collect(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reader_fields.len(),
+        3,
+        "mode and two readers: {reader_fields:?}"
+    );
+    let mine = reader_fields
+        .iter()
+        .find(|f| *f != "mode" && !f.starts_with(r.id()))
+        .expect("distlock's reader field")
+        .clone();
+    let timeout_key = format!("{{{name}}}:{mine}:rwlock_timeout:1");
+    let pttl = int(&addr, &["PTTL", &timeout_key]);
+    assert!(
+        pttl > 25_000,
+        "the per-hold timeout key {timeout_key}: {pttl}"
+    );
+
+    // read-write exclusion: neither side's writer gets in
+    assert!(lock(Kind::Write).try_acquire().await.unwrap().is_none());
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(2)
+        .await
+        .unwrap());
+
+    // a distlock writer waits; the last reader's release (Redisson's) wakes it
+    let before = subscribers(&addr, &channel, false);
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let ww = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Write)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    wait_subscribers(&addr, &channel, before + 1, false).await;
+    dr.release().await.unwrap();
+    let released = Instant::now();
+    er.unlock(1).await.unwrap();
+    let (gw, at) = ww.await.unwrap();
+    let gw = gw.expect("distlock's writer acquired");
+    eprintln!(
+        "single rw: distlock writer woken by Redisson's read unlock after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    assert_eq!(hget(&addr, &name, "mode").as_deref(), Some("write"));
+
+    // distlock writes: Redisson readers and writers refused; a Redisson reader waits and
+    // is woken by distlock's write release (message 1)
+    assert!(!r.lock(&name, LockKind::Read).try_lock_now(3).await.unwrap());
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(3)
+        .await
+        .unwrap());
+    assert!(lock(Kind::Read).try_acquire().await.unwrap().is_none());
+    let before = subscribers(&addr, &channel, false);
+    let er2 = r.lock(&name, LockKind::Read);
+    let wr = tokio::spawn(async move {
+        let ok = er2.try_lock(4, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    wait_subscribers(&addr, &channel, before + 1, false).await;
+    let released = Instant::now();
+    gw.release().await.unwrap();
+    let (ok, at) = wr.await.unwrap();
+    assert!(ok.unwrap(), "Redisson's reader acquired");
+    eprintln!(
+        "single rw: Redisson reader woken by distlock's write release after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+
+    // Redisson writes: a distlock reader waits, woken by Redisson's write unlock (on a
+    // fresh name: distlock's subscriber keeps an idle channel a while, and the test needs
+    // to see the waiter's subscription arrive)
+    r.lock(&name, LockKind::Read).unlock(4).await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    int(&addr, &["DEL", &token_name(&name)]);
+    let name = unique("rw-b");
+    let channel = rwlock_channel(&name);
+    let ew = r.lock(&name, LockKind::Write);
+    assert!(ew.try_lock_now(5).await.unwrap());
+    let before = subscribers(&addr, &channel, false);
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let wr = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Read)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    wait_subscribers(&addr, &channel, before + 1, false).await;
+    let released = Instant::now();
+    ew.unlock(5).await.unwrap();
+    let (g, at) = wr.await.unwrap();
+    let g = g.expect("distlock's reader acquired");
+    eprintln!(
+        "single rw: distlock reader woken by Redisson's write unlock after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    g.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0);
+    r.crash();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_crashed_fair_and_rw_holders_free_after_their_lease() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let reg = single_registry(&url, "30s").await;
+    let short = RedissonConfig {
+        watchdog_timeout: Duration::from_millis(600),
+        ..RedissonConfig::default()
+    };
+    for (kind, theirs) in [
+        (Kind::Fair, LockKind::Fair),
+        (Kind::Write, LockKind::Write),
+        (Kind::Read, LockKind::Write),
+        (Kind::Write, LockKind::Read),
+    ] {
+        let name = unique("crash-kinds");
+        // a crashed Redisson holder (watchdog lease 600 ms, renewals stopped)
+        let r = emulator(&url, short.clone()).await;
+        assert!(r.lock(&name, theirs).try_lock_now(1).await.unwrap());
+        r.crash();
+        let crashed = Instant::now();
+        let g = reg
+            .lock(&name)
+            .kind(kind)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?} after a crashed {theirs:?}: {e}"));
+        assert!(crashed.elapsed() < WOKEN, "{:?}", crashed.elapsed());
+        g.release().await.unwrap();
+
+        // a crashed distlock holder: a fixed lease of 600 ms, never released nor renewed
+        let g = reg
+            .lock(&name)
+            .kind(kind)
+            .lease(Lease::Fixed(Duration::from_millis(600)))
+            .acquire()
+            .await
+            .unwrap();
+        std::mem::forget(g);
+        let taken = Instant::now();
+        let r2 = emulator(&url, RedissonConfig::default()).await;
+        let rl = r2.lock(&name, theirs);
+        assert!(rl
+            .try_lock(1, Duration::from_secs(10), Some(LONG))
+            .await
+            .unwrap());
+        let waited = taken.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300),
+            "{kind:?}/{theirs:?}: not before the lease ends: {waited:?}"
+        );
+        assert!(waited < WOKEN, "{waited:?}");
+        rl.unlock(1).await.unwrap();
+        int(&server.addr(), &["DEL", &token_name(&name)]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_fair_and_rw_wake_ups_both_ways() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let urls = cluster.urls();
+    let addrs: Vec<String> = urls.iter().map(|u| addr_of(u)).collect();
+    let reg = Registry::from_str(&cluster_config(&urls))
+        .await
+        .expect("connect to the private cluster");
+    let name = unique("cfair");
+    let master = master_of_slot(&addrs, keyslot(&addrs, &name)).expect("slot owner");
+    let r = emulator(
+        &format!("redis://{master}"),
+        RedissonConfig {
+            sharded: true,
+            ..RedissonConfig::default()
+        },
+    )
+    .await;
+
+    // fair: distlock holds; a Redisson waiter queues (its first attempt) and its own
+    // channel gets distlock's release as SPUBLISH 0; it then takes the lock at the head
+    let g = reg.lock(&name).kind(Kind::Fair).acquire().await.unwrap();
+    let rl = r.lock(&name, LockKind::Fair);
+    let _ = rl.try_lock(1, Duration::from_secs(20), Some(LONG)).await;
+    assert_eq!(queue(&master, &name), vec![rl.owner(1)], "queued");
+    let sub = ssubscribe(&master, &rl.channel(1));
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (kind, on, payload) = next_message(sub).await;
+    assert_eq!(
+        (kind.as_str(), on.as_str(), payload.as_str()),
+        ("smessage", rl.channel(1).as_str(), "0")
+    );
+    eprintln!(
+        "cluster fair: the Redisson head's SSUBSCRIBE got smessage 0 {:?} after distlock's release",
+        released.elapsed()
+    );
+    assert!(rl.try_lock_now(1).await.unwrap(), "the head takes it");
+    // Redisson holds: a distlock fair waiter queues and is woken on its own channel
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let w = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Fair)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    queue_len(&master, &name, 1).await;
+    let field = queue(&master, &name)[0].clone();
+    wait_subscribers(
+        &master,
+        &format!("{}:{field}", lock_channel(&name)),
+        1,
+        true,
+    )
+    .await;
+    let released = Instant::now();
+    rl.unlock(1).await.unwrap();
+    let (g, at) = w.await.unwrap();
+    let g = g.expect("distlock's fair waiter acquired");
+    eprintln!(
+        "cluster fair: distlock waiter woken by Redisson's SPUBLISH after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    g.release().await.unwrap();
+    assert_eq!(int(&master, &["EXISTS", &name]), 0);
+
+    // rw: distlock writes; Redisson's SSUBSCRIBE gets its release as smessage 1
+    let channel = rwlock_channel(&name);
+    let gw = reg.lock(&name).kind(Kind::Write).acquire().await.unwrap();
+    assert!(!r.lock(&name, LockKind::Read).try_lock_now(2).await.unwrap());
+    let sub = ssubscribe(&master, &channel);
+    gw.release().await.unwrap();
+    let (kind, on, payload) = next_message(sub).await;
+    assert_eq!(
+        (kind.as_str(), on.as_str(), payload.as_str()),
+        ("smessage", channel.as_str(), "1")
+    );
+    // Redisson writes: a distlock reader waits and is woken by Redisson's SPUBLISH
+    let ew = r.lock(&name, LockKind::Write);
+    assert!(ew.try_lock_now(3).await.unwrap());
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    // (the test's own sharded subscriber above is gone first)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while subscribers(&master, &channel, true) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the test's subscriber never left"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before = 0;
+    let w = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .kind(Kind::Read)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    wait_subscribers(&master, &channel, before + 1, true).await;
+    let released = Instant::now();
+    ew.unlock(3).await.unwrap();
+    let (g, at) = w.await.unwrap();
+    let g = g.expect("distlock's reader acquired");
+    eprintln!(
+        "cluster rw: distlock reader woken by Redisson's SPUBLISH after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    assert!(
+        r.lock(&name, LockKind::Read).try_lock_now(4).await.unwrap(),
+        "readers share"
+    );
+    assert!(!r
+        .lock(&name, LockKind::Write)
+        .try_lock_now(5)
+        .await
+        .unwrap());
+    g.release().await.unwrap();
+    r.lock(&name, LockKind::Read).unlock(4).await.unwrap();
+    assert_eq!(int(&master, &["EXISTS", &name]), 0);
+    int(&master, &["DEL", &token_name(&name)]);
+    r.crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_sharded_subscription_mode_off_uses_plain_pub_sub_both_ways() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let urls = cluster.urls();
+    let addrs: Vec<String> = urls.iter().map(|u| addr_of(u)).collect();
+    let text = format!(
+        "{}sharded_subscription_mode = \"off\"\n",
+        cluster_config(&urls)
+    );
+    let reg = Registry::from_str(&text)
+        .await
+        .expect("connect to the private cluster");
+    let name = unique("plain");
+    let channel = lock_channel(&name);
+    let master = master_of_slot(&addrs, keyslot(&addrs, &name)).expect("slot owner");
+    // a Redisson client with shardedSubscriptionMode = OFF: PUBLISH / SUBSCRIBE
+    let r = emulator(&format!("redis://{master}"), RedissonConfig::default()).await;
+    let rl = r.lock(&name, LockKind::Plain);
+
+    // distlock releases with PUBLISH: the Redisson waiter (plain SUBSCRIBE) wakes
+    let g = reg.lock(&name).acquire().await.unwrap();
+    let rl2 = r.lock(&name, LockKind::Plain);
+    let waiter = tokio::spawn(async move {
+        let ok = rl2.try_lock(1, Duration::from_secs(20), Some(LONG)).await;
+        (ok, Instant::now())
+    });
+    wait_subscribers(&master, &channel, 1, false).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (ok, at) = waiter.await.unwrap();
+    assert!(ok.unwrap(), "Redisson acquired");
+    eprintln!(
+        "cluster off: Redisson's SUBSCRIBE woken by distlock's PUBLISH after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+
+    // Redisson releases with PUBLISH: distlock's plain subscriber wakes its waiter
+    let reg2 = reg.clone();
+    let name2 = name.clone();
+    let w = tokio::spawn(async move {
+        let g = reg2
+            .lock(&name2)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (g, Instant::now())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while addrs
+        .iter()
+        .map(|a| subscribers(a, &channel, false))
+        .sum::<i64>()
+        < 1
+    {
+        assert!(Instant::now() < deadline, "distlock never SUBSCRIBEd");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        subscribers(&master, &channel, true),
+        0,
+        "no sharded subscription with off"
+    );
+    let released = Instant::now();
+    rl.unlock(1).await.unwrap();
+    let (g, at) = w.await.unwrap();
+    let g = g.expect("distlock acquired");
+    eprintln!(
+        "cluster off: distlock woken by Redisson's PUBLISH after {:?}",
+        at - released
+    );
+    assert!(at - released < FAST, "{:?}", at - released);
+    g.release().await.unwrap();
+    assert_eq!(int(&master, &["EXISTS", &name]), 0);
+    int(&master, &["DEL", &token_name(&name)]);
+    r.crash();
+}
+
+/// A distlock holder in another process, `lock-worker hold-redisson`: started now, its
+/// stdout read until `HELD` (bounded by the worker's own 60 s wait).
+fn spawn_holder(url: &str, name: &str, kind: &str) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"))
+        .args(["hold-redisson", url, name, "1s", kind])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn lock-worker")
+}
+
+/// Waits for the worker's `HELD` line; the instant it was read.
+async fn held(child: &mut std::process::Child) -> Instant {
+    let out = child.stdout.take().expect("stdout");
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("read the worker's stdout");
+        assert!(line.starts_with("HELD"), "worker said {line:?}");
+        Instant::now()
+    })
+    .await
+    .expect("reader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_across_processes_exclusion_wake_ups_and_a_killed_holder() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    for (kind, theirs) in [
+        ("reentrant", LockKind::Plain),
+        ("fair", LockKind::Fair),
+        ("write", LockKind::Read),
+        ("read", LockKind::Write),
+    ] {
+        let name = unique("proc");
+        let r = emulator(&url, RedissonConfig::default()).await;
+        let rl = r.lock(&name, theirs);
+        // Redisson (this process) holds; distlock in another process waits, and is woken
+        // by Redisson's unlock
+        assert!(rl.try_lock_now(1).await.unwrap());
+        let mut child = spawn_holder(&url, &name, kind);
+        let channel = match theirs {
+            LockKind::Read | LockKind::Write => rwlock_channel(&name),
+            LockKind::Plain | LockKind::Fenced => lock_channel(&name),
+            LockKind::Fair => {
+                queue_len(&addr, &name, 1).await;
+                format!("{}:{}", lock_channel(&name), queue(&addr, &name)[0])
+            }
+        };
+        wait_subscribers(&addr, &channel, 1, false).await;
+        let released = Instant::now();
+        rl.unlock(1).await.unwrap();
+        let at = held(&mut child).await;
+        eprintln!(
+            "single {kind}: distlock in another process woken by Redisson's unlock after {:?}",
+            at - released
+        );
+        assert!(at - released < FAST, "{kind}: {:?}", at - released);
+        // the other process holds: Redisson is refused; killed, its lease (1 s) frees it
+        assert!(
+            !r.lock(&name, theirs).try_lock_now(2).await.unwrap(),
+            "{kind}"
+        );
+        child.kill().expect("SIGKILL the worker");
+        let killed = Instant::now();
+        let _ = child.wait();
+        assert!(r
+            .lock(&name, theirs)
+            .try_lock(3, Duration::from_secs(10), Some(LONG))
+            .await
+            .unwrap());
+        let waited = killed.elapsed();
+        eprintln!(
+            "single {kind}: Redisson acquired {waited:?} after the distlock process was killed"
+        );
+        assert!(waited < WOKEN, "{kind}: {waited:?}");
+        r.lock(&name, theirs).unlock(3).await.unwrap();
+        int(&addr, &["DEL", &token_name(&name)]);
+        r.crash();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_fair_and_rw_watchdog_renews_and_signals_a_lost_lease() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    // auto leases of 900 ms, renewed every 300 ms
+    let reg = single_registry(&url, "900ms").await;
+    let r = emulator(&url, RedissonConfig::default()).await;
+    for (kind, theirs) in [
+        (Kind::Fair, LockKind::Fair),
+        (Kind::Read, LockKind::Write),
+        (Kind::Write, LockKind::Write),
+    ] {
+        let name = unique("lost-kinds");
+        let g = reg.lock(&name).kind(kind).acquire().await.unwrap();
+        // outlive the lease twice over: renewed (for a reader, its hold key too)
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        assert!(g.is_held(), "{kind:?} renewed past its lease");
+        let pttl = int(&addr, &["PTTL", &name]);
+        assert!(pttl > 0 && pttl <= 900, "{kind:?}: {pttl}");
+        if kind == Kind::Read {
+            let mine = match cmd(&addr, &["HKEYS", &name]) {
+                RespValue::Array(a) => a
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .find(|f| f != "mode")
+                    .expect("the reader's field"),
+                other => panic!("{other:?}"),
+            };
+            let hold = format!("{{{name}}}:{mine}:rwlock_timeout:1");
+            let pttl = int(&addr, &["PTTL", &hold]);
+            assert!(pttl > 0 && pttl <= 900, "{hold}: {pttl}");
+        }
+        // deleted behind its back: the holder hears of it, nothing is re-created
+        int(&addr, &["DEL", &name]);
+        let deleted = Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(5), g.lost())
+            .await
+            .expect("lost() within 5 s");
+        assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost:?}");
+        assert!(deleted.elapsed() < Duration::from_secs(2), "{kind:?}");
+        assert_eq!(
+            int(&addr, &["EXISTS", &name]),
+            0,
+            "{kind:?}: not re-created"
+        );
+        let rl = r.lock(&name, theirs);
+        assert!(rl.try_lock_now(1).await.unwrap(), "{kind:?}");
+        rl.unlock(1).await.unwrap();
+        drop(g);
+        int(&addr, &["DEL", &token_name(&name)]);
+    }
     r.crash();
 }

@@ -26,7 +26,7 @@
 //! later, is not checked again (a refused PUBLISH then only costs waiters their wake-up:
 //! the release scripts publish with `redis.pcall`).
 
-use distlock_config::{BackendConfig, Mode};
+use distlock_config::{BackendConfig, Mode, Protocol, ShardedSubscriptionMode};
 use redis::IntoConnectionInfo;
 
 use super::error::DriverError;
@@ -56,6 +56,16 @@ fn user_of(url: &str) -> Option<String> {
     }
 }
 
+/// Whether a cluster backend wakes waiters with plain pub/sub: only a Redisson one with
+/// `sharded_subscription_mode = "off"`.
+fn needs_plain(protocol: Protocol, mode: ShardedSubscriptionMode) -> bool {
+    match (protocol, mode) {
+        (Protocol::Redisson, ShardedSubscriptionMode::Off) => true,
+        (Protocol::Redisson, ShardedSubscriptionMode::Auto | ShardedSubscriptionMode::On)
+        | (Protocol::Distlock, _) => false,
+    }
+}
+
 impl SelfCheck {
     /// The check of the backend `cfg` with key prefix `prefix`; `None` for memory.
     pub(crate) fn of(cfg: &BackendConfig, prefix: &str) -> Option<SelfCheck> {
@@ -65,13 +75,22 @@ impl SelfCheck {
             role: false,
             wait: false,
             incrby: false,
+            redisson: cfg.protocol == Protocol::Redisson,
         };
         let (needs, quorum) = match &cfg.mode {
             Mode::Memory => return None,
             Mode::Single { .. } => (plain, false),
-            Mode::Cluster { .. } => (
+            Mode::Cluster {
+                sharded_subscription_mode,
+                ..
+            } => (
                 Needs {
-                    publish: Publish::Sharded,
+                    // Redisson's OFF: plain pub/sub (AUTO: sharded on Redis 7, the baseline)
+                    publish: if needs_plain(cfg.protocol, *sharded_subscription_mode) {
+                        Publish::Plain
+                    } else {
+                        Publish::Sharded
+                    },
                     cluster: true,
                     ..plain
                 },

@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use distlock_config::RedisUrl;
+use distlock_config::{RedisUrl, ShardedSubscriptionMode};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
@@ -48,10 +48,12 @@ use crate::report::ServerReport;
 pub(crate) type Cluster = Link<ClusterConnection>;
 
 /// Connect to a Redis Cluster through any of `nodes` (the client discovers the rest), and
-/// start the wake-up subscriber.
+/// start the wake-up subscriber. `redisson`: the backend speaks Redisson's format, with this
+/// `shardedSubscriptionMode` (`None`: distlock's own format, always sharded).
 pub(crate) async fn connect(
     backend: &Arc<str>,
     nodes: &[RedisUrl],
+    redisson: Option<ShardedSubscriptionMode>,
     settings: &Settings,
 ) -> Result<(Cluster, Arc<Hub>), DriverError> {
     let address = addresses(nodes);
@@ -66,11 +68,41 @@ pub(crate) async fn connect(
         client.get_async_connection(),
     )
     .await?;
+    let publish = match redisson {
+        None | Some(ShardedSubscriptionMode::On) => Publish::Sharded,
+        Some(ShardedSubscriptionMode::Off) => Publish::Plain,
+        // As Redisson's checkShardingSupport: sharded when the servers know it.
+        Some(ShardedSubscriptionMode::Auto) => {
+            let mut c = conn.clone();
+            let mut ask = redis::cmd("PUBSUB");
+            ask.arg("SHARDNUMSUB");
+            let asked =
+                tokio::time::timeout(settings.response_timeout, ask.query_async::<Value>(&mut c))
+                    .await;
+            match asked {
+                Ok(Ok(_)) => Publish::Sharded,
+                // An error reply (Redis 6: unknown subcommand): plain, as Redisson decides.
+                Ok(Err(e)) if e.code().is_some() => {
+                    tracing::info!(backend = %backend, error = %e,
+                        "distlock: sharded_subscription_mode = \"auto\": the cluster does not answer PUBSUB SHARDNUMSUB; using PUBLISH/SUBSCRIBE as Redisson does");
+                    Publish::Plain
+                }
+                Ok(Err(e)) => return Err(DriverError::redis(&address, e)),
+                Err(_) => {
+                    return Err(DriverError::TimedOut {
+                        address,
+                        what: "PUBSUB SHARDNUMSUB timed out",
+                        after: settings.response_timeout,
+                    })
+                }
+            }
+        }
+    };
     let cluster = Link {
         conn,
         address,
         response_timeout: settings.response_timeout,
-        publish: Publish::Sharded,
+        publish,
     };
     // A node down now only means its script cache is filled by EVAL later.
     let mut c = cluster.conn.clone();
@@ -92,6 +124,7 @@ pub(crate) async fn connect(
         nodes,
         settings,
         &cluster.address,
+        publish == Publish::Sharded,
     )
     .await?;
     Ok((cluster, hub))
@@ -282,6 +315,7 @@ async fn spawn_subscriber(
     nodes: &[RedisUrl],
     settings: &Settings,
     address: &str,
+    sharded: bool,
 ) -> Result<(), DriverError> {
     let (push_tx, pushes) = mpsc::unbounded_channel::<PushInfo>();
     let client = settings
@@ -304,6 +338,7 @@ async fn spawn_subscriber(
         pushes,
         conn,
         settings.response_timeout,
+        sharded,
     ));
     Ok(())
 }
@@ -323,6 +358,7 @@ async fn run(
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
     mut conn: ClusterConnection,
     response_timeout: Duration,
+    sharded: bool,
 ) {
     let mut sweep = tokio::time::interval(SWEEP_EVERY);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -335,7 +371,16 @@ async fn run(
             push = pushes.recv() => {
                 let Some(push) = push else { return };
                 let Some(h) = hub.upgrade() else { return };
-                match push.kind {
+                // Plain pub/sub (a Redisson backend with shardedSubscriptionMode off):
+                // the same handling under the plain kinds.
+                let kind = match (sharded, push.kind.clone()) {
+                    (false, PushKind::Message) => PushKind::SMessage,
+                    (false, PushKind::Subscribe) => PushKind::SSubscribe,
+                    (false, PushKind::Unsubscribe) => PushKind::SUnsubscribe,
+                    (false, PushKind::SMessage | PushKind::SSubscribe | PushKind::SUnsubscribe) => continue,
+                    (_, k) => k,
+                };
+                match kind {
                     PushKind::SMessage => {
                         if let Some(name) = channel_of(&push) {
                             h.deliver(name);
@@ -370,7 +415,12 @@ async fn run(
             r = requests.recv() => {
                 let Some(r) = r else { return };
                 if !r.channel.is_confirmed() {
-                    match tokio::time::timeout(response_timeout, conn.ssubscribe(&r.channel.name)).await {
+                    let subscribed = if sharded {
+                        tokio::time::timeout(response_timeout, conn.ssubscribe(&r.channel.name)).await
+                    } else {
+                        tokio::time::timeout(response_timeout, conn.subscribe(&r.channel.name)).await
+                    };
+                    match subscribed {
                         Ok(Ok(())) => r.channel.confirm(),
                         Ok(Err(e)) => tracing::warn!(backend = %backend, channel = %r.channel.name, error = %e,
                             "distlock: SSUBSCRIBE failed; the waiter falls back to the lease's end"),
@@ -389,8 +439,11 @@ async fn run(
                 for name in idle {
                     // One channel per command: a sharded unsubscribe must stay in one slot.
                     leaving.insert(name.clone());
-                    let unsubscribed =
-                        tokio::time::timeout(response_timeout, conn.sunsubscribe(&name)).await;
+                    let unsubscribed = if sharded {
+                        tokio::time::timeout(response_timeout, conn.sunsubscribe(&name)).await
+                    } else {
+                        tokio::time::timeout(response_timeout, conn.unsubscribe(&name)).await
+                    };
                     if !matches!(unsubscribed, Ok(Ok(()))) {
                         leaving.remove(&name);
                     }

@@ -13,7 +13,7 @@ use super::error::{bounded, DriverError};
 use crate::keys::LockKeys;
 use crate::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
-use crate::protocol::{Attempt, Call, Publish, Released, Script, UnexpectedReply};
+use crate::protocol::{Attempt, Call, Publish, Released, UnexpectedReply};
 
 /// A connection speaking the lock protocol.
 #[derive(Clone)]
@@ -94,11 +94,11 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         let v = self.run(&call, "release timed out").await?;
         self.warn_unannounced(&keys.user, &v);
         let released = call.released(&v).map_err(|r| self.unexpected(r))?;
-        if call.script == Script::RedissonUnlock {
+        if let Some(latch) = call.redisson_latch() {
             // Answered: the unlock latch has done its work (`RedissonBaseLock` deletes it
             // likewise); should this fail, it expires on its own.
             let mut del = redis::cmd("DEL");
-            del.arg(&call.keys[2]);
+            del.arg(latch);
             let mut conn = self.conn.clone();
             if let Err(e) = bounded(
                 &self.address,

@@ -69,37 +69,15 @@ pub(crate) struct Backend {
 }
 
 /// Whether a backend of `mode` offers lock kind `kind` (known before it is connected).
-pub(crate) fn mode_offers(
-    name: &str,
-    mode: &Mode,
-    protocol: Protocol,
-    kind: LockKind,
-) -> Result<(), LockError> {
+/// Every kind is offered in both protocols (`protocol = "redisson"` is refused at init on
+/// the modes it cannot serve).
+pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
     let quorum = match mode {
         Mode::Redlock { .. } => Some("redlock"),
         Mode::Multi { .. } => Some("multi"),
         Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
     };
-    offers(name, quorum, kind)?;
-    protocol_offers(name, protocol, kind)
-}
-
-/// Under `protocol = "redisson"` only the reentrant (fenced) lock is implemented in
-/// Redisson's format so far: the other kinds fail, naming it, rather than silently using
-/// distlock's format beside a Redisson client.
-fn protocol_offers(name: &str, protocol: Protocol, kind: LockKind) -> Result<(), LockError> {
-    match (protocol, kind) {
-        (Protocol::Redisson, LockKind::Fair | LockKind::Read | LockKind::Write) => {
-            Err(LockError::Unsupported {
-                backend: name.to_owned(),
-                what: format!(
-                    "lock kind `{}` with protocol = \"redisson\" (distlock speaks only Redisson's reentrant/fenced lock `RLock`/`RFencedLock` so far; see the README's \"Redisson compatibility\")",
-                    kind.name(),
-                ),
-            })
-        }
-        (Protocol::Redisson, LockKind::Reentrant) | (Protocol::Distlock, _) => Ok(()),
-    }
+    offers(name, quorum, kind)
 }
 
 /// What `protocol = "redisson"` cannot be combined with, as an init error.
@@ -190,8 +168,14 @@ impl Backend {
                 let (server, hub) = single::connect(&name, url, &settings).await.map_err(fail)?;
                 (Driver::Single(server), hub, url.address.clone())
             }
-            Mode::Cluster { nodes, .. } => {
-                let (cluster, hub) = cluster::connect(&name, nodes, &settings)
+            Mode::Cluster {
+                nodes,
+                sharded_subscription_mode,
+                ..
+            } => {
+                let redisson =
+                    (cfg.protocol == Protocol::Redisson).then_some(*sharded_subscription_mode);
+                let (cluster, hub) = cluster::connect(&name, nodes, redisson, &settings)
                     .await
                     .map_err(fail)?;
                 let address = cluster.address().to_owned();
@@ -304,8 +288,7 @@ impl Backend {
                 None
             }
         };
-        offers(&self.name, quorum, kind)?;
-        protocol_offers(&self.name, self.protocol, kind)
+        offers(&self.name, quorum, kind)
     }
 
     /// The Redis names of a lock of `kind` on `key` in this backend's format, for an
@@ -317,10 +300,7 @@ impl Backend {
         lease: Duration,
     ) -> Result<LockKeys, LockError> {
         match self.protocol {
-            Protocol::Redisson => {
-                protocol_offers(&self.name, self.protocol, kind)?;
-                LockKeys::redisson(key, lease)
-            }
+            Protocol::Redisson => LockKeys::redisson(key, kind, lease),
             Protocol::Distlock => LockKeys::for_kind(&self.prefix, key, kind),
         }
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, RedissonKeys};
 use crate::owner::{Hold, OwnerId};
 use crate::LockKind;
 
@@ -48,8 +48,26 @@ pub(crate) enum Script {
     RedissonLock,
     /// `protocol = "redisson"`: release one hold, behind the unlock latch.
     RedissonUnlock,
-    /// `protocol = "redisson"`: the watchdog's renewal.
+    /// `protocol = "redisson"`: the watchdog's renewal (reentrant, fair and write locks).
     RedissonRenew,
+    /// `protocol = "redisson"`: acquire, re-enter or queue for a fair lock.
+    RedissonFairLock,
+    /// `protocol = "redisson"`: release one fair hold, waking the queue's head.
+    RedissonFairUnlock,
+    /// `protocol = "redisson"`: a fair waiter leaves the queue.
+    RedissonFairCancel,
+    /// `protocol = "redisson"`: acquire or re-enter a read hold.
+    RedissonReadLock,
+    /// `protocol = "redisson"`: release one read hold.
+    RedissonReadUnlock,
+    /// `protocol = "redisson"`: renew a reader's holds.
+    RedissonReadRenew,
+    /// `protocol = "redisson"`: acquire or re-enter the write lock.
+    RedissonWriteLock,
+    /// `protocol = "redisson"`: release one write hold.
+    RedissonWriteUnlock,
+    /// `protocol = "redisson"`: delete a fair lock, waking the queue's head.
+    RedissonFairForceUnlock,
     /// `crate::leader`: publish a change of leader to the observers.
     Announce,
 }
@@ -59,7 +77,7 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 17] = [
+    pub(crate) const ALL: [Script; 26] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -76,12 +94,21 @@ impl Script {
         Script::RedissonLock,
         Script::RedissonUnlock,
         Script::RedissonRenew,
+        Script::RedissonFairLock,
+        Script::RedissonFairUnlock,
+        Script::RedissonFairCancel,
+        Script::RedissonReadLock,
+        Script::RedissonReadUnlock,
+        Script::RedissonReadRenew,
+        Script::RedissonWriteLock,
+        Script::RedissonWriteUnlock,
+        Script::RedissonFairForceUnlock,
         Script::Announce,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 17]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 26]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -101,6 +128,17 @@ impl Script {
                 Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
                 Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
                 Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
+                Script::RedissonFairLock => include_str!("redisson/fair_lock.lua").to_owned(),
+                Script::RedissonFairUnlock => include_str!("redisson/fair_unlock.lua").to_owned(),
+                Script::RedissonFairCancel => include_str!("redisson/fair_cancel.lua").to_owned(),
+                Script::RedissonReadLock => include_str!("redisson/read_lock.lua").to_owned(),
+                Script::RedissonReadUnlock => include_str!("redisson/read_unlock.lua").to_owned(),
+                Script::RedissonReadRenew => include_str!("redisson/read_renew.lua").to_owned(),
+                Script::RedissonWriteLock => include_str!("redisson/write_lock.lua").to_owned(),
+                Script::RedissonWriteUnlock => include_str!("redisson/write_unlock.lua").to_owned(),
+                Script::RedissonFairForceUnlock => {
+                    include_str!("redisson/fair_force_unlock.lua").to_owned()
+                }
                 Script::Announce => include_str!("announce.lua").to_owned(),
             })
         });
@@ -109,7 +147,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 17]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 26]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -233,18 +271,8 @@ impl Call {
     /// The acquire call for a lock of `keys.kind`. `wait`: how long the caller may still
     /// wait (fair and write locks queue for that long).
     pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
-        if keys.redisson.is_some() {
-            // Redisson's format: the reentrant lock is the fenced lock (every acquisition
-            // draws a token from `redisson_lock_token:{name}`); a nested acquisition only
-            // re-enters (reply 3 when the owner's field is gone).
-            let call = Call::raw(
-                Script::RedissonLock,
-                vec![keys.hash.clone(), keys.fence.clone()],
-                Vec::new(),
-            )
-            .arg(millis(lease))
-            .arg(hold.owner.redisson_field());
-            return if hold.nested { call.arg("1") } else { call };
+        if let Some(r) = &keys.redisson {
+            return Call::redisson_acquire(keys, r, hold, lease, wait);
         }
         let lease = millis(lease);
         let wait = wait.as_millis().min(i64::MAX as u128).to_string();
@@ -278,6 +306,100 @@ impl Call {
         call
     }
 
+    /// [`Call::acquire`] in Redisson's format. Every kind draws its fencing token from
+    /// `redisson_lock_token:{name}` (the reentrant lock as `RFencedLock` does); a nested
+    /// acquisition only re-enters (reply 3 when the owner's field is gone).
+    fn redisson_acquire(
+        keys: &LockKeys,
+        r: &RedissonKeys,
+        hold: Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> Call {
+        let field = hold.owner.redisson_field();
+        let nested = if hold.nested { "1" } else { "0" };
+        match keys.kind {
+            LockKind::Reentrant => {
+                let call = Call::raw(
+                    Script::RedissonLock,
+                    vec![keys.hash.clone(), keys.fence.clone()],
+                    Vec::new(),
+                )
+                .arg(millis(lease))
+                .arg(field);
+                if hold.nested {
+                    call.arg("1")
+                } else {
+                    call
+                }
+            }
+            LockKind::Fair => {
+                let [queue, deadlines] = keys.extra();
+                Call::raw(
+                    Script::RedissonFairLock,
+                    vec![keys.hash.clone(), queue, deadlines, keys.fence.clone()],
+                    Vec::new(),
+                )
+                .arg(millis(lease))
+                .arg(field)
+                .arg(millis(r.allowance))
+                .arg(if wait.is_zero() { "try" } else { "wait" })
+                .arg(nested)
+            }
+            LockKind::Read => Call::raw(
+                Script::RedissonReadLock,
+                vec![
+                    keys.hash.clone(),
+                    redisson_rw_timeouts(keys, &field),
+                    keys.fence.clone(),
+                ],
+                Vec::new(),
+            )
+            .arg(millis(lease))
+            .arg(&field)
+            .arg(format!("{field}:write")),
+            LockKind::Write => Call::raw(
+                Script::RedissonWriteLock,
+                vec![keys.hash.clone(), keys.fence.clone()],
+                Vec::new(),
+            )
+            .arg(millis(lease))
+            .arg(format!("{field}:write")),
+        }
+    }
+
+    /// The unlock latch key of a Redisson-format release, which the caller deletes once
+    /// answered; `None` for other calls.
+    pub(crate) fn redisson_latch(&self) -> Option<&str> {
+        let at = match self.script {
+            Script::RedissonUnlock | Script::RedissonWriteUnlock => 2,
+            Script::RedissonFairUnlock | Script::RedissonReadUnlock => 4,
+            Script::Acquire
+            | Script::Release
+            | Script::Renew
+            | Script::ForceRelease
+            | Script::RwAcquire
+            | Script::RwRelease
+            | Script::RwRenew
+            | Script::RwCancel
+            | Script::FairAcquire
+            | Script::FairCancel
+            | Script::Fence
+            | Script::FenceGet
+            | Script::Inspect
+            | Script::RedissonLock
+            | Script::RedissonRenew
+            | Script::RedissonFairLock
+            | Script::RedissonFairCancel
+            | Script::RedissonReadLock
+            | Script::RedissonReadRenew
+            | Script::RedissonWriteLock
+            | Script::RedissonFairForceUnlock
+            | Script::Announce => return None,
+        };
+        self.keys.get(at).map(String::as_str)
+    }
+
     /// What an acquire call's reply means.
     pub(crate) fn attempt(&self, v: &Value) -> Result<Attempt, UnexpectedReply> {
         match v {
@@ -299,17 +421,65 @@ impl Call {
     /// The release call of one level.
     pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
         if let Some(r) = &keys.redisson {
-            let keys = vec![
-                keys.hash.clone(),
-                keys.channel.clone(),
-                keys.redisson_latch(&hold.redisson_request()),
-            ];
-            return Call::raw(Script::RedissonUnlock, keys, Vec::new())
+            let latch = keys.redisson_latch(&hold.redisson_request());
+            let field = hold.owner.redisson_field();
+            let latch_ttl = REDISSON_LATCH_TTL.as_millis().to_string();
+            return match keys.kind {
+                LockKind::Reentrant => Call::raw(
+                    Script::RedissonUnlock,
+                    vec![keys.hash.clone(), keys.channel.clone(), latch],
+                    Vec::new(),
+                )
                 .arg(REDISSON_UNLOCK_MESSAGE)
                 .arg(millis(r.lease))
-                .arg(hold.owner.redisson_field())
+                .arg(field)
                 .arg(publish.verb())
-                .arg(REDISSON_LATCH_TTL.as_millis().to_string());
+                .arg(latch_ttl),
+                LockKind::Fair => {
+                    let [queue, deadlines] = keys.extra();
+                    Call::raw(
+                        Script::RedissonFairUnlock,
+                        vec![
+                            keys.hash.clone(),
+                            queue,
+                            deadlines,
+                            keys.channel.clone(),
+                            latch,
+                        ],
+                        Vec::new(),
+                    )
+                    .arg(REDISSON_UNLOCK_MESSAGE)
+                    .arg(millis(r.lease))
+                    .arg(field)
+                    .arg(publish.verb())
+                    .arg(latch_ttl)
+                }
+                LockKind::Read => Call::raw(
+                    Script::RedissonReadUnlock,
+                    vec![
+                        keys.hash.clone(),
+                        keys.channel.clone(),
+                        redisson_rw_timeouts(keys, &field),
+                        keys.redisson_rw_stem(),
+                        latch,
+                    ],
+                    Vec::new(),
+                )
+                .arg(REDISSON_UNLOCK_MESSAGE)
+                .arg(field)
+                .arg(publish.verb())
+                .arg(latch_ttl),
+                LockKind::Write => Call::raw(
+                    Script::RedissonWriteUnlock,
+                    vec![keys.hash.clone(), keys.channel.clone(), latch],
+                    Vec::new(),
+                )
+                .arg(REDISSON_READ_UNLOCK_MESSAGE)
+                .arg(millis(r.lease))
+                .arg(format!("{field}:write"))
+                .arg(publish.verb())
+                .arg(latch_ttl),
+            };
         }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
@@ -351,7 +521,7 @@ impl Call {
 
     /// What a release call's reply means.
     pub(crate) fn released(&self, v: &Value) -> Result<Released, UnexpectedReply> {
-        if self.script == Script::RedissonUnlock {
+        if self.redisson_latch().is_some() {
             return match v {
                 Value::Int(1) => Ok(Released::Freed),
                 Value::Int(0) => Ok(Released::StillHeld),
@@ -373,9 +543,26 @@ impl Call {
     /// The renew call of one lease.
     pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
         if keys.redisson.is_some() {
-            return Call::raw(Script::RedissonRenew, vec![keys.hash.clone()], Vec::new())
+            let field = owner.redisson_field();
+            return match keys.kind {
+                LockKind::Reentrant | LockKind::Fair => {
+                    Call::raw(Script::RedissonRenew, vec![keys.hash.clone()], Vec::new())
+                        .arg(millis(lease))
+                        .arg(field)
+                }
+                LockKind::Write => {
+                    Call::raw(Script::RedissonRenew, vec![keys.hash.clone()], Vec::new())
+                        .arg(millis(lease))
+                        .arg(format!("{field}:write"))
+                }
+                LockKind::Read => Call::raw(
+                    Script::RedissonReadRenew,
+                    vec![keys.hash.clone(), keys.redisson_rw_stem()],
+                    Vec::new(),
+                )
                 .arg(millis(lease))
-                .arg(owner.redisson_field());
+                .arg(field),
+            };
         }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Renew, keys)
@@ -404,6 +591,26 @@ impl Call {
     /// The call by which a fair or write waiter leaves the queue; `None` for the kinds
     /// that do not queue.
     pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
+        if let Some(r) = &keys.redisson {
+            // Only Redisson's fair lock queues (its write lock has no queue).
+            return match keys.kind {
+                LockKind::Fair => {
+                    let [queue, deadlines] = keys.extra();
+                    Some(
+                        Call::raw(
+                            Script::RedissonFairCancel,
+                            vec![queue, deadlines, keys.hash.clone(), keys.channel.clone()],
+                            Vec::new(),
+                        )
+                        .arg(owner.redisson_field())
+                        .arg(millis(r.allowance))
+                        .arg(REDISSON_UNLOCK_MESSAGE)
+                        .arg(publish.verb()),
+                    )
+                }
+                LockKind::Reentrant | LockKind::Read | LockKind::Write => None,
+            };
+        }
         let script = match keys.kind {
             LockKind::Fair => Script::FairCancel,
             LockKind::Write => Script::RwCancel,
@@ -420,8 +627,20 @@ impl Call {
     /// Delete a lock whoever holds it (with the other keys of fair and read-write locks).
     /// The holder information goes too, recorded or not (another process may record it).
     pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+        if keys.redisson.is_some() && keys.kind == LockKind::Fair {
+            // `RedissonFairLock.forceUnlockAsync`: DEL the hash, wake the queue's head.
+            let [queue, deadlines] = keys.extra();
+            return Call::raw(
+                Script::RedissonFairForceUnlock,
+                vec![keys.hash.clone(), queue, deadlines, keys.channel.clone()],
+                Vec::new(),
+            )
+            .arg(REDISSON_UNLOCK_MESSAGE)
+            .arg(publish.verb());
+        }
         if keys.redisson.is_some() {
-            // `RedissonLock.forceUnlockAsync`: DEL the hash, publish UNLOCK_MESSAGE.
+            // `RedissonLock.forceUnlockAsync`: DEL the hash, publish UNLOCK_MESSAGE (the
+            // read-write lock: on its channel, whatever its mode).
             return Call::raw(Script::ForceRelease, vec![keys.hash.clone()], Vec::new())
                 .arg(&keys.channel)
                 .arg(publish.verb())
@@ -478,6 +697,19 @@ impl Call {
 
 /// Redisson's `LockPubSub.UNLOCK_MESSAGE`, as the text the scripts publish.
 const REDISSON_UNLOCK_MESSAGE: &str = "0";
+
+/// Redisson's `LockPubSub.READ_UNLOCK_MESSAGE` (every waiter of a client wakes): what its
+/// write lock's release publishes.
+const REDISSON_READ_UNLOCK_MESSAGE: &str = "1";
+
+/// Redisson's `fairLockWaitTimeout` (5 min): a fair waiter's allowance when it does not
+/// wait (a try-once acquisition).
+pub(crate) const REDISSON_FAIR_WAIT: Duration = Duration::from_secs(300);
+
+/// A reader's timeout key prefix `{name}:<field>:rwlock_timeout` (hold i: `<prefix>:<i>`).
+fn redisson_rw_timeouts(keys: &LockKeys, field: &str) -> String {
+    format!("{}:{field}:rwlock_timeout", keys.redisson_rw_stem())
+}
 
 /// How long an unlock latch lives (Redisson's default: `(timeout 3000 + retry delay of 1000
 /// to 2000) * 4 attempts` = 16 to 20 s); the caller deletes it once answered.
@@ -536,7 +768,12 @@ mod tests {
 
     #[test]
     fn redisson_calls_use_redissons_keys_and_fields() {
-        let keys = LockKeys::redisson("order:42".into(), Duration::from_secs(30)).unwrap();
+        let keys = LockKeys::redisson(
+            "order:42".into(),
+            LockKind::Reentrant,
+            Duration::from_secs(30),
+        )
+        .unwrap();
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
         let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
@@ -584,6 +821,79 @@ mod tests {
         let f = Call::force_release(&keys, Publish::Plain);
         assert_eq!(f.keys, vec!["order:42"]);
         assert_eq!(f.args[2], b"0");
+    }
+
+    #[test]
+    fn redisson_fair_and_rw_calls_use_redissons_names() {
+        let d = Duration::from_secs(30);
+        let hold = Hold::fresh();
+        let field = hold.owner.redisson_field();
+        let latch = format!("redisson_unlock_latch:{{o}}:{}", hold.redisson_request());
+        let mut fair = LockKeys::redisson("o".into(), LockKind::Fair, d).unwrap();
+        fair.redisson.as_mut().unwrap().allowance = Duration::from_secs(5);
+        let a = Call::acquire(&fair, hold, d, Duration::from_secs(5));
+        assert_eq!(a.script, Script::RedissonFairLock);
+        assert_eq!(
+            a.keys,
+            vec![
+                "o",
+                "redisson_lock_queue:{o}",
+                "redisson_lock_timeout:{o}",
+                "redisson_lock_token:{o}"
+            ]
+        );
+        assert_eq!(a.args[1], field.as_bytes());
+        assert_eq!(a.args[2], b"5000", "the allowance");
+        assert_eq!(a.args[3], b"wait");
+        assert_eq!(
+            Call::acquire(&fair, hold, d, Duration::ZERO).args[3],
+            b"try"
+        );
+        let r = Call::release(&fair, hold, Publish::Plain);
+        assert_eq!(r.script, Script::RedissonFairUnlock);
+        assert_eq!(r.keys[3], "redisson_lock__channel:{o}");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        let c = Call::cancel(&fair, hold.owner, Publish::Sharded).unwrap();
+        assert_eq!(c.script, Script::RedissonFairCancel);
+        assert_eq!(c.args[1], b"5000", "the same allowance as queued with");
+        assert_eq!(c.args[3], b"spublish");
+        assert_eq!(
+            Call::renew(&fair, hold.owner, d).script,
+            Script::RedissonRenew
+        );
+        let f = Call::force_release(&fair, Publish::Sharded);
+        assert_eq!(f.script, Script::RedissonFairForceUnlock);
+        assert_eq!(f.keys[3], "redisson_lock__channel:{o}");
+        assert_eq!(f.args, vec![b"0".to_vec(), b"spublish".to_vec()]);
+
+        let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
+        let a = Call::acquire(&read, hold, d, Duration::ZERO);
+        assert_eq!(a.script, Script::RedissonReadLock);
+        assert_eq!(a.keys[1], format!("{{o}}:{field}:rwlock_timeout"));
+        assert_eq!(a.args[2], format!("{field}:write").as_bytes());
+        let r = Call::release(&read, hold, Publish::Plain);
+        assert_eq!(r.keys[1], "redisson_rwlock:{o}");
+        assert_eq!(r.keys[3], "{o}");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert!(Call::cancel(&read, hold.owner, Publish::Plain).is_none());
+        let w = Call::renew(&read, hold.owner, d);
+        assert_eq!(w.script, Script::RedissonReadRenew);
+        assert_eq!(w.keys, vec!["o", "{o}"]);
+
+        let write = LockKeys::redisson("o".into(), LockKind::Write, d).unwrap();
+        let a = Call::acquire(&write, hold, d, Duration::from_secs(1));
+        assert_eq!(a.script, Script::RedissonWriteLock);
+        assert_eq!(a.args[1], format!("{field}:write").as_bytes());
+        let r = Call::release(&write, hold, Publish::Plain);
+        assert_eq!(r.script, Script::RedissonWriteUnlock);
+        assert_eq!(r.args[0], b"1", "READ_UNLOCK_MESSAGE");
+        assert_eq!(r.redisson_latch(), Some(latch.as_str()));
+        assert!(Call::cancel(&write, hold.owner, Publish::Plain).is_none());
+        assert_eq!(
+            Call::renew(&write, hold.owner, d).args[1],
+            format!("{field}:write").as_bytes()
+        );
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub(crate) struct Needs {
     pub(crate) wait: bool,
     /// redlock/multi: `INCRBY` (lagging fencing counters are raised).
     pub(crate) incrby: bool,
+    /// `protocol = "redisson"`: Redisson's keys and channels instead of distlock's.
+    pub(crate) redisson: bool,
 }
 
 /// What a command names besides itself.
@@ -114,6 +116,15 @@ pub(crate) const SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
 #[cfg(test)]
 pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange"];
 
+/// The commands only the `protocol = "redisson"` scripts call besides [`SCRIPT_COMMANDS`]
+/// (checked only on such a backend).
+pub(crate) const REDISSON_SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
+    ("hkeys", &[]),
+    ("hlen", &[]),
+    ("lrange", &["0", "-1"]),
+    ("zincrby", &["1", "x"]),
+];
+
 /// The permission check of one backend: the commands its locks send, with sample keys
 /// and channels under its `key_prefix`.
 #[derive(Debug, Clone)]
@@ -150,7 +161,21 @@ impl Probe {
         let sample = "distlock-check".to_owned();
         let mut keys = Vec::new();
         let mut channels = Vec::new();
-        for kind in [LockKind::Reentrant, LockKind::Fair, LockKind::Read] {
+        let mut key_pattern = format!("~{}*", glob_escape(prefix));
+        let mut channel_pattern = format!("&{}*", glob_escape(prefix));
+        if needs.redisson {
+            // Redisson's names: the lock is the bare name (any key), everything derived is
+            // `redisson_...:{name}` or `{name}:...`; the channels all start `redisson_`.
+            (keys, channels) = redisson_samples(&sample);
+            key_pattern = "~*".to_owned();
+            channel_pattern = "&redisson_*".to_owned();
+        }
+        let kinds: &[LockKind] = if needs.redisson {
+            &[]
+        } else {
+            &[LockKind::Reentrant, LockKind::Fair, LockKind::Read]
+        };
+        for &kind in kinds {
             if let Ok(k) = LockKeys::for_kind(prefix, sample.clone(), kind) {
                 keys.push(k.hash.clone());
                 if kind != LockKind::Reentrant {
@@ -176,7 +201,12 @@ impl Probe {
         let w = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         // Every key the scripts touch, with every command the scripts call: the key
         // patterns must cover them all.
-        for (name, args) in SCRIPT_COMMANDS {
+        let extra: &[(&str, &[&str])] = if needs.redisson {
+            REDISSON_SCRIPT_COMMANDS
+        } else {
+            &[]
+        };
+        for (name, args) in SCRIPT_COMMANDS.iter().chain(extra) {
             for key in &keys {
                 let mut words = vec![(*name).to_owned(), key.clone()];
                 words.extend(w(args));
@@ -247,8 +277,8 @@ impl Probe {
         }
         Probe {
             checks,
-            key_pattern: format!("~{}*", glob_escape(prefix)),
-            channel_pattern: format!("&{}*", glob_escape(prefix)),
+            key_pattern,
+            channel_pattern,
             cluster: needs.cluster,
         }
     }
@@ -415,6 +445,34 @@ impl Probe {
     }
 }
 
+/// The keys and channels of a sample lock `name` of every kind in Redisson's format: the
+/// lock hash, the token counter, an unlock latch, the fair queue and deadlines, a reader's
+/// hold key; the lock channel, a fair waiter's channel, the read-write channel.
+fn redisson_samples(name: &str) -> (Vec<String>, Vec<String>) {
+    let lease = std::time::Duration::from_secs(1);
+    let of = |kind| LockKeys::redisson(name.to_owned(), kind, lease);
+    let (Ok(r), Ok(rw)) = (of(LockKind::Reentrant), of(LockKind::Read)) else {
+        // (not for the fixed sample name; the bare name still gets checked)
+        return (vec![name.to_owned()], Vec::new());
+    };
+    let field = format!("{}:0", crate::owner::redisson_client_id());
+    let [queue, deadlines] = r.extra();
+    let keys = vec![
+        r.hash.clone(),
+        r.fence.clone(),
+        r.redisson_latch(&"0".repeat(32)),
+        queue,
+        deadlines,
+        format!("{}:{field}:rwlock_timeout:1", rw.redisson_rw_stem()),
+    ];
+    let channels = vec![
+        r.channel.clone(),
+        format!("{}:{field}", r.channel),
+        rw.channel.clone(),
+    ];
+    (keys, channels)
+}
+
 /// `prefix` with the glob characters of an ACL pattern escaped.
 fn glob_escape(prefix: &str) -> String {
     let mut out = String::with_capacity(prefix.len());
@@ -438,7 +496,46 @@ mod tests {
             role: false,
             wait: false,
             incrby: false,
+            redisson: false,
         }
+    }
+
+    #[test]
+    fn redisson_checks_redissons_names() {
+        let probe = Probe::new(
+            "lock:",
+            Needs {
+                redisson: true,
+                publish: Publish::Sharded,
+                ..needs()
+            },
+        );
+        let words: Vec<String> = probe.checks.iter().map(|c| c.words.join(" ")).collect();
+        for want in [
+            "hincrby distlock-check f 1",
+            "incr redisson_lock_token:{distlock-check}",
+            "rpush redisson_lock_queue:{distlock-check} x",
+            "zincrby redisson_lock_timeout:{distlock-check} 1 x",
+            "spublish redisson_lock__channel:{distlock-check} x",
+            "ssubscribe redisson_rwlock:{distlock-check}",
+        ] {
+            assert!(words.iter().any(|w| w == want), "{want} not in {words:?}");
+        }
+        assert!(words
+            .iter()
+            .any(|w| w.starts_with("set redisson_unlock_latch:{distlock-check}:")));
+        assert!(
+            words
+                .iter()
+                .any(|w| w.starts_with("pexpire {distlock-check}:")
+                    && w.contains(":rwlock_timeout:1"))
+        );
+        assert!(
+            !words.iter().any(|w| w.contains(" lock:{distlock-check}")),
+            "none of distlock's own names"
+        );
+        assert_eq!(probe.key_pattern, "~*");
+        assert_eq!(probe.channel_pattern, "&redisson_*");
     }
 
     #[test]
@@ -521,6 +618,7 @@ mod tests {
                 assert!(
                     name == "time"
                         || SCRIPT_COMMANDS.iter().any(|(n, _)| *n == name)
+                        || REDISSON_SCRIPT_COMMANDS.iter().any(|(n, _)| *n == name)
                         || INSPECTION_ONLY.contains(&name),
                     "{s:?} calls {name}, which the probe does not check"
                 );

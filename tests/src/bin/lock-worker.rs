@@ -22,6 +22,9 @@
 //!
 //! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
 //! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
+//!
+//! `lock-worker hold-redisson URL KEY WATCHDOG KIND`: the same with `protocol = "redisson"`
+//! and a lock of KIND (`reentrant`, `fair`, `read`, `write`), waiting up to 60 s for it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -187,6 +190,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("hold") if args.len() == 5 => {
             let registry = Registry::from_str(&config(&args[2], &args[4])).await?;
             let guard = registry.lock(args[3].as_str()).lease(Lease::Auto).acquire().await?;
+            println!("HELD {}", guard.fencing_token());
+            loop {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        }
+        Some("hold-redisson") if args.len() == 6 => {
+            let text = format!(
+                "{}protocol = \"redisson\"\n",
+                config(&args[2], &args[4])
+            );
+            let registry = Registry::from_str(&text).await?;
+            let kind = match args[5].as_str() {
+                "fair" => LockKind::Fair,
+                "read" => LockKind::Read,
+                "write" => LockKind::Write,
+                _ => LockKind::Reentrant,
+            };
+            let guard = registry
+                .lock(args[3].as_str())
+                .kind(kind)
+                .lease(Lease::Auto)
+                .acquire()
+                .await?;
             println!("HELD {}", guard.fencing_token());
             loop {
                 tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -15,6 +15,9 @@
 -- As in Redisson (RedissonFairLock.acquireFailedAsync), everyone queued behind the owner
 -- has its deadline moved ARGV[2] earlier. Differs: when the lock is free, the new head is
 -- woken on its channel (Redisson leaves it to find out at its next timed retry).
+--
+-- The message goes out with redis.pcall: a refused PUBLISH (an ACL user without the
+-- channel) leaves the release done and answered; waiters then wake at their timed retry.
 local queue, deadlines, lock, stem = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, allowance = ARGV[1], tonumber(ARGV[2])
 if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
@@ -37,7 +40,7 @@ redis.call('lrem', queue, 0, owner)
 if found and redis.call('exists', lock) == 0 then
   local head = redis.call('lindex', queue, 0)
   if head then
-    redis.call(ARGV[4], stem .. ':' .. head, ARGV[3])
+    redis.pcall(ARGV[4], stem .. ':' .. head, ARGV[3])
   end
 end
 if found then return 1 end

@@ -10,10 +10,16 @@
 -- ARGV[2]  owner field "<client uuid>:<n>"
 -- ARGV[3]  the per-waiter allowance in ms: the caller's wait, or Redisson's
 --          fairLockWaitTimeout (300000) when it has none
+-- KEYS[4]  (optional) the token counter "redisson_lock_token:{name}": a new acquisition
+--          INCRs it (distlock's fencing token; Redisson's fair lock has none)
 -- ARGV[4]  "wait" to queue when refused, "try" not to (Redisson's tryLock() without wait)
+-- ARGV[5]  (optional) "1": only re-enter a hold this owner has (distlock's nested
+--          acquisition); nothing is created or queued when the owner's field is gone
 --
--- Returns {1, 0} when newly acquired, {2, 0} when re-entered, {0, ms} when refused: the
--- time worth waiting before asking again unless a message comes first (never below 1).
+-- Returns {1, token} when newly acquired (token 0 without KEYS[4]), {2, 0} when
+-- re-entered, {3, 0} when ARGV[5] is "1" and the owner holds nothing, {0, ms} when
+-- refused: the time worth waiting before asking again unless a message comes first
+-- (never below 1).
 --
 -- How the queue works (as in Redisson's tryLockInnerAsync): expired owners are dropped
 -- from the head first. A free lock goes to the queue's head, or to anyone when nobody
@@ -33,6 +39,9 @@ if lease == nil or lease <= 0 or allowance == nil or allowance <= 0 then
 end
 if ARGV[4] ~= 'wait' and ARGV[4] ~= 'try' then
   return redis.error_reply('ERR mode must be wait or try')
+end
+if ARGV[5] == '1' and redis.call('hexists', lock, owner) == 0 then
+  return {3, 0}
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -62,7 +71,11 @@ if redis.call('exists', lock) == 0 then
     end
     redis.call('hset', lock, owner, 1)
     redis.call('pexpire', lock, lease)
-    return {1, 0}
+    local token = 0
+    if KEYS[4] ~= nil then
+      token = redis.call('incr', KEYS[4])
+    end
+    return {1, token}
   end
 end
 

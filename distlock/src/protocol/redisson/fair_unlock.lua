@@ -20,6 +20,9 @@
 -- Differs from Redisson (RedissonFairLock.unlockInnerAsync): when the lock no longer
 -- exists Redisson answers 1 (and writes the latch), hiding a lost lease; this answers -1
 -- and writes no latch. The holds left keep a longer expiry; "now" is the server's TIME.
+--
+-- The message goes out with redis.pcall: a refused PUBLISH (an ACL user without the
+-- channel) leaves the release done and answered; waiters then wake at their timed retry.
 local lock, queue, deadlines, stem, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease, latch_ttl = ARGV[3], tonumber(ARGV[2]), tonumber(ARGV[5])
 if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
@@ -49,7 +52,7 @@ end
 local function wake_head()
   local head = redis.call('lindex', queue, 0)
   if head then
-    redis.call(ARGV[4], stem .. ':' .. head, ARGV[1])
+    redis.pcall(ARGV[4], stem .. ':' .. head, ARGV[1])
   end
 end
 

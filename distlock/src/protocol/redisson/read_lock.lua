@@ -6,11 +6,13 @@
 -- KEYS[2]  this reader's timeout prefix "{name}:<client uuid>:<n>:rwlock_timeout" (when
 --          the name already holds a "{", no braces are added: "name:<uuid>:<n>:rwlock_timeout");
 --          hold i of the reader has the string key "<prefix>:<i>" expiring with that hold
+-- KEYS[3]  (optional) the token counter "redisson_lock_token:{name}": an owner's first
+--          read hold INCRs it (distlock's fencing token; Redisson's rwlock has none)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  reader's owner field "<client uuid>:<n>"
 -- ARGV[3]  the same owner's writer field "<client uuid>:<n>:write"
 --
--- Returns {1, 0} for the owner's first read hold, {2, 0} for a further one, {0, pttl}
+-- Returns {1, token} for the owner's first read hold (token 0 without KEYS[3]), {2, 0} for a further one, {0, pttl}
 -- when refused (a writer other than this owner holds the lock).
 --
 -- Granted when nobody holds the lock, when it is in read mode (other readers, whatever
@@ -28,6 +30,9 @@ if not mode then
   redis.call('hset', lock, 'mode', 'read', owner, 1)
   redis.call('set', prefix .. ':1', 1, 'px', lease)
   redis.call('pexpire', lock, lease)
+  if KEYS[3] ~= nil then
+    return {1, redis.call('incr', KEYS[3])}
+  end
   return {1, 0}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', lock, writer) == 1) then
@@ -36,7 +41,12 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', lock, writer) ==
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
-  if n == 1 then return {1, 0} end
+  if n == 1 then
+    if KEYS[3] ~= nil then
+      return {1, redis.call('incr', KEYS[3])}
+    end
+    return {1, 0}
+  end
   return {2, 0}
 end
 return {0, redis.call('pttl', lock)}

@@ -21,6 +21,9 @@
 -- Differs from Redisson (RedissonReadLock.unlockInnerAsync): when the hash is gone
 -- Redisson publishes, writes latch 1 and answers nil; this publishes too (a harmless wake)
 -- but writes no latch and answers -1, so a retry answers the same.
+--
+-- The message goes out with redis.pcall: a refused PUBLISH (an ACL user without the
+-- channel) leaves the release done and answered; waiters then wake at their timed retry.
 local lock, channel, mine, stem, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, latch_ttl = ARGV[2], tonumber(ARGV[4])
 if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
@@ -35,7 +38,7 @@ if done then
 end
 local mode = redis.call('hget', lock, 'mode')
 if not mode then
-  redis.call(ARGV[3], channel, ARGV[1])
+  redis.pcall(ARGV[3], channel, ARGV[1])
   return -1
 end
 if redis.call('hexists', lock, owner) == 0 then
@@ -69,6 +72,6 @@ if redis.call('hlen', lock) > 1 then
   end
 end
 redis.call('del', lock)
-redis.call(ARGV[3], channel, ARGV[1])
+redis.pcall(ARGV[3], channel, ARGV[1])
 redis.call('set', latch, 1, 'px', latch_ttl)
 return 1

@@ -1,10 +1,12 @@
 -- Redisson-format write lock (RedissonWriteLock): acquire or re-enter the exclusive hold.
 --
 -- KEYS[1]  the read-write lock hash (the name itself)
+-- KEYS[2]  (optional) the token counter "redisson_lock_token:{name}": a new acquisition
+--          INCRs it (distlock's fencing token; Redisson's rwlock has none)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  writer's owner field "<client uuid>:<n>:write"
 --
--- Returns {1, 0} when newly acquired, {2, 0} when re-entered, {0, pttl} when refused (any
+-- Returns {1, token} when newly acquired (token 0 without KEYS[2]), {2, 0} when re-entered, {0, pttl} when refused (any
 -- reader, this owner's own read holds included: no upgrade, or another writer).
 --
 -- Differs from Redisson (RedissonWriteLock.tryLockInnerAsync): a re-entry sets the expiry
@@ -18,6 +20,9 @@ local mode = redis.call('hget', lock, 'mode')
 if not mode then
   redis.call('hset', lock, 'mode', 'write', owner, 1)
   redis.call('pexpire', lock, lease)
+  if KEYS[2] ~= nil then
+    return {1, redis.call('incr', KEYS[2])}
+  end
   return {1, 0}
 end
 if mode == 'write' and redis.call('hexists', lock, owner) == 1 then

@@ -17,6 +17,9 @@
 -- this publishes as well (readers waiting may now join; Redisson leaves them to their
 -- timed retry); when the hash is gone it publishes but writes no latch and answers -1
 -- (Redisson: latch 1, answer nil); holds left keep a longer expiry.
+--
+-- The message goes out with redis.pcall: a refused PUBLISH (an ACL user without the
+-- channel) leaves the release done and answered; waiters then wake at their timed retry.
 local lock, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, latch_ttl = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[5])
 if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
@@ -31,7 +34,7 @@ if done then
 end
 local mode = redis.call('hget', lock, 'mode')
 if not mode then
-  redis.call(ARGV[4], channel, ARGV[1])
+  redis.pcall(ARGV[4], channel, ARGV[1])
   return -1
 end
 if mode ~= 'write' or redis.call('hexists', lock, owner) == 0 then
@@ -50,6 +53,6 @@ if redis.call('hlen', lock) == 1 then
 else
   redis.call('hset', lock, 'mode', 'read')
 end
-redis.call(ARGV[4], channel, ARGV[1])
+redis.pcall(ARGV[4], channel, ARGV[1])
 redis.call('set', latch, 1, 'px', latch_ttl)
 return 1
