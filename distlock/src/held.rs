@@ -91,7 +91,9 @@ pub(crate) struct LeaseState {
     /// Nested acquisitions of this lock under this hold take its one permit for as long
     /// as they hold: sibling futures of one task (`join!`, `select!`) exclude each other,
     /// while a nested call inside a nested call takes the inner hold's permit.
-    pub(crate) nested: Arc<tokio::sync::Semaphore>,
+    /// Made on the first nested acquisition (most holds have none; every held lease keeps
+    /// this).
+    nested: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
 }
 
 impl LeaseState {
@@ -126,12 +128,19 @@ impl LeaseState {
             margin: lost_margin(lease_len),
             reason: Mutex::new(None),
             changed: Notify::new(),
-            nested: Arc::new(tokio::sync::Semaphore::new(1)),
+            nested: std::sync::OnceLock::new(),
         });
         if auto {
             leases.map().insert(id, state.clone());
         }
         state
+    }
+
+    /// The permit nested acquisitions of this hold take turns on (see the field).
+    pub(crate) fn nested(&self) -> Arc<tokio::sync::Semaphore> {
+        self.nested
+            .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(1)))
+            .clone()
     }
 
     pub(crate) fn expires_at(&self) -> Instant {

@@ -28,7 +28,8 @@ pub(crate) struct LockKeys {
     pub info: Option<InfoKey>,
     /// `Some` under `protocol = "redisson"`: `hash` is then the name itself, `channel`
     /// `redisson_lock__channel:{name}`, `fence` the fenced lock's `redisson_lock_token:{name}`.
-    pub redisson: Option<RedissonKeys>,
+    /// (Boxed: every held lease keeps its keys, and most are not in Redisson's format.)
+    pub redisson: Option<Box<RedissonKeys>>,
     /// A run-once job's `hold_at_least` (reentrant locks only): a new holder records the
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
@@ -123,10 +124,10 @@ impl LockKeys {
             LockKind::Read | LockKind::Write => redisson_name("redisson_rwlock", &keys.user),
         };
         keys.fence = redisson_name("redisson_lock_token", &keys.user);
-        keys.redisson = Some(RedissonKeys {
+        keys.redisson = Some(Box::new(RedissonKeys {
             lease,
             allowance: crate::protocol::REDISSON_FAIR_WAIT,
-        });
+        }));
         Ok(keys)
     }
 

@@ -432,7 +432,7 @@ async fn acquire(
     let mut permit = None;
     let base = match &outer {
         Some(o) if o.keys.kind == kind && kind.counts_levels() => {
-            match tokio::time::timeout_at(deadline, o.nested.clone().acquire_owned()).await {
+            match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
                 Ok(Ok(p)) => permit = Some(p),
                 _ => {
                     return Err(timeout(&backend, keys.user, start.elapsed(), None));

@@ -219,6 +219,85 @@ async fn floor_hand_off(url: &str, floor: &Floor, rounds: usize) -> Vec<Duration
     times
 }
 
+/// CPU seconds (user + system) of process `pid` so far, from /proc (100 ticks a second).
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The pid of the redis-server behind `floor`'s connection (`INFO server`).
+async fn server_pid(floor: &Floor) -> u32 {
+    let mut conn = floor.conn.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .expect("info");
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("process_id")
+}
+
+/// CPU µs per sequential pair, (this client, the server), of `pairs` pairs of `c`. The
+/// client's figure counts every thread of this process, spinning idle workers included.
+async fn cpu_per_pair(c: &Contender, server: u32, pairs: usize) -> (f64, f64) {
+    let base = unique();
+    let owner = format!("{:032x}:1", rand::random::<u128>());
+    let (c0, s0) = (cpu_seconds(), cpu_seconds_of(server));
+    for i in 0..pairs {
+        c.pair(format!("t:cpu:{base}:{i}"), &owner).await;
+    }
+    let (c1, s1) = (cpu_seconds(), cpu_seconds_of(server));
+    let per = |d: f64| d * 1e6 / pairs as f64;
+    (per(c1 - c0), per(s1 - s0))
+}
+
+/// Redisson's floor over the redis-rs cluster client (what distlock's cluster backend
+/// sends through): EVALSHA of the same two scripts, with the NOSCRIPT fallback of
+/// `redis::Script`.
+#[derive(Clone)]
+struct ClusterFloor {
+    conn: redis::cluster_async::ClusterConnection,
+}
+
+impl ClusterFloor {
+    async fn new(nodes: &[String]) -> ClusterFloor {
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec()).expect("cluster");
+        ClusterFloor {
+            conn: client.get_async_connection().await.expect("connect"),
+        }
+    }
+
+    async fn pair(&self, key: &str, owner: &str) {
+        let mut conn = self.conn.clone();
+        let v: Vec<i64> = redis::Script::new(REDISSON_LOCK)
+            .key(key)
+            .arg(30_000)
+            .arg(owner)
+            .invoke_async(&mut conn)
+            .await
+            .expect("cluster floor lock");
+        assert_eq!(v.first(), Some(&1), "{v:?}");
+        let r: i64 = redis::Script::new(REDISSON_UNLOCK)
+            .key(key)
+            .key(format!("redisson_lock__channel:{{{key}}}"))
+            .key(format!("redisson_unlock_latch:{{{key}}}:{owner}"))
+            .arg(0)
+            .arg(30_000)
+            .arg(owner)
+            .arg("spublish")
+            .arg(1_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("cluster floor unlock");
+        assert_eq!(r, 1);
+    }
+}
+
 // ------------------------------------------------------------------ helpers
 
 fn unique() -> String {
@@ -239,6 +318,7 @@ async fn registry(backend: &str) -> Registry {
 #[derive(Clone)]
 enum Contender {
     Floor(Floor),
+    ClusterFloor(ClusterFloor),
     Lock(Registry),
     Attribute,
     Run(Registry),
@@ -248,6 +328,7 @@ impl Contender {
     async fn pair(&self, key: String, owner: &str) {
         match self {
             Contender::Floor(f) => f.pair(&key, owner).await,
+            Contender::ClusterFloor(f) => f.pair(&key, owner).await,
             Contender::Lock(reg) => {
                 let g = reg
                     .lock(key)
@@ -723,6 +804,23 @@ async fn main() {
             "report",
             true,
         );
+        // Where the gap goes on the server: its CPU per pair, each side (the client's own
+        // CPU is not comparable: tokio's idle workers spin before they park).
+        let pid = server_pid(&floor).await;
+        let mut fc = Vec::new();
+        let mut dc = Vec::new();
+        for _ in 0..3 {
+            fc.push(cpu_per_pair(&Contender::Floor(floor.clone()), pid, 3000).await);
+            dc.push(cpu_per_pair(&Contender::Lock(single.clone()), pid, 3000).await);
+        }
+        let server = |v: &[(f64, f64)]| median(v.iter().map(|p| p.1).collect());
+        row(
+            &mut rows,
+            "  diagnostic: server CPU per pair, distlock vs floor",
+            format!("{:.1} vs {:.1} us", server(&dc), server(&fc)),
+            "report",
+            true,
+        );
     }
 
     if wanted("concurrent") {
@@ -841,6 +939,25 @@ async fn main() {
             ),
             "<= 1.25x",
             topo[2] / topo[0] <= 1.25,
+        );
+        // Diagnostic: the floor itself through the redis-rs cluster client, against the floor
+        // on one server: what that client costs the same protocol.
+        let cfloor = ClusterFloor::new(&distlock_tests::cluster_urls()).await;
+        let cf = sequential(
+            &[
+                Contender::Floor(floor.clone()),
+                Contender::ClusterFloor(cfloor),
+            ],
+            10,
+            300,
+        )
+        .await;
+        row(
+            &mut rows,
+            "  diagnostic: floor via the redis-rs cluster client, x floor",
+            format!("{:.1} vs {:.1} us = {:.2}x", cf[1], cf[0], cf[1] / cf[0]),
+            "report",
+            true,
         );
         drop((sentinel, cluster, on_master));
     }
