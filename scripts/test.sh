@@ -67,33 +67,22 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && ! command -v in
     echo "missing: PostgreSQL; installing with apt-get"
     install_postgres
 fi
-# openssl makes the TLS tests' certificates.
-if ! command -v openssl >/dev/null 2>&1; then
-    echo "missing: openssl; installing with apt-get"
-    command -v apt-get >/dev/null 2>&1 || die "openssl missing and apt-get not available: install openssl"
+# Other tools of the tests, by Debian package: openssl (the TLS tests' certificates),
+# iproute2 and iptables (the torture run's network-namespace partition, partition-netns),
+# faketime (examples/tests/scheduled_report.rs skews two instances' clocks with it). The
+# missing ones are installed with one apt-get.
+packages=()
+command -v openssl >/dev/null 2>&1 || packages+=(openssl)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+command -v iptables >/dev/null 2>&1 || packages+=(iptables)
+command -v faketime >/dev/null 2>&1 || packages+=(faketime)
+if ((${#packages[@]})); then
+    echo "missing: ${packages[*]}; installing with apt-get"
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not available: install the Debian packages ${packages[*]}"
     sudo_cmd=()
     [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
     "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openssl
-fi
-# iproute2 and iptables: the torture run's network-namespace partition (partition-netns).
-if ! command -v ip >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
-    echo "missing: ip/iptables; installing with apt-get"
-    command -v apt-get >/dev/null 2>&1 || die "ip/iptables missing and apt-get not available: install iproute2 and iptables"
-    sudo_cmd=()
-    [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iproute2 iptables
-fi
-# faketime: the run-once schedule test (examples/tests/scheduled_report.rs) skews the
-# clocks of two of its three instances with it.
-if ! command -v faketime >/dev/null 2>&1; then
-    echo "missing: faketime; installing with apt-get"
-    command -v apt-get >/dev/null 2>&1 || die "faketime missing and apt-get not available: install the Debian package faketime"
-    sudo_cmd=()
-    [[ "$(id -u)" != 0 ]] && sudo_cmd=(sudo -n)
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${packages[@]}"
 fi
 command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 redis-server --version

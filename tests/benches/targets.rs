@@ -414,6 +414,22 @@ async fn concurrent_n(c: &Contender, tasks: usize, run_for: Duration) -> f64 {
     n as f64 / secs
 }
 
+/// Median pairs/s of each contender with `tasks` tasks, three rounds, the contenders
+/// alternating within each round.
+async fn concurrent_alternating(
+    contenders: &[Contender],
+    tasks: usize,
+    run_for: Duration,
+) -> Vec<f64> {
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..3 {
+        for (c, out) in contenders.iter().zip(per.iter_mut()) {
+            out.push(concurrent_n(c, tasks, run_for).await);
+        }
+    }
+    per.into_iter().map(median).collect()
+}
+
 fn rss_bytes() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -690,27 +706,17 @@ async fn plot(dir: &std::path::Path, single: &Registry, floor: &Floor) {
         ("distlock (fencing, watchdog)".to_owned(), Vec::new()),
     ];
     for tasks in [1usize, 2, 4, 8, 16, 32, 64] {
-        let (mut f, mut d) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            f.push(
-                concurrent_n(
-                    &Contender::Floor(floor.clone()),
-                    tasks,
-                    Duration::from_millis(600),
-                )
-                .await,
-            );
-            d.push(
-                concurrent_n(
-                    &Contender::Lock(single.clone()),
-                    tasks,
-                    Duration::from_millis(600),
-                )
-                .await,
-            );
-        }
-        lines[0].1.push((tasks, median(f)));
-        lines[1].1.push((tasks, median(d)));
+        let m = concurrent_alternating(
+            &[
+                Contender::Floor(floor.clone()),
+                Contender::Lock(single.clone()),
+            ],
+            tasks,
+            Duration::from_millis(600),
+        )
+        .await;
+        lines[0].1.push((tasks, m[0]));
+        lines[1].1.push((tasks, m[1]));
     }
     let path = dir.join("throughput.svg");
     support::plot::throughput(&path, "lock+unlock throughput, single server", &lines)
@@ -824,25 +830,24 @@ async fn main() {
     }
 
     if wanted("concurrent") {
-        // 2. 64 tasks on distinct keys vs the floor (fencing on).
-        let (mut f, mut d) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            f.push(
-                concurrent(
-                    &Contender::Floor(floor.clone()),
-                    Duration::from_millis(1500),
-                )
-                .await,
-            );
-            d.push(
-                concurrent(
-                    &Contender::Lock(single.clone()),
-                    Duration::from_millis(1500),
-                )
-                .await,
-            );
-        }
-        let (f, d) = (median(f), median(d));
+        // 2. 64 tasks on distinct keys vs the floor (fencing on), and as a diagnostic
+        // Redisson's own fenced lock (RFencedLock: one INCR per acquire) sent raw: what a
+        // fencing counter costs the same protocol.
+        let fenced = Floor {
+            fenced: true,
+            ..floor.clone()
+        };
+        let m = concurrent_alternating(
+            &[
+                Contender::Floor(floor.clone()),
+                Contender::Lock(single.clone()),
+                Contender::Floor(fenced),
+            ],
+            TASKS,
+            Duration::from_millis(1500),
+        )
+        .await;
+        let (f, d, ff) = (m[0], m[1], m[2]);
         row(
             &mut rows,
             format!("{TASKS} tasks, distinct keys, pairs/s / floor (fencing on)"),
@@ -850,30 +855,6 @@ async fn main() {
             ">= 0.90",
             d / f >= 0.90,
         );
-        // Diagnostic: Redisson's own fenced lock (RFencedLock: one INCR per acquire) sent
-        // raw, against the floor: what a fencing counter costs the same protocol.
-        let fenced = Floor {
-            fenced: true,
-            ..floor.clone()
-        };
-        let (mut f, mut ff) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            f.push(
-                concurrent(
-                    &Contender::Floor(floor.clone()),
-                    Duration::from_millis(1500),
-                )
-                .await,
-            );
-            ff.push(
-                concurrent(
-                    &Contender::Floor(fenced.clone()),
-                    Duration::from_millis(1500),
-                )
-                .await,
-            );
-        }
-        let (f, ff) = (median(f), median(ff));
         row(
             &mut rows,
             format!("  diagnostic: {TASKS} tasks, Redisson fenced lock raw / floor"),

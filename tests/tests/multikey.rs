@@ -11,56 +11,10 @@ use std::time::{Duration, Instant};
 
 use common::unique;
 use distlock::{distributed_lock, Lease, LockError, Registry};
-use distlock_tests::{
-    addr_of, cluster_urls, redlock_urls, resp_command, sentinel_master_name, sentinel_urls,
-    single_url,
-};
-
-fn quoted(urls: &[String]) -> String {
-    urls.iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+use distlock_tests::{addr_of, cluster_urls, resp_command, single_url};
 
 async fn registries() -> Vec<(&'static str, Registry)> {
-    let defaults = "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\n";
-    let configs = [
-        (
-            "single",
-            format!("mode = \"single\"\nurl = \"{}\"", single_url()),
-        ),
-        (
-            "cluster",
-            format!("mode = \"cluster\"\nnodes = [{}]", quoted(&cluster_urls())),
-        ),
-        (
-            "sentinel",
-            format!(
-                "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
-                sentinel_master_name(),
-                quoted(&sentinel_urls())
-            ),
-        ),
-        (
-            "redlock",
-            format!(
-                "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"200ms\"\nretry_delay = \"20ms\"",
-                quoted(&redlock_urls())
-            ),
-        ),
-        ("memory", "mode = \"memory\"".to_owned()),
-    ];
-    let mut out = Vec::new();
-    for (name, backend) in configs {
-        let reg = Registry::from_str(&format!("{defaults}{backend}\n"))
-            .await
-            .unwrap_or_else(|e| {
-                panic!("connect the {name} backend (scripts/test.sh starts it): {e}")
-            });
-        out.push((name, reg));
-    }
-    out
+    common::every_mode().await
 }
 
 /// All or nothing: a held key makes the whole acquisition time out, naming that key, and

@@ -24,6 +24,59 @@ pub fn unique(name: &str) -> String {
 
 pub const WATCHDOG: Duration = Duration::from_secs(1);
 
+/// `["a", "b"]` as a TOML array of strings.
+pub fn quoted(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A registry per mode whose backend `main` is the shared test topology of that mode
+/// (single, cluster, sentinel, redlock) or memory, each with `watchdog_timeout = "1s"`.
+pub async fn every_mode() -> Vec<(&'static str, Registry)> {
+    use distlock_tests::{
+        cluster_urls, redlock_urls, sentinel_master_name, sentinel_urls, single_url,
+    };
+    let defaults = "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\n";
+    let configs = [
+        (
+            "single",
+            format!("mode = \"single\"\nurl = \"{}\"", single_url()),
+        ),
+        (
+            "cluster",
+            format!("mode = \"cluster\"\nnodes = [{}]", quoted(&cluster_urls())),
+        ),
+        (
+            "sentinel",
+            format!(
+                "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
+                sentinel_master_name(),
+                quoted(&sentinel_urls())
+            ),
+        ),
+        (
+            "redlock",
+            format!(
+                "mode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"200ms\"\nretry_delay = \"20ms\"",
+                quoted(&redlock_urls())
+            ),
+        ),
+        ("memory", "mode = \"memory\"".to_owned()),
+    ];
+    let mut out = Vec::new();
+    for (name, backend) in configs {
+        let reg = Registry::from_str(&format!("{defaults}{backend}\n"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("connect the {name} backend (scripts/test.sh starts it): {e}")
+            });
+        out.push((name, reg));
+    }
+    out
+}
+
 /// 16 tasks x 50 locked, non-atomic read-modify-writes never overlap; the count is exact.
 pub async fn exclusion_16_tasks(reg: &Registry) {
     let key = unique("exclusion");
