@@ -139,6 +139,7 @@ mod protocol;
 mod registry;
 mod report;
 mod runtime;
+mod semaphore;
 mod sites;
 mod watchdog;
 #[cfg(feature = "axum")]
@@ -158,6 +159,7 @@ pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+pub use semaphore::{Semaphore, SemaphoreGuard};
 pub use sites::{sites, Site};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.

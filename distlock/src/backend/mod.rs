@@ -308,6 +308,32 @@ impl Backend {
         protocol_offers(&self.name, self.protocol, kind)
     }
 
+    /// Whether semaphores can be taken here: their holders must live in one place (one
+    /// server, one cluster slot, or this process), in distlock's format.
+    pub(crate) fn supports_semaphore(&self) -> Result<(), LockError> {
+        let mode = match &self.driver {
+            Driver::Quorum(q) => Some(q.mode_name()),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                None
+            }
+        };
+        if let Some(mode) = mode {
+            return Err(LockError::Unsupported {
+                backend: self.name.to_string(),
+                what: format!(
+                    "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
+                ),
+            });
+        }
+        match self.protocol {
+            Protocol::Distlock => Ok(()),
+            Protocol::Redisson => Err(LockError::Unsupported {
+                backend: self.name.to_string(),
+                what: "semaphores with protocol = \"redisson\" (distlock speaks only Redisson's reentrant/fenced lock so far; see the README's \"Redisson compatibility\")".to_string(),
+            }),
+        }
+    }
+
     /// The Redis names of a lock of `kind` on `key` in this backend's format, for an
     /// acquisition leased for `lease`.
     pub(crate) fn keys(

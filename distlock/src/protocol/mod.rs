@@ -50,14 +50,21 @@ pub(crate) enum Script {
     RedissonUnlock,
     /// `protocol = "redisson"`: the watchdog's renewal.
     RedissonRenew,
+    /// `crate::semaphore`: take permits.
+    SemAcquire,
+    /// `crate::semaphore`: give back one acquisition's permits.
+    SemRelease,
+    /// `crate::semaphore`: the watchdog's renewal of one holder.
+    SemRenew,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
 const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
+const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 16] = [
+    pub(crate) const ALL: [Script; 19] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -74,11 +81,14 @@ impl Script {
         Script::RedissonLock,
         Script::RedissonUnlock,
         Script::RedissonRenew,
+        Script::SemAcquire,
+        Script::SemRelease,
+        Script::SemRenew,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 16]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 19]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -98,6 +108,11 @@ impl Script {
                 Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
                 Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
                 Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
+                Script::SemAcquire => {
+                    [SEM_PROLOGUE, FENCE_PROLOGUE, include_str!("sem_acquire.lua")].concat()
+                }
+                Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
+                Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
             })
         });
         &SOURCES[self as usize]
@@ -105,7 +120,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 16]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 19]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -242,6 +257,17 @@ impl Call {
             .arg(hold.owner.redisson_field());
             return if hold.nested { call.arg("1") } else { call };
         }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemAcquire,
+                vec![keys.hash.clone(), sem.counts.clone(), keys.fence.clone()],
+                Vec::new(),
+            )
+            .arg(hold.owner.hex())
+            .arg(sem.permits.to_string())
+            .arg(sem.limit.to_string())
+            .arg(millis(lease));
+        }
         let lease = millis(lease);
         let wait = wait.as_millis().min(i64::MAX as u128).to_string();
         let nested = if hold.nested { "1" } else { "0" };
@@ -306,6 +332,16 @@ impl Call {
                 .arg(publish.verb())
                 .arg(REDISSON_LATCH_TTL.as_millis().to_string());
         }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemRelease,
+                vec![keys.hash.clone(), sem.counts.clone()],
+                Vec::new(),
+            )
+            .arg(hold.owner.hex())
+            .arg(&keys.channel)
+            .arg(publish.verb());
+        }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
                 .only_hash()
@@ -366,6 +402,15 @@ impl Call {
             return Call::raw(Script::RedissonRenew, vec![keys.hash.clone()], Vec::new())
                 .arg(millis(lease))
                 .arg(owner.redisson_field());
+        }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemRenew,
+                vec![keys.hash.clone(), sem.counts.clone()],
+                Vec::new(),
+            )
+            .arg(owner.hex())
+            .arg(millis(lease));
         }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Renew, keys)
@@ -494,7 +539,13 @@ mod tests {
     fn scripts_check_the_same_bounds_as_the_builder() {
         let lease = format!("lease > {}", crate::MAX_LEASE.as_millis());
         let wait = format!("wait > {}", crate::MAX_WAIT.as_millis());
-        for s in [Script::Acquire, Script::Renew, Script::RwRenew] {
+        for s in [
+            Script::Acquire,
+            Script::Renew,
+            Script::RwRenew,
+            Script::SemAcquire,
+            Script::SemRenew,
+        ] {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
         }
         for s in [Script::FairAcquire, Script::RwAcquire] {
