@@ -179,6 +179,17 @@ pub mod __private {
         pub const RELEASE: &str = include_str!("protocol/release.lua");
         /// `renew.lua`.
         pub const RENEW: &str = include_str!("protocol/renew.lua");
+        /// `sem_acquire.lua`, after `sem_prologue.lua` and `fence_prologue.lua`.
+        pub const SEM_ACQUIRE: &str = concat!(
+            include_str!("protocol/sem_prologue.lua"),
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/sem_acquire.lua")
+        );
+        /// `sem_release.lua`, after `sem_prologue.lua`.
+        pub const SEM_RELEASE: &str = concat!(
+            include_str!("protocol/sem_prologue.lua"),
+            include_str!("protocol/sem_release.lua")
+        );
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`
