@@ -1,5 +1,6 @@
 //! Code generation: check the function, then wrap its body in `Lock::run` (with `keys =
-//! [..]`: `Lock::all([..]).run`, the same otherwise).
+//! [..]`: `Lock::all([..]).run`; with `kind = "semaphore", permits = N`:
+//! `Semaphore::new(key, N).run(1, ..)`, taking one permit; the same otherwise).
 //!
 //! ```text
 //! #[distributed_lock(key = "order:<user_id>", wait = "5s")]
@@ -382,7 +383,13 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     let out = Ident::new("__distlock_out", Span::mixed_site());
     let body = Ident::new("__distlock_body", Span::mixed_site());
 
-    let constructor = if args.keys.is_some() {
+    let semaphore = args.kind.as_deref() == Some("semaphore");
+    let constructor = if semaphore {
+        // `Args::parse` requires `permits` with `kind = "semaphore"`.
+        let permits = args.permits.unwrap_or(1);
+        let rendered = keys.iter().map(|k| key_expr(k));
+        quote!(::distlock::Semaphore::new(#(#rendered)*, #permits))
+    } else if args.keys.is_some() {
         let rendered = keys.iter().map(|k| key_expr(k));
         quote!(::distlock::Lock::all([#(#rendered),*]))
     } else {
@@ -435,11 +442,13 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         <#ret as ::distlock::LockResult>::from_lock_error(#err)
     };
 
+    // A semaphore's section takes one permit.
+    let take = if semaphore { quote!(1u32,) } else { quote!() };
     let run = match shape {
         Shape::Async(_) => {
             // `typed` makes the body's `return` and `?` see the function's return type.
             quote! {
-                match #lock.run(::distlock::__private::typed::<#ret, _>(async move #block)).await {
+                match #lock.run(#take ::distlock::__private::typed::<#ret, _>(async move #block)).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }
@@ -448,7 +457,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Shape::Boxed(_) => quote! {
             let #body = #block;
             ::std::boxed::Box::pin(async move {
-                match #lock.run(#body).await {
+                match #lock.run(#take #body).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }
