@@ -382,26 +382,27 @@ async fn acquire(
         if pending.is_none() {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
-        let attempt =
-            match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left)).await {
-                Ok(a) => {
-                    backend_retry.reset();
-                    a
+        let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
+            .await
+        {
+            Ok(a) => {
+                backend_retry.reset();
+                a
+            }
+            Err(e) if e.is_transient() => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
                 }
-                Err(e) if e.is_transient() => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(e);
-                    }
-                    let pause = backend_retry.pause();
-                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
+                let pause = backend_retry.pause();
+                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
                         "distlock: backend failed while acquiring semaphore permits; retrying within the wait");
-                    drop(notified);
-                    tokio::time::sleep_until(deadline.min(now + pause)).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+                drop(notified);
+                tokio::time::sleep_until(deadline.min(now + pause)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let ttl = match attempt {
             Attempt::Acquired { token } => {
                 if let Some(p) = pending.take() {

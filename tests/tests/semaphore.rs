@@ -99,7 +99,10 @@ async fn never_more_than_n_holders_in_one_process() {
         let two = sem.acquire(2).await.expect("2 of 3");
         assert!(sem.try_acquire(2).await.expect("try").is_none(), "{name}");
         let one = sem.try_acquire(1).await.expect("try").expect("the third");
-        assert!(sem.try_acquire(1).await.expect("try").is_none(), "{name}: full");
+        assert!(
+            sem.try_acquire(1).await.expect("try").is_none(),
+            "{name}: full"
+        );
         assert!(one.fencing_token() > two.fencing_token(), "{name}");
         two.release().await.expect("release");
         one.release().await.expect("release");
@@ -128,9 +131,17 @@ fn across_processes(mode: &str, nodes: &str) {
         .collect();
     for child in children {
         let out = child.wait_with_output().expect("lock-worker");
-        assert!(out.status.success(), "{mode}: lock-worker failed: {:?}", out.status);
+        assert!(
+            out.status.success(),
+            "{mode}: lock-worker failed: {:?}",
+            out.status
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(stdout.trim(), "DONE 0", "{mode}: more than 3 holders at once");
+        assert_eq!(
+            stdout.trim(),
+            "DONE 0",
+            "{mode}: more than 3 holders at once"
+        );
     }
     let max = resp_command(&addr_of(&counter_url), &["GET", &format!("{key}:max")]).expect("GET");
     let max: u32 = max.as_str().and_then(|s| s.parse().ok()).expect("a max");
@@ -175,7 +186,10 @@ fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Fu
         .expect("read");
         assert!(line.starts_with("HELD "), "worker said {line:?}");
         let sem = reg.semaphore(key.as_str(), 1);
-        assert!(sem.try_acquire(1).await.expect("try").is_none(), "{mode}: held by the worker");
+        assert!(
+            sem.try_acquire(1).await.expect("try").is_none(),
+            "{mode}: held by the worker"
+        );
         // Let the worker's watchdog renew at least once more, then kill it.
         tokio::time::sleep(Duration::from_millis(400)).await;
         child.kill().expect("SIGKILL the holder");
@@ -193,7 +207,10 @@ fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Fu
         let took = killed.elapsed();
         println!("{mode}: a SIGKILLed holder's permit came back after {took:?} (lease 1 s)");
         // Renewed every third of the 1 s lease: at least ~2/3 of it was left at the kill.
-        assert!(took >= Duration::from_millis(500), "{mode}: back too early, {took:?}");
+        assert!(
+            took >= Duration::from_millis(500),
+            "{mode}: back too early, {took:?}"
+        );
         assert!(took <= Duration::from_millis(1500), "{mode}: {took:?}");
         g.release().await.expect("release");
     }
@@ -201,14 +218,22 @@ fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Fu
 
 #[tokio::test]
 async fn a_killed_holders_permit_returns_after_its_lease_single() {
-    let reg = connect("single", &format!("mode = \"single\"\nurl = \"{}\"", single_url())).await;
+    let reg = connect(
+        "single",
+        &format!("mode = \"single\"\nurl = \"{}\"", single_url()),
+    )
+    .await;
     killed_holder("single", &single_url(), reg).await;
 }
 
 #[tokio::test]
 async fn a_killed_holders_permit_returns_after_its_lease_cluster() {
     let urls = cluster_urls();
-    let reg = connect("cluster", &format!("mode = \"cluster\"\nnodes = [{}]", quoted(&urls))).await;
+    let reg = connect(
+        "cluster",
+        &format!("mode = \"cluster\"\nnodes = [{}]", quoted(&urls)),
+    )
+    .await;
     killed_holder("cluster", &urls.join(","), reg).await;
 }
 
@@ -223,10 +248,17 @@ async fn shrinking_n_while_full_admits_no_one_until_below() {
         for _ in 0..4 {
             held.push(four.acquire(1).await.expect("one of 4"));
         }
-        assert!(four.try_acquire(1).await.expect("try").is_none(), "{name}: full");
+        assert!(
+            four.try_acquire(1).await.expect("try").is_none(),
+            "{name}: full"
+        );
         let two = four.clone().set_permits(2);
         for left in [3, 2] {
-            held.pop().expect("a holder").release().await.expect("release");
+            held.pop()
+                .expect("a holder")
+                .release()
+                .await
+                .expect("release");
             assert!(
                 two.try_acquire(1).await.expect("try").is_none(),
                 "{name}: {left} held, shrunk to 2: nobody admitted"
@@ -235,9 +267,20 @@ async fn shrinking_n_while_full_admits_no_one_until_below() {
         // The old number still admits its own acquisitions (documented).
         let again = four.try_acquire(1).await.expect("try").expect("3 of 4");
         again.release().await.expect("release");
-        held.pop().expect("a holder").release().await.expect("release");
-        let g = two.try_acquire(1).await.expect("try").expect("1 held: below 2");
-        assert!(two.try_acquire(1).await.expect("try").is_none(), "{name}: 2 of 2");
+        held.pop()
+            .expect("a holder")
+            .release()
+            .await
+            .expect("release");
+        let g = two
+            .try_acquire(1)
+            .await
+            .expect("try")
+            .expect("1 held: below 2");
+        assert!(
+            two.try_acquire(1).await.expect("try").is_none(),
+            "{name}: 2 of 2"
+        );
         g.release().await.expect("release");
         drop(held);
     }
@@ -335,7 +378,10 @@ async fn auto_leases_are_renewed_and_a_deleted_holder_is_lost() {
     let g = sem.acquire(1).await.expect("acquire");
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(g.is_held(), "renewed past watchdog_timeout");
-    assert!(sem.try_acquire(1).await.expect("try").is_none(), "still held");
+    assert!(
+        sem.try_acquire(1).await.expect("try").is_none(),
+        "still held"
+    );
     resp_command(&addr_of(&url), &["DEL", &format!("lock:{{{key}}}:sem")]).expect("DEL");
     let lost = tokio::time::timeout(Duration::from_secs(3), g.lost())
         .await
@@ -343,7 +389,10 @@ async fn auto_leases_are_renewed_and_a_deleted_holder_is_lost() {
     assert!(matches!(lost, LockError::LeaseLost { .. }), "{lost:?}");
     assert!(!g.is_held());
     let released = g.release().await;
-    assert!(matches!(released, Err(LockError::NotHeld { .. })), "{released:?}");
+    assert!(
+        matches!(released, Err(LockError::NotHeld { .. })),
+        "{released:?}"
+    );
 }
 
 /// Redis leaves nothing behind: the holders' keys expire with the last lease.
@@ -357,17 +406,33 @@ async fn keys_expire_with_the_last_lease() {
         .lease(Lease::Fixed(Duration::from_secs(5)));
     let g = sem.acquire(1).await.expect("acquire");
     let addr = addr_of(&url);
-    for name in [format!("lock:{{{key}}}:sem"), format!("lock:{{{key}}}:sem:n")] {
-        let ttl = resp_command(&addr, &["PTTL", &name]).expect("PTTL").as_int();
+    for name in [
+        format!("lock:{{{key}}}:sem"),
+        format!("lock:{{{key}}}:sem:n"),
+    ] {
+        let ttl = resp_command(&addr, &["PTTL", &name])
+            .expect("PTTL")
+            .as_int();
         assert!(
             ttl.is_some_and(|t| t > 0 && t <= 5000),
             "{name} expires with the lease: {ttl:?}"
         );
     }
     g.release().await.expect("release");
-    let left = resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}:sem"), &format!("lock:{{{key}}}:sem:n")])
-        .expect("EXISTS");
-    assert_eq!(left.as_int(), Some(0), "nothing left after the last release");
+    let left = resp_command(
+        &addr,
+        &[
+            "EXISTS",
+            &format!("lock:{{{key}}}:sem"),
+            &format!("lock:{{{key}}}:sem:n"),
+        ],
+    )
+    .expect("EXISTS");
+    assert_eq!(
+        left.as_int(),
+        Some(0),
+        "nothing left after the last release"
+    );
 }
 
 fn eval(addr: &str, script: &str, keys: &[&str], args: &[&str]) -> RespValue {
@@ -410,21 +475,38 @@ fn scripts_run_twice_count_once() {
     let card = resp_command(&addr, &["ZCARD", &holders]).expect("ZCARD");
     assert_eq!(card.as_int(), Some(1), "one holder");
     let b = "b".repeat(32);
-    assert_eq!(pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&b, "1", "2", "30000"])).0, 1, "the second permit");
+    assert_eq!(
+        pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&b, "1", "2", "30000"])).0,
+        1,
+        "the second permit"
+    );
     let c = "c".repeat(32);
     let refused = pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&c, "1", "2", "30000"]));
     assert_eq!(refused.0, 0, "full");
-    assert!(refused.1 > 29_000 && refused.1 <= 30_000, "ms to the earliest lease end: {refused:?}");
+    assert!(
+        refused.1 > 29_000 && refused.1 <= 30_000,
+        "ms to the earliest lease end: {refused:?}"
+    );
     let release = [holders.as_str(), counts.as_str()];
     let channel = format!("lock:{{{key}}}:sem:released");
     let r1 = eval(&addr, SEM_RELEASE, &release, &[&a, &channel, "publish"]);
     let r2 = eval(&addr, SEM_RELEASE, &release, &[&a, &channel, "publish"]);
     assert_eq!(r1.as_int(), Some(0), "released");
-    assert_eq!(r2.as_int(), Some(-1), "run again: nothing to release, nothing changed");
+    assert_eq!(
+        r2.as_int(),
+        Some(-1),
+        "run again: nothing to release, nothing changed"
+    );
     let card = resp_command(&addr, &["ZCARD", &holders]).expect("ZCARD");
     assert_eq!(card.as_int(), Some(1), "b still holds");
     // Bad arguments: an error reply, nothing written.
-    for args in [["0", "2", "30000"], ["3", "2", "30000"], ["1", "0", "30000"], ["1", "2", "0"], ["1", "2", "86400001"]] {
+    for args in [
+        ["0", "2", "30000"],
+        ["3", "2", "30000"],
+        ["1", "0", "30000"],
+        ["1", "2", "0"],
+        ["1", "2", "86400001"],
+    ] {
         let d = "d".repeat(32);
         let mut all = vec![d.as_str()];
         all.extend_from_slice(&args);
@@ -442,9 +524,15 @@ async fn bad_input_and_unsupported_modes() {
     let reg = connect("memory", "mode = \"memory\"").await;
     for (permits, n) in [(0, 1), (4, 0), (4, 5)] {
         let r = reg.semaphore("bad", permits).acquire(n).await;
-        assert!(matches!(r, Err(LockError::InvalidPermits { .. })), "{permits}/{n}: {r:?}");
+        assert!(
+            matches!(r, Err(LockError::InvalidPermits { .. })),
+            "{permits}/{n}: {r:?}"
+        );
         let r = reg.semaphore("bad", permits).try_acquire(n).await;
-        assert!(matches!(r, Err(LockError::InvalidPermits { .. })), "{permits}/{n}: {r:?}");
+        assert!(
+            matches!(r, Err(LockError::InvalidPermits { .. })),
+            "{permits}/{n}: {r:?}"
+        );
     }
     let r = reg
         .semaphore("bad", 1)

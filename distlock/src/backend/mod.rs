@@ -40,7 +40,7 @@ enum Driver {
     Cluster(cluster::Cluster),
     Sentinel(Arc<sentinel::SentinelMaster>),
     Quorum(quorum::QuorumDriver),
-    Memory(memory::MemoryDriver),
+    Memory(Box<memory::MemoryDriver>),
 }
 
 /// One configured backend.
@@ -183,7 +183,7 @@ impl Backend {
         let (driver, hub, address) = match &cfg.mode {
             Mode::Memory => {
                 let hub = Hub::local();
-                let driver = Driver::Memory(memory::MemoryDriver::new(hub.clone()));
+                let driver = Driver::Memory(Box::new(memory::MemoryDriver::new(hub.clone())));
                 (driver, hub, "memory".to_string())
             }
             Mode::Single { url, .. } => {

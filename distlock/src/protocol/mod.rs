@@ -108,9 +108,12 @@ impl Script {
                 Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
                 Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
                 Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
-                Script::SemAcquire => {
-                    [SEM_PROLOGUE, FENCE_PROLOGUE, include_str!("sem_acquire.lua")].concat()
-                }
+                Script::SemAcquire => [
+                    SEM_PROLOGUE,
+                    FENCE_PROLOGUE,
+                    include_str!("sem_acquire.lua"),
+                ]
+                .concat(),
                 Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
                 Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
             })
@@ -552,6 +555,48 @@ mod tests {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
             assert!(s.source().contains(&wait), "{s:?} checks {wait}");
         }
+    }
+
+    #[test]
+    fn semaphore_calls_use_the_semaphore_scripts_and_keys() {
+        assert_eq!(
+            crate::__private::scripts::SEM_ACQUIRE,
+            Script::SemAcquire.source()
+        );
+        assert_eq!(
+            crate::__private::scripts::SEM_RELEASE,
+            Script::SemRelease.source()
+        );
+        let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5).unwrap();
+        let hold = Hold::fresh();
+        let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        assert_eq!(a.script, Script::SemAcquire);
+        assert_eq!(
+            a.keys,
+            vec!["lock:{k}:sem", "lock:{k}:sem:n", "lock:{k}:fence"]
+        );
+        assert_eq!(
+            a.args[1..],
+            [b"2".to_vec(), b"5".to_vec(), b"30000".to_vec()]
+        );
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(a.attempt(&pair(1, 9)), Ok(Attempt::Acquired { token: 9 }));
+        assert_eq!(
+            a.attempt(&pair(0, 20)),
+            Ok(Attempt::Held {
+                ttl: Some(Duration::from_millis(20))
+            })
+        );
+        let r = Call::release(&keys, hold, Publish::Sharded);
+        assert_eq!(r.script, Script::SemRelease);
+        assert_eq!(r.args[1], b"lock:{k}:sem:released");
+        assert_eq!(r.args[2], b"spublish");
+        assert_eq!(r.released(&Value::Int(0)), Ok(Released::Freed));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        let w = Call::renew(&keys, hold.owner, Duration::from_secs(1));
+        assert_eq!(w.script, Script::SemRenew);
+        assert_eq!(w.keys, vec!["lock:{k}:sem", "lock:{k}:sem:n"]);
+        assert_eq!(w.args[1], b"1000");
     }
 
     #[test]
