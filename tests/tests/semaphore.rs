@@ -556,3 +556,46 @@ async fn bad_input_and_unsupported_modes() {
         other => panic!("redlock: {other:?}"),
     }
 }
+
+/// No overlap without the signal first: a fixed lease's holder hears `lost()` before a
+/// waiter can take its permit (the margin ahead of the lease's end on the server).
+#[tokio::test]
+async fn a_fixed_lease_is_signalled_lost_before_its_permit_is_taken() {
+    for (name, reg) in registries().await {
+        let key = unique("sem-margin");
+        let sem = reg.semaphore(key.as_str(), 1);
+        let g = sem
+            .clone()
+            .lease(Lease::Fixed(Duration::from_millis(600)))
+            .acquire(1)
+            .await
+            .expect("hold");
+        let waiter = {
+            let sem = sem.clone().wait(Duration::from_secs(5));
+            tokio::spawn(async move {
+                let got = sem.acquire(1).await;
+                (Instant::now(), got)
+            })
+        };
+        let lost = g.lost().await;
+        let signalled = Instant::now();
+        assert!(
+            matches!(lost, LockError::LeaseLost { .. }),
+            "{name}: {lost:?}"
+        );
+        assert!(!g.is_held(), "{name}");
+        let (taken, got) = waiter.await.expect("task");
+        let got = got.unwrap_or_else(|e| panic!("{name}: the permit comes back: {e}"));
+        assert!(
+            signalled < taken,
+            "{name}: the holder heard of the loss {:?} after its permit was taken",
+            signalled - taken
+        );
+        println!(
+            "{name}: lost signalled {:?} before the permit was taken",
+            taken - signalled
+        );
+        drop(g);
+        got.release().await.expect("release");
+    }
+}
