@@ -9,7 +9,7 @@
 //! becomes
 //! ```text
 //! async fn place_order(user_id: u64) -> Result<Id, AppError> {
-//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind } }
+//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind, permits } }
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
 //!     match lock.run(::distlock::__private::typed::<Result<Id, AppError>, _>(async move { BODY })).await {
 //!         Ok(out) => out,
@@ -366,6 +366,10 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Some("write") => quote!(::distlock::LockKind::Write),
         _ => quote!(::distlock::LockKind::Reentrant),
     };
+    let site_permits = match (args.kind.as_deref(), args.permits) {
+        (Some("semaphore"), Some(n)) => quote!(::core::option::Option::Some(#n)),
+        _ => quote!(::core::option::Option::None),
+    };
     let site = quote! {
         ::distlock::__private::inventory::submit! {
             ::distlock::Site {
@@ -375,6 +379,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
                 file: ::core::file!(),
                 line: ::core::line!(),
                 kind: #site_kind,
+                permits: #site_permits,
             }
         }
     };

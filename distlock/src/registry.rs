@@ -99,6 +99,17 @@ impl Slot {
             (Slot::Ready(b), None) => b.supports(kind),
         }
     }
+
+    /// Whether the backend offers semaphores (one still being connected: by its mode).
+    fn supports_semaphore(&self) -> Result<(), LockError> {
+        match (self, self.get()) {
+            (_, Some(b)) => b.supports_semaphore(),
+            (Slot::Connecting(p), None) => {
+                crate::backend::mode_offers_semaphore(&p.name, &p.mode, p.protocol)
+            }
+            (Slot::Ready(b), None) => b.supports_semaphore(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -276,6 +287,7 @@ impl Registry {
             // backend still being connected is judged by its configured mode).
             let name = site.backend.or(self.inner.defaults.backend.as_deref());
             let checked = match name.and_then(|n| self.inner.backends.get(n)) {
+                Some(slot) if site.permits.is_some() => slot.supports_semaphore(),
                 Some(slot) => slot.supports(site.kind),
                 None => self.backend(site.backend).map(drop),
             };

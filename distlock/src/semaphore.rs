@@ -475,6 +475,7 @@ async fn acquire(
             }
             Some(_) => {
                 if let Some(n) = notified {
+                    let _asleep = crate::lock::Asleep::new(&backend.waiting);
                     let _gauge = crate::metrics::Waiting::new(&backend.name, label);
                     tokio::select! {
                         _ = n => {}

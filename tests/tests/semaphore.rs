@@ -304,8 +304,15 @@ async fn a_waiter_is_woken_promptly_by_a_release() {
                 (Instant::now(), g)
             })
         };
-        // Long enough for the waiter to have tried and be asleep on the channel.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The waiter has tried, found it full, and is asleep on the channel.
+        let asleep = Instant::now();
+        while reg.waiting("main") != Some(1) {
+            assert!(
+                asleep.elapsed() < Duration::from_secs(10),
+                "{name}: the waiter sleeps"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert!(!waiter.is_finished(), "{name}: the waiter waits");
         let released = Instant::now();
         a.release().await.expect("release");
@@ -598,4 +605,77 @@ async fn a_fixed_lease_is_signalled_lost_before_its_permit_is_taken() {
         drop(g);
         got.release().await.expect("release");
     }
+}
+
+#[distlock::distributed_lock(
+    key = "sem-attr:<id>",
+    kind = "semaphore",
+    permits = 2,
+    backend = "semq",
+    wait = "10s"
+)]
+async fn limited(
+    id: String,
+    inside: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+) -> Result<(), LockError> {
+    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+    max.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    let _ = id;
+    Ok(())
+}
+
+/// `#[distributed_lock(kind = "semaphore", permits = 2)]` on single and cluster: at most 2
+/// bodies at once; its site is checked at init (a redlock backend fails it, naming the mode).
+#[tokio::test]
+async fn the_attribute_limits_bodies_and_its_site_is_checked() {
+    let backends = [
+        (
+            "single",
+            format!("mode = \"single\"\nurl = \"{}\"", single_url()),
+        ),
+        (
+            "cluster",
+            format!("mode = \"cluster\"\nnodes = [{}]", quoted(&cluster_urls())),
+        ),
+    ];
+    for (name, backend) in backends {
+        let reg = Registry::from_str(&format!("[backends.semq]\n{backend}\n"))
+            .await
+            .unwrap_or_else(|e| panic!("connect {name}: {e}"));
+        reg.check_sites()
+            .expect("a semaphore site on {name} is fine");
+        let id = unique("attr");
+        let (inside, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let calls: Vec<_> = (0..6)
+            .map(|_| {
+                let call = limited(id.clone(), inside.clone(), max.clone());
+                tokio::spawn(reg.scope(call))
+            })
+            .collect();
+        for c in calls {
+            c.await.expect("task").expect("call");
+        }
+        assert_eq!(
+            max.load(Ordering::SeqCst),
+            2,
+            "{name}: 2 bodies at once, never more"
+        );
+    }
+    let redlock = Registry::from_str(&format!(
+        "[backends.semq]\nmode = \"redlock\"\nnodes = [{}]\n",
+        quoted(&redlock_urls())
+    ))
+    .await
+    .expect("connect redlock");
+    let err = redlock
+        .check_sites()
+        .expect_err("semaphores are not offered on redlock");
+    let text = err.to_string();
+    assert!(
+        text.contains("limited") && text.contains("redlock"),
+        "{text}"
+    );
 }

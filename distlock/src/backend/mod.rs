@@ -84,6 +84,45 @@ pub(crate) fn mode_offers(
     protocol_offers(name, protocol, kind)
 }
 
+/// Whether a backend of `mode` offers semaphores (known before it is connected).
+pub(crate) fn mode_offers_semaphore(
+    name: &str,
+    mode: &Mode,
+    protocol: Protocol,
+) -> Result<(), LockError> {
+    let quorum = match mode {
+        Mode::Redlock { .. } => Some("redlock"),
+        Mode::Multi { .. } => Some("multi"),
+        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
+    };
+    semaphore_offered(name, quorum, protocol)
+}
+
+/// Semaphores need their holders counted in one place (one server, one cluster slot, or
+/// this process), in distlock's format: a quorum backend (`quorum`: its mode's name) or
+/// Redisson's format refuses them.
+fn semaphore_offered(
+    name: &str,
+    quorum: Option<&'static str>,
+    protocol: Protocol,
+) -> Result<(), LockError> {
+    if let Some(mode) = quorum {
+        return Err(LockError::Unsupported {
+            backend: name.to_owned(),
+            what: format!(
+                "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
+            ),
+        });
+    }
+    match protocol {
+        Protocol::Distlock => Ok(()),
+        Protocol::Redisson => Err(LockError::Unsupported {
+            backend: name.to_owned(),
+            what: "semaphores with protocol = \"redisson\" (distlock speaks only Redisson's reentrant/fenced lock so far; see the README's \"Redisson compatibility\")".to_string(),
+        }),
+    }
+}
+
 /// Under `protocol = "redisson"` only the reentrant (fenced) lock is implemented in
 /// Redisson's format so far: the other kinds fail, naming it, rather than silently using
 /// distlock's format beside a Redisson client.
@@ -308,30 +347,15 @@ impl Backend {
         protocol_offers(&self.name, self.protocol, kind)
     }
 
-    /// Whether semaphores can be taken here: their holders must live in one place (one
-    /// server, one cluster slot, or this process), in distlock's format.
+    /// Whether semaphores can be taken here (see [`semaphore_offered`]).
     pub(crate) fn supports_semaphore(&self) -> Result<(), LockError> {
-        let mode = match &self.driver {
+        let quorum = match &self.driver {
             Driver::Quorum(q) => Some(q.mode_name()),
             Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
                 None
             }
         };
-        if let Some(mode) = mode {
-            return Err(LockError::Unsupported {
-                backend: self.name.to_string(),
-                what: format!(
-                    "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
-                ),
-            });
-        }
-        match self.protocol {
-            Protocol::Distlock => Ok(()),
-            Protocol::Redisson => Err(LockError::Unsupported {
-                backend: self.name.to_string(),
-                what: "semaphores with protocol = \"redisson\" (distlock speaks only Redisson's reentrant/fenced lock so far; see the README's \"Redisson compatibility\")".to_string(),
-            }),
-        }
+        semaphore_offered(&self.name, quorum, self.protocol)
     }
 
     /// The Redis names of a lock of `kind` on `key` in this backend's format, for an
