@@ -38,7 +38,7 @@
 //! ```
 //!
 //! The [`#[distributed_lock]`](distributed_lock) attribute locks an `async fn`; [`Lock`]
-//! is the builder without the attribute; [`Registry`] is a configuration without the
+//! is the builder without the attribute; [`Semaphore`] lets at most N holders in at once; [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
 //!

@@ -53,6 +53,8 @@ use crate::{Lease, LockError};
 /// - A semaphore is a Redis object of its own: it does not exclude the locks of the same
 ///   key, and `distlock::fencing_token()` inside its section does not see it (use the
 ///   guard's token).
+/// - Not covered yet: holder information (`holder_info`), `distlock list` /
+///   [`Registry::inspect`] and forced release do not show or touch semaphores.
 ///
 /// ```
 /// use distlock::{Lease, Semaphore};

@@ -475,8 +475,22 @@ fn scripts_run_twice_count_once() {
     );
     let keys = [holders.as_str(), counts.as_str(), fence.as_str()];
     let a = "a".repeat(32);
+    let score = || -> f64 {
+        let v = resp_command(&addr, &["ZSCORE", &holders, &a]).expect("ZSCORE");
+        v.as_str().and_then(|s| s.parse().ok()).expect("a score")
+    };
     let first = pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&a, "1", "2", "30000"]));
+    let first_end = score();
+    std::thread::sleep(Duration::from_millis(20));
     let again = pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&a, "1", "2", "30000"]));
+    assert!(
+        score() > first_end,
+        "run again: a full lease from the run again"
+    );
+    // A shorter lease run again never shortens it.
+    let short = pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&a, "1", "2", "1000"]));
+    assert_eq!(short, first);
+    assert!(score() > first_end, "only ever extended");
     assert_eq!(first.0, 1, "acquired");
     assert_eq!(first, again, "run again: the same answer, the same token");
     let card = resp_command(&addr, &["ZCARD", &holders]).expect("ZCARD");
