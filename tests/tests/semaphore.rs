@@ -163,6 +163,12 @@ fn never_more_than_n_holders_across_processes_cluster() {
     across_processes("cluster", &cluster_urls().join(","));
 }
 
+#[test]
+fn never_more_than_n_holders_across_processes_sentinel() {
+    let nodes = format!("{}|{}", sentinel_master_name(), sentinel_urls().join(","));
+    across_processes("sentinel", &nodes);
+}
+
 /// A SIGKILLed holder (auto lease, watchdog_timeout 1 s) keeps its permit until its lease
 /// ends on the server, then it comes back by itself.
 fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Future<Output = ()> {

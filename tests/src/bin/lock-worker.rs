@@ -13,7 +13,7 @@
 //! `DONE <overlaps>`.
 //!
 //! `lock-worker sem MODE NODES COUNTER_URL KEY PERMITS TASKS ITERATIONS`: on a backend of
-//! MODE (`single` or `cluster`) at NODES, TASKS tasks each take 1 permit of the semaphore
+//! MODE (`single`, `cluster` or `sentinel`: NODES is then `MASTER_NAME|SENTINEL_URLS`) at NODES, TASKS tasks each take 1 permit of the semaphore
 //! KEY of PERMITS permits ITERATIONS times; inside, the holder counts itself in (INCR of
 //! `KEY:inside` on the redis-server at COUNTER_URL, recording the largest count seen in
 //! `KEY:max`), yields, and counts itself out. Prints `DONE <times the count exceeded PERMITS>`.
@@ -37,7 +37,8 @@ fn config(url: &str, watchdog: &str) -> String {
     )
 }
 
-/// A registry whose backend `main` is MODE (`single` or `cluster`) at NODES.
+/// A registry whose backend `main` is MODE at NODES: `single` (a URL), `cluster` (URLs,
+/// comma-separated) or `sentinel` (`MASTER_NAME|URL,URL,..` of the sentinels).
 async fn registry_of(
     mode: &str,
     nodes: &str,
@@ -48,6 +49,16 @@ async fn registry_of(
         "cluster" => {
             let list: Vec<String> = nodes.split(',').map(|n| format!("\"{n}\"")).collect();
             format!("mode = \"cluster\"\nnodes = [{}]", list.join(", "))
+        }
+        "sentinel" => {
+            let (master, sentinels) = nodes
+                .split_once('|')
+                .ok_or("sentinel NODES: MASTER_NAME|URL,URL,..")?;
+            let list: Vec<String> = sentinels.split(',').map(|n| format!("\"{n}\"")).collect();
+            format!(
+                "mode = \"sentinel\"\nmaster_name = \"{master}\"\nsentinels = [{}]",
+                list.join(", ")
+            )
         }
         other => return Err(format!("unknown mode {other}").into()),
     };
