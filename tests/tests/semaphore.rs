@@ -542,6 +542,12 @@ fn scripts_run_twice_count_once() {
     }
     let card = resp_command(&addr, &["ZCARD", &holders]).expect("ZCARD");
     assert_eq!(card.as_int(), Some(1), "no write by a refused call");
+    // The counts gone apart from the holders (deleted, evicted): b counts as holding every
+    // permit until its lease ends, so nobody is admitted beyond the limit.
+    resp_command(&addr, &["DEL", &counts]).expect("DEL");
+    let e = "e".repeat(32);
+    let refused = pair(&eval(&addr, SEM_ACQUIRE, &keys, &[&e, "1", "2", "30000"]));
+    assert_eq!(refused.0, 0, "b's count is unknown: full");
 }
 
 /// Bad input is a `LockError`, never a panic; redlock and multi refuse semaphores, naming

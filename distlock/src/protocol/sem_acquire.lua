@@ -27,11 +27,13 @@ local now = purge()
 if redis.call('zscore', holders, id) then
   redis.call('zadd', holders, 'xx', 'gt', now + lease, id)
   keep(now)
-  return {1, tonumber(redis.call('hget', counts, 't:' .. id) or 0)}
+  return {1, tonumber(redis.call('hget', counts, 't:' .. id) or redis.call('get', fence) or 0)}
 end
+-- A holder whose count is missing (its hash deleted or evicted apart from the zset) counts
+-- as holding every permit until its lease ends: never admit more than the limit.
 local used = 0
 for _, h in ipairs(redis.call('zrange', holders, 0, -1)) do
-  used = used + tonumber(redis.call('hget', counts, h) or 0)
+  used = used + (tonumber(redis.call('hget', counts, h)) or limit)
 end
 if used + n > limit then
   local first = redis.call('zrange', holders, 0, 0, 'withscores')
