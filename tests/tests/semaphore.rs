@@ -705,3 +705,76 @@ async fn the_attribute_limits_bodies_and_its_site_is_checked() {
         "{text}"
     );
 }
+
+/// An acquisition dropped while its script is in flight (the server stalled by `DEBUG
+/// SLEEP`, private server) leaves nothing held: the permit it may have taken is released in
+/// the background right behind it.
+#[tokio::test]
+async fn an_acquire_dropped_in_flight_leaves_nothing_held() {
+    let server =
+        distlock_tests::RedisProcess::start_with_args(&["--enable-debug-command", "local"]);
+    let reg = connect(
+        "private single",
+        &format!("mode = \"single\"\nurl = \"{}\"", server.url()),
+    )
+    .await;
+    let key = unique("sem-in-flight");
+    // A 30 s lease: only a release frees it within the 5 s looked at below.
+    let sem = reg
+        .semaphore(key.as_str(), 1)
+        .lease(Lease::Fixed(Duration::from_secs(30)));
+    // Warm: connected, scripts loaded.
+    sem.acquire(1)
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("release");
+    let addr = server.addr();
+    let sleeper = {
+        let addr = addr.clone();
+        tokio::task::spawn_blocking(move || {
+            distlock_tests::resp_command_timeout(
+                &addr,
+                &["DEBUG", "SLEEP", "0.6"],
+                Duration::from_secs(5),
+            )
+        })
+    };
+    // Until the server is asleep: a PING gets no answer within 50 ms.
+    let start = Instant::now();
+    loop {
+        let a = addr.clone();
+        let ping = tokio::task::spawn_blocking(move || {
+            distlock_tests::resp_command_timeout(&a, &["PING"], Duration::from_millis(50))
+        })
+        .await
+        .expect("ping");
+        if ping.is_err() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "DEBUG SLEEP never started"
+        );
+    }
+    let r = tokio::time::timeout(Duration::from_millis(100), sem.acquire(1)).await;
+    assert!(
+        r.is_err(),
+        "dropped while its script waits on the stalled server"
+    );
+    sleeper.await.expect("sleeper").expect("DEBUG SLEEP");
+    let holders = format!("lock:{{{key}}}:sem");
+    distlock_tests::wait_until(
+        Duration::from_secs(5),
+        "the in-flight permit released",
+        || {
+            resp_command(&addr, &["ZCARD", &holders])
+                .ok()
+                .and_then(|v| v.as_int())
+                == Some(0)
+        },
+    );
+    let g = sem.try_acquire(1).await.expect("try").expect("free");
+    g.release().await.expect("release");
+}
