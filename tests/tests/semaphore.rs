@@ -201,6 +201,22 @@ fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Fu
         child.kill().expect("SIGKILL the holder");
         let _ = child.wait();
         let killed = Instant::now();
+        // On single: the dead holder's lease end on the server's clock (no renewal comes now).
+        let holders = format!("lock:{{{key}}}:sem");
+        let server_ms = |args: &[&str]| -> Option<u64> {
+            match resp_command(&addr_of(&single_url()), args).ok()? {
+                RespValue::Array(v) if args[0] == "TIME" => {
+                    let s: u64 = v.first()?.as_str()?.parse().ok()?;
+                    let us: u64 = v.get(1)?.as_str()?.parse().ok()?;
+                    Some(s * 1000 + us / 1000)
+                }
+                RespValue::Array(v) => v.get(1)?.as_str()?.parse::<f64>().ok().map(|f| f as u64),
+                _ => None,
+            }
+        };
+        let lease_end = (mode == "single")
+            .then(|| server_ms(&["ZRANGE", &holders, "0", "-1", "WITHSCORES"]))
+            .flatten();
         assert!(
             sem.try_acquire(1).await.expect("try").is_none(),
             "{mode}: the dead holder's lease has not ended yet"
@@ -212,9 +228,19 @@ fn killed_holder(mode: &str, nodes: &str, reg: Registry) -> impl std::future::Fu
             .expect("the permit comes back after the dead holder's lease");
         let took = killed.elapsed();
         println!("{mode}: a SIGKILLed holder's permit came back after {took:?} (lease 1 s)");
-        // Renewed every third of the 1 s lease: at least ~2/3 of it was left at the kill.
+        if mode == "single" {
+            // Not before its lease ended, on the server's clock.
+            let end = lease_end.expect("the dead holder's lease end");
+            let now = server_ms(&["TIME"]).expect("TIME");
+            assert!(
+                now >= end,
+                "{mode}: given back {} ms before the lease ended",
+                end - now
+            );
+        }
+        // Renewed every third of the 1 s lease: well over 200 ms of it was left at the kill.
         assert!(
-            took >= Duration::from_millis(500),
+            took >= Duration::from_millis(200),
             "{mode}: back too early, {took:?}"
         );
         assert!(took <= Duration::from_millis(1500), "{mode}: {took:?}");
