@@ -603,16 +603,23 @@ async fn bad_input_and_unsupported_modes() {
     assert!(matches!(r, Err(LockError::InvalidKey { .. })), "{r:?}");
     let r = reg.semaphore("bad", 1).backend("nope").acquire(1).await;
     assert!(matches!(r, Err(LockError::NoSuchBackend { .. })), "{r:?}");
-    let redlock = connect(
-        "redlock",
-        &format!("mode = \"redlock\"\nnodes = [{}]", quoted(&redlock_urls())),
-    )
-    .await;
-    match redlock.semaphore("x", 2).acquire(1).await {
-        Err(LockError::Unsupported { what, .. }) => {
-            assert!(what.contains("redlock"), "{what}");
+    for mode in ["redlock", "multi"] {
+        let reg = connect(
+            mode,
+            &format!("mode = \"{mode}\"\nnodes = [{}]", quoted(&redlock_urls())),
+        )
+        .await;
+        match reg.semaphore("x", 2).acquire(1).await {
+            Err(LockError::Unsupported { what, .. }) => {
+                assert!(what.contains(&format!("mode = \"{mode}\"")), "{what}");
+            }
+            other => panic!("{mode}: {other:?}"),
         }
-        other => panic!("redlock: {other:?}"),
+        let r = reg.semaphore("x", 2).try_acquire(1).await;
+        assert!(
+            matches!(r, Err(LockError::Unsupported { .. })),
+            "{mode}: {r:?}"
+        );
     }
 }
 
