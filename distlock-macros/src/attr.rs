@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "..."` (or `keys = ["...", ...]`), `wait = "...",
-//! lease = "...", backend = "...", kind = "...", on_lost = "...", hold_at_least = "..."`, parsed with the span of every value so that errors point
+//! lease = "...", backend = "...", kind = "...", permits = N, on_lost = "...", hold_at_least = "..."`, parsed with the span of every value so that errors point
 //! at it. The key may also come first without its name: `#[distributed_lock("order:<id>")]`.
 
 use std::time::Duration;
@@ -17,6 +17,7 @@ const KNOWN: &[&str] = &[
     "lease",
     "backend",
     "kind",
+    "permits",
     "on_lost",
     "hold_at_least",
 ];
@@ -29,8 +30,10 @@ pub(crate) struct Args {
     pub wait: Option<Duration>,
     pub lease: Option<LeaseArg>,
     pub backend: Option<LitStr>,
-    /// `kind = "..."`: `reentrant` (the default), `fair`, `read` or `write`.
+    /// `kind = "..."`: `reentrant` (the default), `fair`, `read`, `write` or `semaphore`.
     pub kind: Option<String>,
+    /// `permits = N` (with `kind = "semaphore"` only): the semaphore's number of permits.
+    pub permits: Option<u32>,
     /// `on_lost = "cancel"` (the default) or `"signal"`.
     pub on_lost: Option<OnLostArg>,
     /// `hold_at_least = "30s"`: a run-once job's least hold (on the server's clock).
@@ -74,6 +77,7 @@ impl Parse for Args {
             lease: None,
             backend: None,
             kind: None,
+            permits: None,
             on_lost: None,
             hold_at_least: None,
         };
@@ -157,6 +161,7 @@ impl Parse for Args {
                     .map(|b| args.backend = Some(b)),
                 "keys" => parse_keys(&value).map(|k| args.keys = Some(k)),
                 "kind" => parse_kind(&value).map(|k| args.kind = Some(k)),
+                "permits" => parse_permits(&value).map(|p| args.permits = Some(p)),
                 "on_lost" => string(&name_str, &value, "\"cancel\" or \"signal\"")
                     .and_then(parse_on_lost)
                     .map(|o| args.on_lost = Some(o)),
@@ -239,10 +244,69 @@ impl Parse for Args {
                 }
             }
         }
+        // A semaphore: `kind = "semaphore"` and `permits = N` go together.
+        let semaphore = args.kind.as_deref() == Some("semaphore");
+        let permits_name = names.iter().find(|n| *n == "permits");
+        match (semaphore, permits_name, &kind_value) {
+            (false, Some(name), _) if seen.iter().all(|s| s != "kind") => {
+                errors.push(syn::Error::new_spanned(
+                    name,
+                    "`permits` is the number of permits of a semaphore: add `kind = \"semaphore\"`, or leave `permits` out",
+                ));
+            }
+            (false, Some(name), _) if args.kind.is_some() => {
+                errors.push(syn::Error::new_spanned(
+                    name,
+                    format!(
+                        "`permits` goes with `kind = \"semaphore\"` only, not with kind {:?}",
+                        args.kind.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+            (true, None, Some(value)) => {
+                errors.push(syn::Error::new_spanned(
+                    value,
+                    "a semaphore needs its number of permits: add e.g. `permits = 4`",
+                ));
+            }
+            _ => {}
+        }
+        if semaphore && args.on_lost == Some(OnLostArg::Signal) {
+            if let Some(name) = names.iter().find(|n| *n == "on_lost") {
+                errors.push(syn::Error::new_spanned(
+                    name,
+                    "`on_lost = \"signal\"` is not available with `kind = \"semaphore\"`: a semaphore's body is dropped at its next `.await` when its lease is lost",
+                ));
+            }
+        }
         match combine(errors) {
             Some(e) => Err(e),
             None => Ok(args),
         }
+    }
+}
+
+/// `permits = 4`: an integer literal from 1 to 2147483647.
+fn parse_permits(value: &Expr) -> syn::Result<u32> {
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(int), ..
+    }) = value
+    else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`permits` takes an integer literal, e.g. `permits = 4`",
+        ));
+    };
+    match int.base10_parse::<u32>() {
+        Ok(0) => Err(syn::Error::new_spanned(
+            int,
+            "`permits = 0` admits nobody: a semaphore needs at least 1 permit",
+        )),
+        Ok(n) if n <= i32::MAX as u32 => Ok(n),
+        _ => Err(syn::Error::new_spanned(
+            int,
+            "`permits` is at most 2147483647",
+        )),
     }
 }
 
@@ -389,7 +453,7 @@ fn parse_on_lost(lit: LitStr) -> syn::Result<OnLostArg> {
     }
 }
 
-/// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`.
+/// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`, `semaphore`.
 fn parse_kind(value: &Expr) -> syn::Result<String> {
     let kind = match value {
         Expr::Lit(ExprLit {
@@ -406,11 +470,11 @@ fn parse_kind(value: &Expr) -> syn::Result<String> {
         }
     };
     match kind.as_str() {
-        "reentrant" | "fair" | "read" | "write" => Ok(kind),
+        "reentrant" | "fair" | "read" | "write" | "semaphore" => Ok(kind),
         _ => Err(syn::Error::new_spanned(
             value,
             format!(
-                "unknown lock kind {:?}; the kinds are \"reentrant\" (the default), \"fair\", \"read\" and \"write\"",
+                "unknown lock kind {:?}; the kinds are \"reentrant\" (the default), \"fair\", \"read\", \"write\" and \"semaphore\" (with `permits = N`)",
                 kind
             ),
         )),

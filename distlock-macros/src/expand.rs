@@ -1,5 +1,6 @@
 //! Code generation: check the function, then wrap its body in `Lock::run` (with `keys =
-//! [..]`: `Lock::all([..]).run`, the same otherwise).
+//! [..]`: `Lock::all([..]).run`; with `kind = "semaphore", permits = N`:
+//! `Semaphore::new(key, N).run(1, ..)`, taking one permit; the same otherwise).
 //!
 //! ```text
 //! #[distributed_lock(key = "order:<user_id>", wait = "5s")]
@@ -8,7 +9,7 @@
 //! becomes
 //! ```text
 //! async fn place_order(user_id: u64) -> Result<Id, AppError> {
-//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind } }
+//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind, permits } }
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
 //!     match lock.run(::distlock::__private::typed::<Result<Id, AppError>, _>(async move { BODY })).await {
 //!         Ok(out) => out,
@@ -365,6 +366,10 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Some("write") => quote!(::distlock::LockKind::Write),
         _ => quote!(::distlock::LockKind::Reentrant),
     };
+    let site_permits = match (args.kind.as_deref(), args.permits) {
+        (Some("semaphore"), Some(n)) => quote!(::core::option::Option::Some(#n)),
+        _ => quote!(::core::option::Option::None),
+    };
     let site = quote! {
         ::distlock::__private::inventory::submit! {
             ::distlock::Site {
@@ -374,6 +379,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
                 file: ::core::file!(),
                 line: ::core::line!(),
                 kind: #site_kind,
+                permits: #site_permits,
             }
         }
     };
@@ -382,7 +388,13 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     let out = Ident::new("__distlock_out", Span::mixed_site());
     let body = Ident::new("__distlock_body", Span::mixed_site());
 
-    let constructor = if args.keys.is_some() {
+    let semaphore = args.kind.as_deref() == Some("semaphore");
+    let constructor = if semaphore {
+        // `Args::parse` requires `permits` with `kind = "semaphore"`.
+        let permits = args.permits.unwrap_or(1);
+        let rendered = keys.iter().map(|k| key_expr(k));
+        quote!(::distlock::Semaphore::new(#(#rendered)*, #permits))
+    } else if args.keys.is_some() {
         let rendered = keys.iter().map(|k| key_expr(k));
         quote!(::distlock::Lock::all([#(#rendered),*]))
     } else {
@@ -439,11 +451,13 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         <#ret as ::distlock::LockResult>::from_lock_error(#err)
     };
 
+    // A semaphore's section takes one permit.
+    let take = if semaphore { quote!(1u32,) } else { quote!() };
     let run = match shape {
         Shape::Async(_) => {
             // `typed` makes the body's `return` and `?` see the function's return type.
             quote! {
-                match #lock.run(::distlock::__private::typed::<#ret, _>(async move #block)).await {
+                match #lock.run(#take ::distlock::__private::typed::<#ret, _>(async move #block)).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }
@@ -452,7 +466,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Shape::Boxed(_) => quote! {
             let #body = #block;
             ::std::boxed::Box::pin(async move {
-                match #lock.run(#body).await {
+                match #lock.run(#take #body).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }

@@ -218,6 +218,33 @@ pub enum LockError {
         /// The largest value accepted.
         limit: Duration,
     },
+    /// A semaphore asked for a number of permits it cannot have, refused before anything
+    /// is sent: a semaphore of 0 permits, or an acquisition of 0 permits or of more than
+    /// the semaphore has.
+    ///
+    /// ```
+    /// use distlock::{LockError, Registry};
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let err = registry.semaphore("export", 4).acquire(5).await;
+    /// assert!(matches!(err, Err(LockError::InvalidPermits { .. })));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("semaphore `{key}` on backend `{backend}`: cannot take {asked} of {permits} permit(s): {reason}")]
+    #[non_exhaustive]
+    InvalidPermits {
+        /// The semaphore's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// The permits asked for.
+        asked: u32,
+        /// The semaphore's number of permits.
+        permits: u32,
+        /// Why it was refused.
+        reason: &'static str,
+    },
 }
 
 /// A duration as written in the configuration (`"24h"`), or `Debug` beyond that syntax.
@@ -278,7 +305,8 @@ impl LockError {
             | LockError::QuorumNotReached { key, .. }
             | LockError::ReplicationFailed { key, .. }
             | LockError::InvalidKey { key, .. }
-            | LockError::InvalidDuration { key, .. } => Some(key),
+            | LockError::InvalidDuration { key, .. }
+            | LockError::InvalidPermits { key, .. } => Some(key),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
@@ -299,6 +327,7 @@ impl LockError {
             | LockError::Backend { backend, .. }
             | LockError::Unsupported { backend, .. }
             | LockError::InvalidDuration { backend, .. }
+            | LockError::InvalidPermits { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }

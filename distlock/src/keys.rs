@@ -34,6 +34,21 @@ pub(crate) struct LockKeys {
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
+    /// `Some` for a semaphore (`crate::semaphore`): `hash` is then the holders' zset
+    /// `PREFIX{KEY}:sem` and `channel` `PREFIX{KEY}:sem:released`.
+    /// (Boxed, like `redisson`: every held lease keeps its keys.)
+    pub sem: Option<Box<SemKeys>>,
+}
+
+/// What the semaphore scripts (`protocol/sem_*.lua`) need besides the holders' zset.
+#[derive(Debug, Clone)]
+pub(crate) struct SemKeys {
+    /// The hash `PREFIX{KEY}:sem:n`: holder id -> permits, `t:<holder id>` -> token.
+    pub counts: String,
+    /// The permits this acquisition takes.
+    pub permits: u32,
+    /// The number of permits of the semaphore, as this acquisition sees it.
+    pub limit: u32,
 }
 
 /// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
@@ -91,7 +106,28 @@ impl LockKeys {
             info: None,
             redisson: None,
             hold_at_least: None,
+            sem: None,
         })
+    }
+
+    /// Names of the semaphore on `key` (`PREFIX{KEY}:sem`, `PREFIX{KEY}:sem:n`, channel
+    /// `PREFIX{KEY}:sem:released`; the fencing counter shared with the locks of the key),
+    /// for an acquisition of `permits` out of `limit`.
+    pub(crate) fn semaphore(
+        prefix: &str,
+        key: String,
+        permits: u32,
+        limit: u32,
+    ) -> Result<LockKeys, LockError> {
+        let mut keys = LockKeys::new(prefix, key)?;
+        keys.hash.push_str(":sem");
+        keys.channel = format!("{}:released", keys.hash);
+        keys.sem = Some(Box::new(SemKeys {
+            counts: format!("{}:n", keys.hash),
+            permits,
+            limit,
+        }));
+        Ok(keys)
     }
 
     /// Names of the reentrant (fenced) lock `name` in Redisson's format: the lock hash is
@@ -358,5 +394,12 @@ mod tests {
         for name in rw.extra().iter().chain(fair.extra().iter()) {
             assert_eq!(hash_tag(name), "k");
         }
+        let sem = LockKeys::semaphore("lock:", "k".into(), 1, 4).unwrap();
+        assert_eq!(sem.hash, "lock:{k}:sem");
+        assert_eq!(sem.channel, "lock:{k}:sem:released");
+        assert_eq!(sem.fence, "lock:{k}:fence");
+        let counts = &sem.sem.as_ref().unwrap().counts;
+        assert_eq!(counts, "lock:{k}:sem:n");
+        assert_eq!(hash_tag(counts), "k");
     }
 }

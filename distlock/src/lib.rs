@@ -39,7 +39,8 @@
 //!
 //! The [`#[distributed_lock]`](distributed_lock) attribute locks an `async fn`; [`Lock`]
 //! is the builder without the attribute ([`Lock::all`] for several keys at once, [`Leader`]
-//! to elect one leader among replicas); [`Registry`] is a configuration without the
+//! to elect one leader among replicas, [`Semaphore`] to let at most N holders in at once);
+//! [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
 //!
@@ -141,6 +142,7 @@ mod protocol;
 mod registry;
 mod report;
 mod runtime;
+mod semaphore;
 mod sites;
 mod watchdog;
 #[cfg(feature = "axum")]
@@ -161,6 +163,7 @@ pub use lock::Lock;
 pub use multi::{MultiLock, MultiLockGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 pub use report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+pub use semaphore::{Semaphore, SemaphoreGuard};
 pub use sites::{sites, Site};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.
@@ -180,6 +183,17 @@ pub mod __private {
         pub const RELEASE: &str = include_str!("protocol/release.lua");
         /// `renew.lua`.
         pub const RENEW: &str = include_str!("protocol/renew.lua");
+        /// `sem_acquire.lua`, after `sem_prologue.lua` and `fence_prologue.lua`.
+        pub const SEM_ACQUIRE: &str = concat!(
+            include_str!("protocol/sem_prologue.lua"),
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/sem_acquire.lua")
+        );
+        /// `sem_release.lua`, after `sem_prologue.lua`.
+        pub const SEM_RELEASE: &str = concat!(
+            include_str!("protocol/sem_prologue.lua"),
+            include_str!("protocol/sem_release.lua")
+        );
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`

@@ -708,10 +708,10 @@ impl Drop for Queued {
 }
 
 /// Counts a waiter as asleep while it lives.
-struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
+pub(crate) struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
 
 impl<'a> Asleep<'a> {
-    fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
+    pub(crate) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
         n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Asleep(n)
     }

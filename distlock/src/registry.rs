@@ -55,6 +55,7 @@ enum Slot {
 struct Pending {
     name: String,
     mode: distlock_config::Mode,
+    protocol: distlock_config::Protocol,
     backend: OnceLock<Arc<Backend>>,
     /// The address and why the last attempt failed.
     down: Mutex<(String, BackendError)>,
@@ -94,6 +95,17 @@ impl Slot {
             (_, Some(b)) => b.supports(kind),
             (Slot::Connecting(p), None) => crate::backend::mode_offers(&p.name, &p.mode, kind),
             (Slot::Ready(b), None) => b.supports(kind),
+        }
+    }
+
+    /// Whether the backend offers semaphores (one still being connected: by its mode).
+    fn supports_semaphore(&self) -> Result<(), LockError> {
+        match (self, self.get()) {
+            (_, Some(b)) => b.supports_semaphore(),
+            (Slot::Connecting(p), None) => {
+                crate::backend::mode_offers_semaphore(&p.name, &p.mode, p.protocol)
+            }
+            (Slot::Ready(b), None) => b.supports_semaphore(),
         }
     }
 }
@@ -273,6 +285,7 @@ impl Registry {
             // backend still being connected is judged by its configured mode).
             let name = site.backend.or(self.inner.defaults.backend.as_deref());
             let checked = match name.and_then(|n| self.inner.backends.get(n)) {
+                Some(slot) if site.permits.is_some() => slot.supports_semaphore(),
                 Some(slot) => slot.supports(site.kind),
                 None => self.backend(site.backend).map(drop),
             };
@@ -350,6 +363,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
                 let pending = Arc::new(Pending {
                     name: backend,
                     mode: cfg.mode.clone(),
+                    protocol: cfg.protocol,
                     backend: OnceLock::new(),
                     down: Mutex::new((address, source)),
                 });

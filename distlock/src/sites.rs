@@ -21,8 +21,12 @@ pub struct Site {
     pub file: &'static str,
     /// The line of the attribute.
     pub line: u32,
-    /// The kind of lock (`kind = "..."`); `init` checks that the backend offers it.
+    /// The kind of lock (`kind = "..."`); `init` checks that the backend offers it. A
+    /// semaphore site says `Reentrant` here, and has `permits`.
     pub kind: crate::LockKind,
+    /// `Some(N)` for a semaphore (`kind = "semaphore", permits = N`): `init` checks that
+    /// the backend offers semaphores.
+    pub permits: Option<u32>,
 }
 
 inventory::collect!(Site);
@@ -52,6 +56,7 @@ inventory::collect!(Site);
 /// assert_eq!(site.key, "invoice:<id>");
 /// assert_eq!(site.backend, Some("billing"));
 /// assert_eq!(site.kind, distlock::LockKind::Reentrant);
+/// assert_eq!(site.permits, None);
 /// assert!(site.line > 0);
 /// ```
 pub fn sites() -> impl Iterator<Item = &'static Site> {

@@ -6,6 +6,7 @@
 //! | `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed before the request's work began; it was not carried out | `Retry-After: 1` |
 //! | `InvalidKey` | 400 Bad Request: the key made from the request is unusable (e.g. longer than 1024 bytes) | |
 //! | `InvalidDuration` | 500 Internal Server Error: a lease or `watchdog_timeout` over `MAX_LEASE` (a server bug or misconfiguration) | |
+//! | `InvalidPermits` | 500 Internal Server Error: a semaphore of 0 permits, or asking for 0 or more than it has (a server bug) | |
 //! | `LeaseLost` | 500 Internal Server Error: **the outcome is unknown** (see below) | none |
 //! | `NotInitialized`, `NoSuchBackend`, `NoDefaultBackend`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
 //!
@@ -140,6 +141,7 @@ impl LockError {
             | LockError::NoSuchBackend { .. }
             | LockError::NoDefaultBackend { .. }
             | LockError::InvalidDuration { .. }
+            | LockError::InvalidPermits { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -198,6 +200,7 @@ impl LockError {
             LockError::Unsupported { .. } => "lock_unsupported",
             LockError::InvalidKey { .. } => "lock_invalid_key",
             LockError::InvalidDuration { .. } => "lock_invalid_duration",
+            LockError::InvalidPermits { .. } => "lock_invalid_permits",
         }
     }
 
@@ -535,6 +538,13 @@ mod tests {
                 what: "lease",
                 value: Duration::MAX,
                 limit: crate::MAX_LEASE,
+            },
+            LockError::InvalidPermits {
+                key: "export".into(),
+                backend: "main".into(),
+                asked: 5,
+                permits: 4,
+                reason: "more than the semaphore has",
             },
             LockError::NotHeld {
                 key: "order:42".into(),

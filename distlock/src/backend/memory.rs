@@ -90,6 +90,29 @@ struct State {
     ops: u64,
     /// Fenced values (`crate::fence`): value, token, expiry.
     fenced: HashMap<String, (Vec<u8>, u64, Option<Instant>)>,
+    /// Semaphores (as `protocol/sem_*.lua`): by holders' key, each holder's permits, lease
+    /// end and token.
+    sems: HashMap<String, HashMap<OwnerId, SemHolder>>,
+}
+
+/// One holder of a semaphore's permits.
+#[derive(Debug, Clone, Copy)]
+struct SemHolder {
+    permits: u32,
+    expires_at: Instant,
+    token: u64,
+}
+
+/// The live holders of the semaphore `hash` (the expired ones removed; an empty one is
+/// forgotten by the caller).
+fn sem_live<'a>(
+    sems: &'a mut HashMap<String, HashMap<OwnerId, SemHolder>>,
+    hash: &str,
+    now: Instant,
+) -> &'a mut HashMap<OwnerId, SemHolder> {
+    let holders = sems.entry(hash.to_owned()).or_default();
+    holders.retain(|_, h| h.expires_at > now);
+    holders
 }
 
 impl State {
@@ -167,6 +190,13 @@ impl MemoryDriver {
                 q.head(now);
                 !q.queue.is_empty()
             });
+            st.sems.retain(|_, holders| {
+                holders.retain(|_, h| h.expires_at > now);
+                !holders.is_empty()
+            });
+        }
+        if let Some(sem) = &keys.sem {
+            return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
         }
         match keys.kind {
             LockKind::Read | LockKind::Write => {
@@ -228,6 +258,60 @@ impl MemoryDriver {
                 },
             },
         }
+    }
+
+    /// As `protocol/sem_acquire.lua`: a holder found again extends its lease to a full one
+    /// from now; a new one is admitted when the holders' total plus its permits fits the
+    /// limit it carries.
+    fn sem_acquire(
+        st: &mut State,
+        keys: &LockKeys,
+        sem: &crate::keys::SemKeys,
+        owner: OwnerId,
+        lease: Duration,
+        now: Instant,
+    ) -> Attempt {
+        let holders = sem_live(&mut st.sems, &keys.hash, now);
+        if let Some(h) = holders.get_mut(&owner) {
+            h.expires_at = h.expires_at.max(later(now, lease));
+            return Attempt::Acquired { token: h.token };
+        }
+        let used: u64 = holders.values().map(|h| u64::from(h.permits)).sum();
+        if used + u64::from(sem.permits) > u64::from(sem.limit) {
+            let first = holders.values().map(|h| h.expires_at).min();
+            return Attempt::Held {
+                ttl: Some(first.map_or(Duration::from_millis(1), |e| {
+                    (e - now).max(Duration::from_millis(1))
+                })),
+            };
+        }
+        let token = st.next_token(&keys.fence);
+        st.sems.entry(keys.hash.clone()).or_default().insert(
+            owner,
+            SemHolder {
+                permits: sem.permits,
+                expires_at: later(now, lease),
+                token,
+            },
+        );
+        Attempt::Acquired { token }
+    }
+
+    /// As `protocol/sem_release.lua`.
+    fn sem_release(&self, keys: &LockKeys, owner: OwnerId) -> Released {
+        let now = Instant::now();
+        let mut st = self.state();
+        let holders = sem_live(&mut st.sems, &keys.hash, now);
+        let was = holders.remove(&owner).is_some();
+        if holders.is_empty() {
+            st.sems.remove(&keys.hash);
+        }
+        drop(st);
+        if !was {
+            return Released::NotHeld;
+        }
+        self.hub.deliver(&keys.channel);
+        Released::Freed
     }
 
     fn rw_acquire(
@@ -355,6 +439,9 @@ impl MemoryDriver {
 
     pub(super) fn release(&self, keys: &LockKeys, hold: Hold) -> Released {
         let owner = hold.owner;
+        if keys.sem.is_some() {
+            return self.sem_release(keys, owner);
+        }
         if matches!(keys.kind, LockKind::Read | LockKind::Write) {
             return self.rw_release(keys, owner);
         }
@@ -389,6 +476,16 @@ impl MemoryDriver {
         items
             .iter()
             .map(|(keys, owner)| {
+                if keys.sem.is_some() {
+                    let holders = sem_live(&mut st.sems, &keys.hash, now);
+                    return match holders.get_mut(owner) {
+                        Some(h) => {
+                            h.expires_at = h.expires_at.max(later(now, lease));
+                            true
+                        }
+                        None => false,
+                    };
+                }
                 if matches!(keys.kind, LockKind::Read | LockKind::Write) {
                     let Some(rw) = st.rw.get_mut(&keys.hash) else {
                         return false;

@@ -40,7 +40,7 @@ enum Driver {
     Cluster(cluster::Cluster),
     Sentinel(Arc<sentinel::SentinelMaster>),
     Quorum(quorum::QuorumDriver),
-    Memory(memory::MemoryDriver),
+    Memory(Box<memory::MemoryDriver>),
 }
 
 /// One configured backend.
@@ -78,6 +78,45 @@ pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(),
         Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
     };
     offers(name, quorum, kind)
+}
+
+/// Whether a backend of `mode` offers semaphores (known before it is connected).
+pub(crate) fn mode_offers_semaphore(
+    name: &str,
+    mode: &Mode,
+    protocol: Protocol,
+) -> Result<(), LockError> {
+    let quorum = match mode {
+        Mode::Redlock { .. } => Some("redlock"),
+        Mode::Multi { .. } => Some("multi"),
+        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
+    };
+    semaphore_offered(name, quorum, protocol)
+}
+
+/// Semaphores need their holders counted in one place (one server, one cluster slot, or
+/// this process), in distlock's format: a quorum backend (`quorum`: its mode's name) or
+/// Redisson's format refuses them.
+fn semaphore_offered(
+    name: &str,
+    quorum: Option<&'static str>,
+    protocol: Protocol,
+) -> Result<(), LockError> {
+    if let Some(mode) = quorum {
+        return Err(LockError::Unsupported {
+            backend: name.to_owned(),
+            what: format!(
+                "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
+            ),
+        });
+    }
+    match protocol {
+        Protocol::Distlock => Ok(()),
+        Protocol::Redisson => Err(LockError::Unsupported {
+            backend: name.to_owned(),
+            what: "semaphores with protocol = \"redisson\" (Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see the README's \"Redisson compatibility\")".to_string(),
+        }),
+    }
 }
 
 /// What `protocol = "redisson"` cannot be combined with, as an init error.
@@ -161,7 +200,7 @@ impl Backend {
         let (driver, hub, address) = match &cfg.mode {
             Mode::Memory => {
                 let hub = Hub::local();
-                let driver = Driver::Memory(memory::MemoryDriver::new(hub.clone()));
+                let driver = Driver::Memory(Box::new(memory::MemoryDriver::new(hub.clone())));
                 (driver, hub, "memory".to_string())
             }
             Mode::Single { url, .. } => {
@@ -289,6 +328,17 @@ impl Backend {
             }
         };
         offers(&self.name, quorum, kind)
+    }
+
+    /// Whether semaphores can be taken here (see [`semaphore_offered`]).
+    pub(crate) fn supports_semaphore(&self) -> Result<(), LockError> {
+        let quorum = match &self.driver {
+            Driver::Quorum(q) => Some(q.mode_name()),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                None
+            }
+        };
+        semaphore_offered(&self.name, quorum, self.protocol)
     }
 
     /// The Redis names of a lock of `kind` on `key` in this backend's format, for an

@@ -70,14 +70,21 @@ pub(crate) enum Script {
     RedissonFairForceUnlock,
     /// `crate::leader`: publish a change of leader to the observers.
     Announce,
+    /// `crate::semaphore`: take permits.
+    SemAcquire,
+    /// `crate::semaphore`: give back one acquisition's permits.
+    SemRelease,
+    /// `crate::semaphore`: the watchdog's renewal of one holder.
+    SemRenew,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
 const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
+const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
 
 impl Script {
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 26] = [
+    pub(crate) const ALL: [Script; 29] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -104,11 +111,14 @@ impl Script {
         Script::RedissonWriteUnlock,
         Script::RedissonFairForceUnlock,
         Script::Announce,
+        Script::SemAcquire,
+        Script::SemRelease,
+        Script::SemRenew,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 26]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 29]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -140,6 +150,14 @@ impl Script {
                     include_str!("redisson/fair_force_unlock.lua").to_owned()
                 }
                 Script::Announce => include_str!("announce.lua").to_owned(),
+                Script::SemAcquire => [
+                    SEM_PROLOGUE,
+                    FENCE_PROLOGUE,
+                    include_str!("sem_acquire.lua"),
+                ]
+                .concat(),
+                Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
+                Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
             })
         });
         &SOURCES[self as usize]
@@ -147,7 +165,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 26]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 29]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -274,6 +292,17 @@ impl Call {
         if let Some(r) = &keys.redisson {
             return Call::redisson_acquire(keys, r, hold, lease, wait);
         }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemAcquire,
+                vec![keys.hash.clone(), sem.counts.clone(), keys.fence.clone()],
+                Vec::new(),
+            )
+            .arg(hold.owner.hex())
+            .arg(sem.permits.to_string())
+            .arg(sem.limit.to_string())
+            .arg(millis(lease));
+        }
         let lease = millis(lease);
         let wait = wait.as_millis().min(i64::MAX as u128).to_string();
         let nested = if hold.nested { "1" } else { "0" };
@@ -395,7 +424,10 @@ impl Call {
             | Script::RedissonReadRenew
             | Script::RedissonWriteLock
             | Script::RedissonFairForceUnlock
-            | Script::Announce => return None,
+            | Script::Announce
+            | Script::SemAcquire
+            | Script::SemRelease
+            | Script::SemRenew => return None,
         };
         self.keys.get(at).map(String::as_str)
     }
@@ -481,6 +513,16 @@ impl Call {
                 .arg(latch_ttl),
             };
         }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemRelease,
+                vec![keys.hash.clone(), sem.counts.clone()],
+                Vec::new(),
+            )
+            .arg(hold.owner.hex())
+            .arg(&keys.channel)
+            .arg(publish.verb());
+        }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Release, keys)
                 .only_hash()
@@ -563,6 +605,15 @@ impl Call {
                 .arg(millis(lease))
                 .arg(field),
             };
+        }
+        if let Some(sem) = &keys.sem {
+            return Call::raw(
+                Script::SemRenew,
+                vec![keys.hash.clone(), sem.counts.clone()],
+                Vec::new(),
+            )
+            .arg(owner.hex())
+            .arg(millis(lease));
         }
         match keys.kind {
             LockKind::Reentrant | LockKind::Fair => Call::new(Script::Renew, keys)
@@ -736,13 +787,61 @@ mod tests {
     fn scripts_check_the_same_bounds_as_the_builder() {
         let lease = format!("lease > {}", crate::MAX_LEASE.as_millis());
         let wait = format!("wait > {}", crate::MAX_WAIT.as_millis());
-        for s in [Script::Acquire, Script::Renew, Script::RwRenew] {
+        for s in [
+            Script::Acquire,
+            Script::Renew,
+            Script::RwRenew,
+            Script::SemAcquire,
+            Script::SemRenew,
+        ] {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
         }
         for s in [Script::FairAcquire, Script::RwAcquire] {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
             assert!(s.source().contains(&wait), "{s:?} checks {wait}");
         }
+    }
+
+    #[test]
+    fn semaphore_calls_use_the_semaphore_scripts_and_keys() {
+        assert_eq!(
+            crate::__private::scripts::SEM_ACQUIRE,
+            Script::SemAcquire.source()
+        );
+        assert_eq!(
+            crate::__private::scripts::SEM_RELEASE,
+            Script::SemRelease.source()
+        );
+        let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5).unwrap();
+        let hold = Hold::fresh();
+        let a = Call::acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        assert_eq!(a.script, Script::SemAcquire);
+        assert_eq!(
+            a.keys,
+            vec!["lock:{k}:sem", "lock:{k}:sem:n", "lock:{k}:fence"]
+        );
+        assert_eq!(
+            a.args[1..],
+            [b"2".to_vec(), b"5".to_vec(), b"30000".to_vec()]
+        );
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(a.attempt(&pair(1, 9)), Ok(Attempt::Acquired { token: 9 }));
+        assert_eq!(
+            a.attempt(&pair(0, 20)),
+            Ok(Attempt::Held {
+                ttl: Some(Duration::from_millis(20))
+            })
+        );
+        let r = Call::release(&keys, hold, Publish::Sharded);
+        assert_eq!(r.script, Script::SemRelease);
+        assert_eq!(r.args[1], b"lock:{k}:sem:released");
+        assert_eq!(r.args[2], b"spublish");
+        assert_eq!(r.released(&Value::Int(0)), Ok(Released::Freed));
+        assert_eq!(r.released(&Value::Int(-1)), Ok(Released::NotHeld));
+        let w = Call::renew(&keys, hold.owner, Duration::from_secs(1));
+        assert_eq!(w.script, Script::SemRenew);
+        assert_eq!(w.keys, vec!["lock:{k}:sem", "lock:{k}:sem:n"]);
+        assert_eq!(w.args[1], b"1000");
     }
 
     #[test]

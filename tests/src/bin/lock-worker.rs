@@ -20,6 +20,15 @@
 //! when it stops leading on a `resign` line on stdin, then `RESIGNED ID EPOCH T` and exits.
 //! `exit` on stdin (or stdin closed) while campaigning drops the campaign and exits.
 //!
+//! `lock-worker sem MODE NODES COUNTER_URL KEY PERMITS TASKS ITERATIONS`: on a backend of
+//! MODE (`single`, `cluster` or `sentinel`: NODES is then `MASTER_NAME|SENTINEL_URLS`) at NODES, TASKS tasks each take 1 permit of the semaphore
+//! KEY of PERMITS permits ITERATIONS times; inside, the holder counts itself in (INCR of
+//! `KEY:inside` on the redis-server at COUNTER_URL, recording the largest count seen in
+//! `KEY:max`), yields, and counts itself out. Prints `DONE <times the count exceeded PERMITS>`.
+//!
+//! `lock-worker sem-hold MODE NODES KEY PERMITS WATCHDOG`: takes 1 permit of the semaphore
+//! KEY (auto lease, watchdog_timeout WATCHDOG), prints `HELD <token>` and waits forever.
+//!
 //! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
 //! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
 //!
@@ -38,6 +47,42 @@ fn config(url: &str, watchdog: &str) -> String {
         "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"60s\"\n[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
     )
 }
+
+/// A registry whose backend `main` is MODE at NODES: `single` (a URL), `cluster` (URLs,
+/// comma-separated) or `sentinel` (`MASTER_NAME|URL,URL,..` of the sentinels).
+async fn registry_of(
+    mode: &str,
+    nodes: &str,
+    watchdog: &str,
+) -> Result<Registry, Box<dyn std::error::Error>> {
+    let backend = match mode {
+        "single" => format!("mode = \"single\"\nurl = \"{nodes}\""),
+        "cluster" => {
+            let list: Vec<String> = nodes.split(',').map(|n| format!("\"{n}\"")).collect();
+            format!("mode = \"cluster\"\nnodes = [{}]", list.join(", "))
+        }
+        "sentinel" => {
+            let (master, sentinels) = nodes
+                .split_once('|')
+                .ok_or("sentinel NODES: MASTER_NAME|URL,URL,..")?;
+            let list: Vec<String> = sentinels.split(',').map(|n| format!("\"{n}\"")).collect();
+            format!(
+                "mode = \"sentinel\"\nmaster_name = \"{master}\"\nsentinels = [{}]",
+                list.join(", ")
+            )
+        }
+        other => return Err(format!("unknown mode {other}").into()),
+    };
+    Ok(Registry::from_str(&format!(
+        "[defaults]\nwatchdog_timeout = \"{watchdog}\"\nwait = \"60s\"\n[backends.main]\n{backend}\n"
+    ))
+    .await?)
+}
+
+/// INCR KEYS[1], keeping the largest value seen in KEYS[2]; returns the new value.
+const COUNT_IN: &str = "local v = redis.call('incr', KEYS[1]) \
+    if v > tonumber(redis.call('get', KEYS[2]) or 0) then redis.call('set', KEYS[2], v) end \
+    return v";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -187,6 +232,61 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
+        Some("sem") if args.len() == 9 => {
+            let (mode, nodes, counter_url, key) = (&args[2], &args[3], &args[4], &args[5]);
+            let permits: u32 = args[6].parse()?;
+            let tasks: usize = args[7].parse()?;
+            let iterations: usize = args[8].parse()?;
+            let registry = registry_of(mode, nodes, "5s").await?;
+            let client = redis::Client::open(counter_url.as_str())?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let over = Arc::new(AtomicU64::new(0));
+            let mut handles = Vec::new();
+            for _ in 0..tasks {
+                let (sem, mut conn, key, over) = (
+                    registry.semaphore(key.as_str(), permits),
+                    conn.clone(),
+                    key.clone(),
+                    over.clone(),
+                );
+                handles.push(tokio::spawn(async move {
+                    let count_in = redis::Script::new(COUNT_IN);
+                    for _ in 0..iterations {
+                        let guard = sem.acquire(1).await.expect("acquire a permit");
+                        let inside: i64 = count_in
+                            .key(format!("{key}:inside"))
+                            .key(format!("{key}:max"))
+                            .invoke_async(&mut conn)
+                            .await
+                            .expect("count in");
+                        if inside > i64::from(permits) {
+                            over.fetch_add(1, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        let _: i64 = conn.decr(format!("{key}:inside"), 1).await.expect("decr");
+                        guard.release().await.expect("release");
+                    }
+                }));
+            }
+            for h in handles {
+                h.await?;
+            }
+            println!("DONE {}", over.load(Ordering::SeqCst));
+            Ok(())
+        }
+        Some("sem-hold") if args.len() == 7 => {
+            let registry = registry_of(&args[2], &args[3], &args[6]).await?;
+            let permits: u32 = args[5].parse()?;
+            let guard = registry
+                .semaphore(args[4].as_str(), permits)
+                .lease(Lease::Auto)
+                .acquire(1)
+                .await?;
+            println!("HELD {}", guard.fencing_token());
+            loop {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        }
         Some("hold") if args.len() == 5 => {
             let registry = Registry::from_str(&config(&args[2], &args[4])).await?;
             let guard = registry.lock(args[3].as_str()).lease(Lease::Auto).acquire().await?;
@@ -255,6 +355,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("DONE");
             Ok(())
         }
-        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS | lock-worker leader MODE NODES NAME WATCHDOG ID".into()),
+        _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS | lock-worker leader MODE NODES NAME WATCHDOG ID | lock-worker sem MODE NODES COUNTER_URL KEY PERMITS TASKS ITERATIONS | lock-worker sem-hold MODE NODES KEY PERMITS WATCHDOG | lock-worker hold-redisson URL KEY WATCHDOG KIND".into()),
     }
 }

@@ -1,0 +1,588 @@
+//! Semaphores: at most N permits held at once across processes, each acquisition with a
+//! lease of its own.
+//!
+//! On Redis a semaphore is the zset `PREFIX{KEY}:sem` (holder id -> the end of its lease,
+//! on the server's clock) and the hash `PREFIX{KEY}:sem:n` (each holder's permits and
+//! fencing token), changed only by the scripts `protocol/sem_*.lua`, which purge the holders
+//! whose lease has ended before anything else: a crashed holder's permits come back when its
+//! lease ends. A release publishes on `PREFIX{KEY}:sem:released`, waking the waiters; a
+//! waiter also wakes when the earliest holder's lease ends.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::backoff::Backoff;
+use crate::guard::ReleaseOnDrop;
+use crate::held::LeaseState;
+use crate::keys::LockKeys;
+use crate::lock::LockSite;
+use crate::owner::Hold;
+use crate::protocol::{Attempt, Released};
+use crate::registry::Registry;
+use crate::{Lease, LockError};
+
+/// A counting semaphore across processes: at most `permits` permits held at once, each
+/// acquisition (of one or more permits) with a lease of its own. Made by
+/// [`Semaphore::new`] (the registry in force) or [`Registry::semaphore`].
+///
+/// - **Leases.** `Lease::Auto` (the default unless `[defaults].lease` says otherwise) is
+///   renewed by the backend's watchdog while the guard lives, and the guard hears of a lost
+///   lease a margin before the server can give its permits to another holder (the same rule
+///   as locks); `Lease::Fixed(d)` is never renewed. A holder that crashes holds its permits
+///   until its lease ends on the server, then they come back by themselves.
+/// - **Changing the number of permits.** Every acquisition carries the `permits` of the
+///   `Semaphore` it was made from, and is admitted only if the permits held by everyone
+///   plus its own fit in that number. So a new number takes effect with the next
+///   acquisition that carries it, and holders are never evicted: after shrinking from 4 to
+///   2 while 4 are held, nobody asking with 2 is admitted until fewer than 2 are held.
+///   Every user of a key should use the same number; an acquisition carrying an older,
+///   larger number is still judged by it.
+/// - **Waiting.** A waiter sleeps until a release of this semaphore is published or the
+///   earliest holder's lease ends, whichever comes first, within `wait`. Waiters are not
+///   queued: a waiter asking for many permits can be overtaken by ones asking for fewer.
+/// - **Fencing.** Each acquisition draws a token from the fencing counter its key shares
+///   with the locks of that key ([`SemaphoreGuard::fencing_token`]): tokens grow strictly
+///   with every acquisition, so a resource can refuse writes older than the last it saw.
+/// - **Backends.** `single`, `cluster` (all of a semaphore's keys share its hash tag, so one
+///   slot), `sentinel` and `memory`. On `redlock` and `multi`, and with
+///   `protocol = "redisson"`, acquiring returns `LockError::Unsupported`.
+/// - A semaphore is a Redis object of its own: it does not exclude the locks of the same
+///   key, and `distlock::fencing_token()` inside its section does not see it (use the
+///   guard's token).
+/// - Not covered yet: holder information (`holder_info`), `distlock list` /
+///   [`Registry::inspect`] and forced release do not show or touch semaphores.
+///
+/// ```
+/// use distlock::{Lease, Semaphore};
+/// use std::time::Duration;
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+/// let exports = Semaphore::new("export:acme", 4)
+///     .wait(Duration::from_secs(5))
+///     .lease(Lease::Auto);
+/// let permit = exports.acquire(1).await?;
+/// // ... at most 4 exports of acme run at once, across every process ...
+/// assert_eq!(permit.permits(), 1);
+/// permit.release().await?;
+///
+/// // Or try once:
+/// if let Some(two) = exports.try_acquire(2).await? {
+///     drop(two); // released in the background
+/// }
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a Semaphore does nothing until acquired"]
+pub struct Semaphore {
+    key: String,
+    permits: u32,
+    backend: Option<String>,
+    wait: Option<Duration>,
+    lease: Option<Lease>,
+    registry: Option<Registry>,
+    site: LockSite,
+}
+
+impl Semaphore {
+    /// A semaphore of `permits` permits on `key`, on the default backend of the registry in
+    /// force (the innermost [`Registry::scope`] of this task, else the global one). A
+    /// `permits` of 0 is refused when acquiring (`LockError::InvalidPermits`); keys follow
+    /// the rules of [`Lock::new`](crate::Lock::new).
+    ///
+    /// ```
+    /// let s = distlock::Semaphore::new("export:acme", 4);
+    /// assert_eq!((s.key(), s.permits()), ("export:acme", 4));
+    /// ```
+    #[track_caller]
+    pub fn new(key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore {
+            key: key.into(),
+            permits,
+            backend: None,
+            wait: None,
+            lease: None,
+            registry: None,
+            site: LockSite::Caller(std::panic::Location::caller()),
+        }
+    }
+
+    /// Name the site (metrics' `site` label) instead of the `file:line` of `new` (see
+    /// [`Lock::site`](crate::Lock::site)).
+    ///
+    /// ```
+    /// let s = distlock::Semaphore::new("export:acme", 4).site("exports::run");
+    /// # drop(s);
+    /// ```
+    pub fn site(mut self, name: &'static str) -> Semaphore {
+        self.site = LockSite::Named(name);
+        self
+    }
+
+    /// Use the backend of this name (`[backends.NAME]`) instead of the default.
+    ///
+    /// ```
+    /// let s = distlock::Semaphore::new("export:acme", 4).backend("orders");
+    /// # drop(s);
+    /// ```
+    pub fn backend(mut self, name: impl Into<String>) -> Semaphore {
+        self.backend = Some(name.into());
+        self
+    }
+
+    /// Longest wait to acquire; `Duration::ZERO` tries once. Default: `[defaults].wait`.
+    ///
+    /// ```
+    /// let s = distlock::Semaphore::new("export:acme", 4).wait(std::time::Duration::from_secs(5));
+    /// # drop(s);
+    /// ```
+    pub fn wait(mut self, wait: Duration) -> Semaphore {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease of each acquisition. Default: `[defaults].lease`. A lease over
+    /// [`MAX_LEASE`](crate::MAX_LEASE) is refused (`LockError::InvalidDuration`).
+    ///
+    /// ```
+    /// use distlock::{Lease, Semaphore};
+    /// let s = Semaphore::new("export:acme", 4).lease(Lease::Fixed(std::time::Duration::from_secs(30)));
+    /// # drop(s);
+    /// ```
+    pub fn lease(mut self, lease: Lease) -> Semaphore {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The key, as given.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The number of permits (what each acquisition is admitted against).
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// A semaphore like this one with `permits` permits: acquisitions made from it are
+    /// admitted against the new number (see "Changing the number of permits" on
+    /// [`Semaphore`]).
+    ///
+    /// ```
+    /// let s = distlock::Semaphore::new("export:acme", 4).set_permits(2);
+    /// assert_eq!(s.permits(), 2);
+    /// ```
+    pub fn set_permits(mut self, permits: u32) -> Semaphore {
+        self.permits = permits;
+        self
+    }
+
+    /// Take `n` permits, waiting at most the configured wait.
+    ///
+    /// Errors: `Timeout` when too few permits came free in time; `InvalidPermits` for a
+    /// semaphore of 0 permits, or `n` of 0 or above its permits; `InvalidDuration` for a
+    /// lease over `MAX_LEASE`; `Unsupported` on redlock, multi or a Redisson-format
+    /// backend; `Backend` when Redis failed (once waiting, transient failures are retried
+    /// within the wait); `NotInitialized`, `NoSuchBackend`, `InvalidKey`. When this future
+    /// is dropped, or fails, nothing stays held.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let s = registry.semaphore("pool", 3);
+    /// let a = s.acquire(2).await?;
+    /// let b = s.acquire(1).await?;
+    /// assert!(s.try_acquire(1).await?.is_none()); // all 3 taken
+    /// drop((a, b));
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn acquire(&self, n: u32) -> Result<SemaphoreGuard, LockError> {
+        let registry = match &self.registry {
+            Some(r) => r.clone(),
+            None => crate::registry::current()?,
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        let defaults = registry.defaults();
+        let wait = self.wait.unwrap_or(defaults.wait);
+        let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
+        let site = crate::metrics::site_label(self.site);
+        let span = tracing::debug_span!("distlock.semaphore", backend = %backend.name, key = %self.key, permits = self.permits, n);
+        let name = backend.name.clone();
+        let start = Instant::now();
+        let r = tracing::Instrument::instrument(
+            acquire(
+                backend,
+                self.key.clone(),
+                self.permits,
+                n,
+                wait,
+                lease,
+                site,
+            ),
+            span,
+        )
+        .await;
+        let outcome = match &r {
+            Ok(_) => crate::metrics::Outcome::Acquired,
+            Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+            Err(_) => crate::metrics::Outcome::Error,
+        };
+        crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        r
+    }
+
+    /// Try once: `Ok(None)` when fewer than `n` permits are free.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let one = registry.semaphore("single-slot", 1).try_acquire(1).await?.expect("free");
+    /// assert!(registry.semaphore("single-slot", 1).try_acquire(1).await?.is_none());
+    /// one.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphoreGuard>, LockError> {
+        let once = Semaphore {
+            wait: Some(Duration::ZERO),
+            ..self.clone()
+        };
+        match once.acquire(n).await {
+            Ok(g) => Ok(Some(g)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Take `n` permits, run `body`, then give them back (on every way out: return, panic,
+    /// this future dropped). With `Lease::Auto`, a lost lease drops `body` at its next
+    /// `.await` and returns `LeaseLost` (as [`Lock::run`](crate::Lock::run)), so the body
+    /// must be cancel-safe. A failed release after the body is logged, not returned.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let rows = registry.semaphore("export:acme", 4).run(1, async { 42 }).await?;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn run<F: Future>(&self, n: u32, body: F) -> Result<F::Output, LockError> {
+        let guard = self.acquire(n).await?;
+        let output = if guard.state.auto {
+            tokio::pin!(body);
+            tokio::select! {
+                biased;
+                out = &mut body => out,
+                lost = guard.lost() => return Err(lost),
+            }
+        } else {
+            body.await
+        };
+        let (key, backend) = (guard.key().to_owned(), guard.backend().to_owned());
+        if let Err(e) = guard.release().await {
+            tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release of semaphore permits after the section failed");
+        }
+        Ok(output)
+    }
+}
+
+impl Registry {
+    /// A semaphore of `permits` permits on `key` in this registry: see [`Semaphore`].
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.semaphore("export:acme", 2).acquire(2).await?;
+    /// assert!(g.is_held());
+    /// g.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    #[track_caller]
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore {
+            registry: Some(self.clone()),
+            ..Semaphore::new(key, permits)
+        }
+    }
+}
+
+fn invalid(backend: &Backend, key: String, asked: u32, permits: u32) -> Option<LockError> {
+    let reason = if permits == 0 {
+        "a semaphore needs at least 1 permit"
+    } else if asked == 0 {
+        "an acquisition takes at least 1 permit"
+    } else if asked > permits {
+        "more than the semaphore has"
+    } else {
+        return None;
+    };
+    Some(LockError::InvalidPermits {
+        key,
+        backend: backend.name.to_string(),
+        asked,
+        permits,
+        reason,
+    })
+}
+
+async fn acquire(
+    backend: Arc<Backend>,
+    key: String,
+    permits: u32,
+    n: u32,
+    wait: Duration,
+    lease: Lease,
+    label: &'static str,
+) -> Result<SemaphoreGuard, LockError> {
+    backend.supports_semaphore()?;
+    if let Some(e) = invalid(&backend, key.clone(), n, permits) {
+        return Err(e);
+    }
+    let (lease_len, auto) = match lease {
+        Lease::Auto => (backend.watchdog_timeout, true),
+        Lease::Fixed(d) => (d, false),
+    };
+    let keys = LockKeys::semaphore(&backend.prefix, key, n, permits)?;
+    if lease_len > crate::MAX_LEASE {
+        return Err(LockError::InvalidDuration {
+            key: keys.user,
+            backend: backend.name.to_string(),
+            what: if auto {
+                "lease (watchdog_timeout)"
+            } else {
+                "lease"
+            },
+            value: lease_len,
+            limit: crate::MAX_LEASE,
+        });
+    }
+    let start = Instant::now();
+    let deadline = start + wait.min(crate::MAX_WAIT);
+    // One holder id for the whole acquisition: a retry after an error sends the same one,
+    // so a first run whose reply was lost is found, not counted again.
+    let hold = Hold::fresh();
+    let mut pending: Option<ReleaseOnDrop> = None;
+    let mut watch: Option<crate::hub::Watch> = None;
+    let mut backend_retry = Backoff::retry();
+    loop {
+        let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
+        if let Some(n) = notified.as_mut() {
+            n.as_mut().enable();
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        // From the send until an answer says nothing was taken, the permits may be held:
+        // if this future is dropped, or ends in an error, they are released in the
+        // background (releasing a holder that was never admitted changes nothing).
+        if pending.is_none() {
+            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
+        }
+        let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
+            .await
+        {
+            Ok(a) => {
+                backend_retry.reset();
+                a
+            }
+            Err(e) if e.is_transient() => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                let pause = backend_retry.pause();
+                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
+                        "distlock: backend failed while acquiring semaphore permits; retrying within the wait");
+                drop(notified);
+                tokio::time::sleep_until(deadline.min(now + pause)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let ttl = match attempt {
+            Attempt::Acquired { token } => {
+                if let Some(p) = pending.take() {
+                    p.disarm();
+                }
+                tracing::debug!(backend = %backend.name, key = %keys.user, token, n, waited = ?start.elapsed(), "distlock: semaphore permits acquired");
+                let expires_at = sent + backend.validity(lease_len);
+                let state = LeaseState::new(
+                    backend.name.clone(),
+                    &backend.leases,
+                    keys,
+                    hold,
+                    token,
+                    auto,
+                    true,
+                    lease_len,
+                    expires_at,
+                    label,
+                );
+                return Ok(SemaphoreGuard {
+                    state,
+                    backend,
+                    permits: n,
+                });
+            }
+            Attempt::Held { ttl } => {
+                if let Some(p) = pending.take() {
+                    p.disarm();
+                }
+                ttl
+            }
+            // The semaphore scripts answer only "acquired" or "not enough free".
+            other @ (Attempt::Reentered | Attempt::OuterLost | Attempt::NoQuorum { .. }) => {
+                return Err(LockError::Unsupported {
+                    backend: backend.name.to_string(),
+                    what: format!(
+                        "semaphore `{}`: the backend answered an acquisition with {other:?}",
+                        keys.user
+                    ),
+                });
+            }
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LockError::Timeout {
+                key: keys.user,
+                backend: backend.name.to_string(),
+                waited: now - start,
+                holder_lease: ttl.map(|t| t.saturating_sub(sent.elapsed())),
+                recent_hold: crate::holds::typical(&backend.name),
+            });
+        }
+        // The earliest holder's lease end: a permit comes back then at the latest.
+        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
+        match &watch {
+            None => {
+                drop(notified);
+                // Every waiter hears a release: it may free enough for several of them.
+                let w = backend.hub.watch_with(&keys.channel, false);
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+                watch = Some(w);
+            }
+            Some(w) if !w.is_live() => {
+                drop(notified);
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+            }
+            Some(_) => {
+                if let Some(n) = notified {
+                    let _asleep = crate::lock::Asleep::new(&backend.waiting);
+                    let _gauge = crate::metrics::Waiting::new(&backend.name, label);
+                    tokio::select! {
+                        _ = n => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Permits held, from [`Semaphore::acquire`]. Dropping it gives them back in the background
+/// (never blocking, never panicking); `release().await` gives them back and tells whether
+/// they were still held.
+///
+/// ```
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+/// let g = registry.semaphore("export:acme", 4).acquire(2).await?;
+/// assert_eq!(g.permits(), 2);
+/// assert!(g.is_held());
+/// println!("fencing token {}", g.fencing_token());
+/// tokio::select! {
+///     e = g.lost() => println!("lost: {e}"),
+///     _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+/// }
+/// g.release().await?;
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping the guard gives the permits back at once"]
+pub struct SemaphoreGuard {
+    state: Arc<LeaseState>,
+    backend: Arc<Backend>,
+    permits: u32,
+}
+
+impl SemaphoreGuard {
+    /// How many permits this guard holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The fencing token of this acquisition, from the counter the key shares with its
+    /// locks: it grows strictly with every acquisition.
+    pub fn fencing_token(&self) -> u64 {
+        self.state.token
+    }
+
+    /// Whether the permits are held, as far as this process knows: not released, not
+    /// reported lost by the watchdog, and the lease not within its safety margin of its end.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// Resolves when the lease is lost (the watchdog found the permits gone or could not
+    /// renew them in time, or a fixed lease is running out), a margin before the server
+    /// can give them to another holder. Never resolves after the guard is released.
+    pub async fn lost(&self) -> LockError {
+        self.state.lost().await
+    }
+
+    /// The semaphore's key, as given.
+    pub fn key(&self) -> &str {
+        &self.state.keys.user
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &str {
+        &self.backend.name
+    }
+
+    /// Give the permits back. `Err(LockError::NotHeld)` when they were no longer held (the
+    /// lease had ended): then nothing was changed.
+    pub async fn release(self) -> Result<(), LockError> {
+        let (state, backend) = (self.state.clone(), self.backend.clone());
+        if !state.begin_release() {
+            return Ok(());
+        }
+        drop(self);
+        // Dropped before the reply: sent again in the background (a second run changes
+        // nothing).
+        let pending = ReleaseOnDrop::new(&backend, &state.keys, state.hold);
+        let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
+        if !matches!(&result, Err(e) if e.is_transient()) {
+            pending.disarm();
+        }
+        tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: semaphore permits released");
+        match result? {
+            Released::Freed | Released::StillHeld => Ok(()),
+            Released::NotHeld => Err(LockError::NotHeld {
+                key: state.keys.user.clone(),
+                backend: backend.name.to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for SemaphoreGuard {
+    fn drop(&mut self) {
+        if self.state.begin_release() {
+            let s = &self.state;
+            tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: semaphore guard dropped; releasing in the background");
+            self.backend.release_in_background(s.keys.clone(), s.hold);
+        }
+    }
+}

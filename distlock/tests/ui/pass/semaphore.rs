@@ -1,0 +1,38 @@
+//! `kind = "semaphore", permits = N` compiles and runs on the memory backend: at most N
+//! bodies at once.
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use distlock::{distributed_lock, LockError};
+
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+static MAX: AtomicUsize = AtomicUsize::new(0);
+
+#[distributed_lock(key = "export:<tenant>", kind = "semaphore", permits = 2, wait = "10s")]
+async fn export(tenant: &str) -> Result<(), LockError> {
+    let now = INSIDE.fetch_add(1, Ordering::SeqCst) + 1;
+    MAX.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    let _ = tenant;
+    Ok(())
+}
+
+#[distributed_lock(key = "report", kind = semaphore, permits = 1, lease = "30s", wait = "0s")]
+async fn report() -> Result<u8, LockError> {
+    Ok(7)
+}
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        distlock::init_from_str("[backends.local]\nmode = \"memory\"")
+            .await
+            .unwrap();
+        let calls: Vec<_> = (0..6).map(|_| tokio::spawn(export("acme"))).collect();
+        for c in calls {
+            c.await.unwrap().unwrap();
+        }
+        assert_eq!(MAX.load(Ordering::SeqCst), 2);
+        assert_eq!(report().await.unwrap(), 7);
+    });
+}
