@@ -79,7 +79,7 @@ async fn registry_of(
     .await?)
 }
 
-/// INCR KEYS[1], keeping the largest value seen in KEYS[2]; returns the new value.
+/// INCR `KEYS[1]`, keeping the largest value seen in `KEYS[2]`; returns the new value.
 const COUNT_IN: &str = "local v = redis.call('incr', KEYS[1]) \
     if v > tonumber(redis.call('get', KEYS[2]) or 0) then redis.call('set', KEYS[2], v) end \
     return v";
