@@ -98,7 +98,7 @@ fn the_matrix_matches_the_test_files() {
 #[test]
 fn every_shared_scenario_is_in_the_matrix() {
     let common = include_str!("common/mod.rs");
-    let helpers = ["wait_for_waiter", "percentile", "unique"];
+    let helpers = ["wait_for_waiter", "percentile", "unique", "every_mode"];
     for line in common.lines() {
         let Some(rest) = line.strip_prefix("pub async fn ") else {
             continue;

@@ -150,6 +150,7 @@ async fn layout_on_every_node() {
     let key = unique("layout");
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
     let mut owners = Vec::new();
+    let mut fences = Vec::new();
     for url in &urls {
         let fields = on(url, &["HGETALL", &hash_of(&key)]);
         let fields = fields.as_array().expect("a hash").to_vec();
@@ -171,15 +172,23 @@ async fn layout_on_every_node() {
         owners.push(owner_fields[0].0.clone());
         let ttl = on(url, &["PTTL", &hash_of(&key)]).as_int().expect("pttl");
         assert!(ttl > 0 && ttl <= 1000, "lease on {url}: {ttl}");
-        // Counters start from each node's own clock, so a node whose grant came after the
-        // quorum was decided may be a millisecond (x 1000) ahead: never behind the token.
+        // Counters start from each node's own clock. The granting nodes counted in the
+        // quorum are raised to the token; a node whose grant came after the quorum was
+        // decided is not, and may be a millisecond or so (x 1000) on either side of it.
         let fence = fence_on(url, &key);
         assert!(
-            fence >= g.fencing_token() && fence - g.fencing_token() < 1_000_000,
+            fence.abs_diff(g.fencing_token()) < 1_000_000,
             "fence on {url}: {fence}, token {}",
             g.fencing_token()
         );
+        fences.push(fence);
     }
+    let at_token = fences.iter().filter(|f| **f >= g.fencing_token()).count();
+    assert!(
+        at_token >= 3,
+        "a quorum (3 of 5) of counters at or past the token {}: {fences:?}",
+        g.fencing_token()
+    );
     assert!(owners.windows(2).all(|w| w[0] == w[1]), "{owners:?}");
     g.release().await.expect("release");
     for url in &urls {

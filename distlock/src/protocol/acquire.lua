@@ -9,7 +9,7 @@
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
 -- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
--- ARGV[5] hold_at_least in ms ('0': none; at most the lease, checked by the client): a new
+-- ARGV[5] hold_at_least in ms ('0' or absent: none; at most the lease, checked by the client): a new
 --   holder records `hold:until` = server TIME + this, and release.lua keeps the lock,
 --   without a holder, until then (run-once jobs)
 -- KEYS[3], ARGV[6] (optional, holder information on) the info hash, and this holder's
@@ -22,7 +22,8 @@
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
-local lease, nested, at_least = tonumber(ARGV[2]), ARGV[4] == '1', tonumber(ARGV[5])
+local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
+local at_least = ARGV[5] == nil and 0 or tonumber(ARGV[5])
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
