@@ -368,7 +368,14 @@ async fn sequential(contenders: &[Contender], batches: usize, pairs: usize) -> V
     let owner = format!("{:032x}:1", rand::random::<u128>());
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
     for b in 0..batches {
-        for (c, out) in contenders.iter().zip(per.iter_mut()) {
+        // The order turns every batch (A B, B A, …): no contender always runs right after
+        // another one.
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if b % 2 == 1 {
+            order.reverse();
+        }
+        for k in order {
+            let (c, out) = (&contenders[k], &mut per[k]);
             let start = Instant::now();
             for i in 0..pairs {
                 c.pair(format!("t:seq:{base}:{b}:{i}:{}", out.len()), &owner)
@@ -735,7 +742,7 @@ fn wanted(name: &str) -> bool {
         .filter(|a| !a.starts_with('-'))
         .collect();
     if args.is_empty() {
-        name != "profile-distlock"
+        !name.starts_with("profile-")
     } else {
         args.iter().any(|a| a == name)
     }
@@ -1130,6 +1137,18 @@ async fn main() {
             "all",
             held == LEASES,
         );
+    }
+
+    // Only with `-- profile-seq-floor` / `-- profile-seq-distlock`: 10,000 sequential pairs
+    // of one contender alone, for `perf stat` (context switches, CPU per pair).
+    for (name, c) in [
+        ("profile-seq-floor", Contender::Floor(floor.clone())),
+        ("profile-seq-distlock", Contender::Lock(single.clone())),
+    ] {
+        if wanted(name) {
+            let t = sequential(&[c], 1, 10_000).await;
+            println!("{name}: {:.1} us per pair", t[0]);
+        }
     }
 
     // Only with `-- profile-distlock`: 20 s of distlock's 64-task loop, for `perf record`.
