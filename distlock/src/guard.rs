@@ -74,23 +74,7 @@ impl LockGuard {
             return Ok(());
         }
         drop(self);
-        // Dropped before the reply (a cancelled task, a timeout around this call): the
-        // release is sent again in the background; the level makes a second run harmless.
-        let pending = ReleaseOnDrop::new(&backend, &state.keys, state.hold);
-        let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
-        // A transient failure (the reply lost, the server restarting): sent again in the
-        // background; otherwise the outcome is known.
-        if !matches!(&result, Err(e) if e.is_transient()) {
-            pending.disarm();
-        }
-        tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: released");
-        match result? {
-            Released::Freed | Released::StillHeld => Ok(()),
-            Released::NotHeld => Err(LockError::NotHeld {
-                key: state.keys.user.clone(),
-                backend: backend.name.to_string(),
-            }),
-        }
+        release_held(&state, &backend).await
     }
 
     /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
@@ -107,6 +91,33 @@ impl Drop for LockGuard {
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
             self.backend.release_in_background(s.keys.clone(), s.hold);
         }
+    }
+}
+
+/// Give back what `state` holds (a lock's level, a semaphore's permits), once its guard has
+/// begun its release. `Err(LockError::NotHeld)` when it was no longer held: then nothing
+/// was changed.
+pub(crate) async fn release_held(
+    state: &LeaseState,
+    backend: &Arc<Backend>,
+) -> Result<(), LockError> {
+    // Dropped before the reply (a cancelled task, a timeout around this call): the release
+    // is sent again in the background; the level (a semaphore's holder id) makes a second
+    // run harmless.
+    let pending = ReleaseOnDrop::new(backend, &state.keys, state.hold);
+    let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
+    // A transient failure (the reply lost, the server restarting): sent again in the
+    // background; otherwise the outcome is known.
+    if !matches!(&result, Err(e) if e.is_transient()) {
+        pending.disarm();
+    }
+    tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: released");
+    match result? {
+        Released::Freed | Released::StillHeld => Ok(()),
+        Released::NotHeld => Err(LockError::NotHeld {
+            key: state.keys.user.clone(),
+            backend: backend.name.to_string(),
+        }),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::held::LeaseState;
 use crate::keys::LockKeys;
 use crate::lock::LockSite;
 use crate::owner::Hold;
-use crate::protocol::{Attempt, Released};
+use crate::protocol::Attempt;
 use crate::registry::Registry;
 use crate::{Lease, LockError};
 
@@ -559,21 +559,7 @@ impl SemaphoreGuard {
             return Ok(());
         }
         drop(self);
-        // Dropped before the reply: sent again in the background (a second run changes
-        // nothing).
-        let pending = ReleaseOnDrop::new(&backend, &state.keys, state.hold);
-        let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
-        if !matches!(&result, Err(e) if e.is_transient()) {
-            pending.disarm();
-        }
-        tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: semaphore permits released");
-        match result? {
-            Released::Freed | Released::StillHeld => Ok(()),
-            Released::NotHeld => Err(LockError::NotHeld {
-                key: state.keys.user.clone(),
-                backend: backend.name.to_string(),
-            }),
-        }
+        crate::guard::release_held(&state, &backend).await
     }
 }
 
