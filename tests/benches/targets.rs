@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{distributed_lock, Lease, LockError, Registry};
 use redis::aio::MultiplexedConnection;
-use support::{cpu_seconds, hand_off, list, median, pct};
+use support::{cpu_seconds, cpu_seconds_of, hand_off, list, median, pct};
 
 const TASKS: usize = 64;
 const LEASES: usize = 100_000;
@@ -217,15 +217,6 @@ async fn floor_hand_off(url: &str, floor: &Floor, rounds: usize) -> Vec<Duration
             .expect("del");
     }
     times
-}
-
-/// CPU seconds (user + system) of process `pid` so far, from /proc (100 ticks a second).
-fn cpu_seconds_of(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// The pid of the redis-server behind `floor`'s connection (`INFO server`).

@@ -24,7 +24,16 @@ pub fn pct(times: &mut [Duration], p: f64) -> Duration {
 /// This process's CPU time (user + system) in seconds, from /proc/self/stat (100 ticks a
 /// second).
 pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_in("/proc/self/stat")
+}
+
+/// The CPU time (user + system) of process `pid` so far, in seconds.
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    cpu_seconds_in(&format!("/proc/{pid}/stat"))
+}
+
+fn cpu_seconds_in(stat_file: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat_file).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
