@@ -246,7 +246,21 @@ impl LeaseState {
                 self.mark_lost(why);
                 return self.lost_error();
             }
+            // The clock is read on every poll, not only when the timer fires: a process
+            // paused past `until` (SIGSTOP, a long GC-like stall) and woken by something
+            // else first (a reply that arrived meanwhile) must not find this still pending,
+            // or its task takes one more step after the loss.
+            let past_until = std::future::poll_fn(|_| {
+                if Instant::now() >= until {
+                    std::task::Poll::Ready(())
+                } else {
+                    // The timer below wakes this task at `until`.
+                    std::task::Poll::Pending
+                }
+            });
             tokio::select! {
+                biased;
+                _ = past_until => {}
                 _ = changed => {}
                 _ = tokio::time::sleep_until(until) => {}
             }

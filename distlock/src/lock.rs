@@ -301,9 +301,11 @@ impl Lock {
             let body = guard.scope(body);
             tokio::pin!(body);
             tokio::select! {
+                // The loss first: a body woken together with it (after a pause past the
+                // lease) does not take one more step.
                 biased;
-                out = &mut body => out,
                 lost = guard.lost() => return Err(lost),
+                out = &mut body => out,
             }
         } else {
             guard.scope(body).await

@@ -329,3 +329,39 @@ fn scripts_validate_arguments_before_writing() {
         );
     }
 }
+
+/// A holder paused past its lease (here its runtime's only thread blocked, as a SIGSTOP or
+/// a long GC pause would block the whole process) hears of the loss the moment it is
+/// polled again: `lost()` reads the clock on every poll, not only when its timer has fired.
+/// Before, a task woken by something else after the pause (a reply that arrived meanwhile)
+/// found `lost()` still pending, and went on with its section: the torture run's `pause`
+/// scenario once caught a holder writing 1.7 ms after its lease ended, unsignalled.
+#[test]
+fn a_holder_paused_past_its_lease_hears_of_it_when_next_polled() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let reg = single().await;
+        let key = unique("paused");
+        let guard = reg
+            .lock(key.as_str())
+            .lease(Lease::Fixed(Duration::from_millis(300)))
+            .acquire()
+            .await
+            .unwrap();
+        let lost = guard.lost();
+        tokio::pin!(lost);
+        assert!(
+            futures_util::poll!(lost.as_mut()).is_pending(),
+            "held at first"
+        );
+        // Paused: the whole thread stops for longer than the lease.
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            futures_util::poll!(lost.as_mut()).is_ready(),
+            "lost() is ready as soon as it is polled after the pause"
+        );
+    });
+}
