@@ -120,51 +120,35 @@
 #![doc = include_str!("../docs/configuration.md")]
 
 mod backend;
-mod backoff;
-mod clock;
-mod context;
 mod error;
-pub mod fence;
-mod guard;
-mod held;
-mod holds;
-mod hub;
-pub mod ids;
-mod inspect;
-mod keys;
-mod leader;
 mod lease;
-mod lock;
-pub mod metrics;
-mod multi;
-mod owner;
+mod ops;
+mod primitives;
 mod protocol;
 mod registry;
-mod report;
-mod runtime;
-mod semaphore;
-mod sites;
-mod watchdog;
-#[cfg(feature = "axum")]
-pub mod web;
+mod rt;
 
-pub use context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
+pub use ops::{fence, ids, metrics};
+#[cfg(feature = "axum")]
+pub use ops::web;
+
+pub use lease::context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
 #[doc(inline)]
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
 pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
-pub use fence::fence;
-pub use guard::LockGuard;
-pub use inspect::{Holder, LockInfo, Waiter};
-pub use leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
-pub use lease::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
-pub use lock::Lock;
-pub use multi::{MultiLock, MultiLockGuard};
+pub use ops::fence::fence;
+pub use primitives::guard::LockGuard;
+pub use ops::inspect::{Holder, LockInfo, Waiter};
+pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
+pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
+pub use primitives::lock::Lock;
+pub use primitives::multi::{MultiLock, MultiLockGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
-pub use report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
-pub use semaphore::{Semaphore, SemaphoreGuard};
-pub use sites::{sites, Site};
+pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
+pub use ops::sites::{sites, Site};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]

@@ -127,7 +127,7 @@ impl Registry {
     /// this future only waits for it, from whatever runtime it is polled on. Dropping it
     /// abandons the connecting.
     pub async fn connect(config: Config) -> Result<Registry, InitError> {
-        crate::runtime::run(connect_here(config))
+        crate::rt::runtime::run(connect_here(config))
             .await
             .map_err(|e| InitError::Runtime {
                 reason: e.to_string(),
@@ -155,13 +155,13 @@ impl Registry {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn check(config: Config) -> Vec<crate::report::BackendReport> {
-        let run = crate::runtime::run(async move {
+    pub async fn check(config: Config) -> Vec<crate::ops::report::BackendReport> {
+        let run = crate::rt::runtime::run(async move {
             let checks = config.backends.values().map(|b| {
                 let defaults = &config.defaults;
                 async move {
                     let urls = b.mode.urls();
-                    let mut report = crate::report::BackendReport {
+                    let mut report = crate::ops::report::BackendReport {
                         backend: b.name.clone(),
                         mode: b.mode.name().to_owned(),
                         address: match urls.as_slice() {
@@ -185,7 +185,7 @@ impl Registry {
         });
         match run.await {
             Ok(reports) => reports,
-            Err(e) => vec![crate::report::BackendReport {
+            Err(e) => vec![crate::ops::report::BackendReport {
                 backend: "(all)".into(),
                 mode: String::new(),
                 address: String::new(),
@@ -280,7 +280,7 @@ impl Registry {
     /// line per bad site.
     pub fn check_sites(&self) -> Result<(), InitError> {
         let mut bad = Vec::new();
-        for site in crate::sites() {
+        for site in crate::ops::sites::sites() {
             // The same checks a call makes: the backend exists and offers the kind (a
             // backend still being connected is judged by its configured mode).
             let name = site.backend.or(self.inner.defaults.backend.as_deref());
@@ -349,7 +349,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
     for (cfg, backend) in config.backends.values().zip(connected) {
         let slot = match backend.map_err(not_redis) {
             Ok(backend) => {
-                crate::watchdog::spawn(&backend);
+                crate::lease::watchdog::spawn(&backend);
                 tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
                 Slot::Ready(backend)
             }
@@ -394,7 +394,7 @@ fn keep_connecting(
     defaults: Defaults,
 ) {
     tokio::spawn(async move {
-        let mut backoff = crate::backoff::Backoff::new(
+        let mut backoff = crate::rt::backoff::Backoff::new(
             std::time::Duration::from_millis(50),
             std::time::Duration::from_secs(30),
         );
@@ -409,7 +409,7 @@ fn keep_connecting(
             {
                 Ok(backend) => {
                     let Some(slot) = slot.upgrade() else { return };
-                    crate::watchdog::spawn(&backend);
+                    crate::lease::watchdog::spawn(&backend);
                     tracing::info!(backend = %backend.name, address = %backend.address,
                         "distlock: backend connected (it was unreachable at init)");
                     let _ = slot.backend.set(backend);

@@ -32,7 +32,7 @@ use redis::IntoConnectionInfo;
 use super::error::DriverError;
 use crate::protocol::probe::{Needs, Probe};
 use crate::protocol::Publish;
-use crate::report::ServerReport;
+use crate::ops::report::ServerReport;
 use crate::InitError;
 
 /// What a backend checks on its servers, and how they are reached (for the reports).

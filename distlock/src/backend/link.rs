@@ -10,8 +10,8 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::error::{bounded, DriverError};
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::{Attempt, Call, Publish, Released, UnexpectedReply};
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::hub::Hub;
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::rt::hub::Hub;
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 use crate::LockKind;
 
@@ -88,7 +88,7 @@ struct State {
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
     ops: u64,
-    /// Fenced values (`crate::fence`): value, token, expiry.
+    /// Fenced values (`crate::ops::fence`): value, token, expiry.
     fenced: HashMap<String, (Vec<u8>, u64, Option<Instant>)>,
     /// Semaphores (as `protocol/sem_*.lua`): by holders' key, each holder's permits, lease
     /// end and token.
@@ -266,7 +266,7 @@ impl MemoryDriver {
     fn sem_acquire(
         st: &mut State,
         keys: &LockKeys,
-        sem: &crate::keys::SemKeys,
+        sem: &crate::protocol::keys::SemKeys,
         owner: OwnerId,
         lease: Duration,
         now: Instant,
@@ -564,7 +564,7 @@ impl MemoryDriver {
         existed
     }
 
-    // `crate::fence`: the fenced-write protocol of `protocol/fence.lua`, in memory.
+    // `crate::ops::fence`: the fenced-write protocol of `protocol/fence.lua`, in memory.
 
     /// Store `value` under `key` unless `token` is below the last token stored there.
     /// Returns whether it was stored.

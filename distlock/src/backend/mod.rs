@@ -26,10 +26,10 @@ use std::time::Duration;
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::error::DriverError;
-use crate::held::Leases;
-use crate::hub::Hub;
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::lease::held::Leases;
+use crate::rt::hub::Hub;
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 use crate::{InitError, LockError, LockKind};
 
@@ -279,7 +279,7 @@ impl Backend {
     }
 
     /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
-    async fn probe_servers(&self) -> Option<Vec<Result<crate::report::ServerReport, DriverError>>> {
+    async fn probe_servers(&self) -> Option<Vec<Result<crate::ops::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
         let probe = &check.probe;
         let reports = match &self.driver {
@@ -488,7 +488,7 @@ impl Backend {
     /// or why it could not be asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
-    ) -> Option<Vec<Result<crate::report::ServerReport, LockError>>> {
+    ) -> Option<Vec<Result<crate::ops::report::ServerReport, LockError>>> {
         let r = self.probe_servers().await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }
@@ -503,7 +503,7 @@ impl Backend {
         }
     }
 
-    /// The in-process store, on a memory backend (`crate::fence` keeps its values there).
+    /// The in-process store, on a memory backend (`crate::ops::fence` keeps its values there).
     pub(crate) fn memory(&self) -> Option<&memory::MemoryDriver> {
         match &self.driver {
             Driver::Memory(m) => Some(m),
@@ -513,7 +513,7 @@ impl Backend {
         }
     }
 
-    /// Run a script outside the lock protocol (`crate::fence`) for `key`: on the one server
+    /// Run a script outside the lock protocol (`crate::ops::fence`) for `key`: on the one server
     /// (single, cluster, sentinel), or on every node of a redlock/multi backend. Returns
     /// each server's reply and how many must agree (1, or the quorum); `None` on the memory
     /// backend, which has no scripts.
@@ -547,7 +547,7 @@ impl Backend {
     }
 
     /// Publish `message` on `channel`, a channel under the hash tag of the lock `keys`
-    /// (`crate::leader`: a change of leader for its observers), with the verb the topology
+    /// (`crate::primitives::leader`: a change of leader for its observers), with the verb the topology
     /// uses; on the memory backend the watchers in this process are woken. Not offered on a
     /// quorum backend (`Unsupported`).
     pub(crate) async fn announce(

@@ -35,10 +35,10 @@ use super::conn::Settings;
 use super::error::{bounded, DriverError};
 use super::server::Server;
 use super::subscriber::{self, Connector};
-use crate::backoff::Backoff;
-use crate::hub::Hub;
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::rt::backoff::Backoff;
+use crate::rt::hub::Hub;
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Call, Released};
 
 /// How often the master is resolved again without any other reason.
@@ -310,7 +310,7 @@ impl SentinelMaster {
     pub(crate) async fn probe(
         &self,
         probe: &crate::protocol::probe::Probe,
-    ) -> Result<crate::report::ServerReport, DriverError> {
+    ) -> Result<crate::ops::report::ServerReport, DriverError> {
         self.checked(self.current().server.probe(probe).await)
     }
 

@@ -9,7 +9,7 @@ use super::conn::Settings;
 use super::error::DriverError;
 use super::server::Server;
 use super::subscriber;
-use crate::hub::Hub;
+use crate::rt::hub::Hub;
 
 /// Connect to the server at `url` and start the wake-up subscriber.
 pub(crate) async fn connect(

@@ -9,8 +9,8 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use super::error::DriverError;
-use crate::backoff::Backoff;
-use crate::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
+use crate::rt::backoff::Backoff;
+use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// The subscriber PINGs its server this often; with `connect_timeout` for the answer, a
 /// dead connection is found within `PING_EVERY + connect_timeout` (7 s by default), and

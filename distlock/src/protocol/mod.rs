@@ -15,14 +15,15 @@
 pub(crate) mod exec;
 pub(crate) mod probe;
 pub(crate) mod version;
+pub(crate) mod keys;
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Value;
 
-use crate::keys::{LockKeys, RedissonKeys};
-use crate::owner::{Hold, OwnerId};
+use crate::protocol::keys::{LockKeys, RedissonKeys};
+use crate::lease::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// Every script of the protocol.
@@ -38,11 +39,11 @@ pub(crate) enum Script {
     RwCancel,
     FairAcquire,
     FairCancel,
-    /// `crate::fence`: a fenced write.
+    /// `crate::ops::fence`: a fenced write.
     Fence,
-    /// `crate::fence`: read a fenced value.
+    /// `crate::ops::fence`: read a fenced value.
     FenceGet,
-    /// `crate::inspect`: read a lock's state, of every kind (read-only).
+    /// `crate::ops::inspect`: read a lock's state, of every kind (read-only).
     Inspect,
     /// `protocol = "redisson"`: acquire or re-enter a reentrant (fenced) lock.
     RedissonLock,
@@ -68,13 +69,13 @@ pub(crate) enum Script {
     RedissonWriteUnlock,
     /// `protocol = "redisson"`: delete a fair lock, waking the queue's head.
     RedissonFairForceUnlock,
-    /// `crate::leader`: publish a change of leader to the observers.
+    /// `crate::primitives::leader`: publish a change of leader to the observers.
     Announce,
-    /// `crate::semaphore`: take permits.
+    /// `crate::primitives::semaphore`: take permits.
     SemAcquire,
-    /// `crate::semaphore`: give back one acquisition's permits.
+    /// `crate::primitives::semaphore`: give back one acquisition's permits.
     SemRelease,
-    /// `crate::semaphore`: the watchdog's renewal of one holder.
+    /// `crate::primitives::semaphore`: the watchdog's renewal of one holder.
     SemRenew,
 }
 
@@ -269,7 +270,7 @@ impl Call {
     }
 
     /// A call of `script` with these keys and arguments (scripts outside the lock
-    /// protocol: `crate::fence`).
+    /// protocol: `crate::ops::fence`).
     pub(crate) fn raw(script: Script, keys: Vec<String>, args: Vec<Vec<u8>>) -> Call {
         Call { script, keys, args }
     }

@@ -11,8 +11,8 @@
 
 use redis::{RedisResult, Value};
 
-use crate::keys::LockKeys;
-use crate::report::ServerReport;
+use crate::protocol::keys::LockKeys;
+use crate::ops::report::ServerReport;
 use crate::LockKind;
 
 use super::version::{info_field, version_problem, MIN_VERSION};
@@ -455,7 +455,7 @@ fn redisson_samples(name: &str) -> (Vec<String>, Vec<String>) {
         // (not for the fixed sample name; the bare name still gets checked)
         return (vec![name.to_owned()], Vec::new());
     };
-    let field = format!("{}:0", crate::owner::redisson_client_id());
+    let field = format!("{}:0", crate::lease::owner::redisson_client_id());
     let [queue, deadlines] = r.extra();
     let keys = vec![
         r.hash.clone(),

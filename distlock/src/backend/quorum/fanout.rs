@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::super::subscriber;
 use super::node::{self, Node};
-use crate::hub::{Channel, Hub, SubscribeRequest, Watch, SWEEP_EVERY};
+use crate::rt::hub::{Channel, Hub, SubscribeRequest, Watch, SWEEP_EVERY};
 
 /// Start one subscriber per node (`clients`: `(node, client)`), each with a hub relaying
 /// to `hub` and refreshing its node's command connection when it reconnects, and the fan-out task taking `hub`'s `requests`; a request is answered once

@@ -115,9 +115,9 @@ use self::node::Node;
 use super::conn::Settings;
 use super::error::DriverError;
 use super::server::Server;
-use crate::hub::{Hub, SubscribeRequest};
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::rt::hub::{Hub, SubscribeRequest};
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::{Attempt, Released};
 
 mod fanout;
@@ -315,7 +315,7 @@ impl QuorumDriver {
     pub(crate) async fn probe(
         &self,
         probe: &crate::protocol::probe::Probe,
-    ) -> Vec<Result<crate::report::ServerReport, DriverError>> {
+    ) -> Vec<Result<crate::ops::report::ServerReport, DriverError>> {
         futures_util::future::join_all(self.nodes.iter().map(|node| async move {
             match node.server() {
                 Ok(server) => server.probe(probe).await,

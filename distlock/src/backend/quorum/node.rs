@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use super::super::conn::Settings;
 use super::super::error::DriverError;
 use super::super::server::Server;
-use crate::backoff::Backoff;
-use crate::clock::to_nanos;
+use crate::rt::backoff::Backoff;
+use crate::rt::clock::to_nanos;
 
 /// A node that just failed or timed out is left out of acquisitions for this long (then one
 /// attempt probes it again), so a node that is down does not cost every acquisition its

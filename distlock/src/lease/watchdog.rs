@@ -1,5 +1,5 @@
 //! The watchdog: one task per backend renews every held auto lease (the backend's
-//! [`Leases`](crate::held::Leases)), every third of `watchdog_timeout`. Not one timer per
+//! [`Leases`](crate::lease::held::Leases)), every third of `watchdog_timeout`. Not one timer per
 //! lock; the backend's driver batches the renewals (pipelines of 512 on one server).
 
 use std::sync::{Arc, Weak};
@@ -75,7 +75,7 @@ async fn renew_all(backend: &Backend) -> bool {
                 }
             }
         }
-        crate::metrics::renewals(&backend.name, renewed, failures as u64);
+        crate::ops::metrics::renewals(&backend.name, renewed, failures as u64);
         if let Some(e) = last_error {
             failed = true;
             tracing::warn!(backend = %backend.name, leases = chunk.len(), failures, error = %e,

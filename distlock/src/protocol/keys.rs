@@ -34,7 +34,7 @@ pub(crate) struct LockKeys {
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
-    /// `Some` for a semaphore (`crate::semaphore`): `hash` is then the holders' zset
+    /// `Some` for a semaphore (`crate::primitives::semaphore`): `hash` is then the holders' zset
     /// `PREFIX{KEY}:sem` and `channel` `PREFIX{KEY}:sem:released`.
     /// (Boxed, like `redisson`: every held lease keeps its keys.)
     pub sem: Option<Box<SemKeys>>,
@@ -178,7 +178,7 @@ impl LockKeys {
     /// The channel a waiter for this lock listens on: a Redisson fair waiter on its own
     /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
     /// only), every other waiter on [`LockKeys::channel`].
-    pub(crate) fn wait_channel(&self, owner: crate::owner::OwnerId) -> String {
+    pub(crate) fn wait_channel(&self, owner: crate::lease::owner::OwnerId) -> String {
         match (&self.redisson, self.kind) {
             (Some(_), LockKind::Fair) => format!("{}:{}", self.channel, owner.redisson_field()),
             _ => self.channel.clone(),
@@ -361,7 +361,7 @@ mod tests {
                 "redisson_lock_timeout:{order:42}".to_string()
             ]
         );
-        let o = crate::owner::OwnerId::random();
+        let o = crate::lease::owner::OwnerId::random();
         assert_eq!(
             f.wait_channel(o),
             format!("redisson_lock__channel:{{order:42}}:{}", o.redisson_field())

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::sites::LockSite;
+use crate::ops::sites::LockSite;
 
 /// Acquisitions by outcome.
 pub const ACQUISITIONS: &str = "distlock_acquisitions_total";

@@ -22,10 +22,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::backoff::Backoff;
-use crate::guard::LockGuard;
-use crate::keys::LockKeys;
-use crate::lock::Lock;
+use crate::rt::backoff::Backoff;
+use crate::primitives::guard::LockGuard;
+use crate::protocol::keys::LockKeys;
+use crate::primitives::lock::Lock;
 use crate::registry::Registry;
 use crate::{Lease, LockError, LockKind};
 
@@ -240,7 +240,7 @@ impl Leader {
         let (registry, backend, keys) = self.resolve()?;
         let info = match self.info {
             Some(i) => i,
-            None => format!("{}:{}", crate::inspect::hostname(), std::process::id()),
+            None => format!("{}:{}", crate::ops::inspect::hostname(), std::process::id()),
         };
         if info.len() > MAX_LEADER_INFO {
             return Err(LockError::InvalidKey {
@@ -253,7 +253,7 @@ impl Leader {
         }
         let holder: Arc<str> = Arc::from(format!(
             "{}\t{}\t{info}",
-            crate::inspect::hostname(),
+            crate::ops::inspect::hostname(),
             std::process::id()
         ));
         let guard = Lock::with_registry(keys.user.clone(), registry)
@@ -288,7 +288,7 @@ impl Leader {
     /// ```
     pub async fn current(&self) -> Result<Option<LeaderInfo>, LockError> {
         let (_, backend, keys) = self.resolve()?;
-        crate::runtime::entered(read(&backend, &keys))
+        crate::rt::runtime::entered(read(&backend, &keys))
             .await
             .map(|(now, _)| now)
     }
@@ -316,7 +316,7 @@ impl Leader {
     pub async fn changes(&self) -> Result<watch::Receiver<Option<LeaderInfo>>, LockError> {
         let (_, backend, keys) = self.resolve()?;
         let chan = channel(&keys);
-        let (first, watcher) = crate::runtime::entered(async {
+        let (first, watcher) = crate::rt::runtime::entered(async {
             // Subscribed before the first read: a change after it is announced to us.
             let watcher = backend.hub.watch(&chan);
             watcher.subscribe(Instant::now() + OBSERVE_POLL).await;
@@ -418,7 +418,7 @@ pub struct LeaderGuard {
 impl LeaderGuard {
     /// The epoch: a fencing token that grows strictly with every new leader of this
     /// election (the token of the lock `leader:NAME`). Pass it to
-    /// [`distlock::fence`](crate::fence()) or a `WHERE fence < $epoch` to refuse a former
+    /// [`distlock::fence`](crate::ops::fence()) or a `WHERE fence < $epoch` to refuse a former
     /// leader's late writes.
     ///
     /// ```
@@ -511,7 +511,7 @@ impl LeaderGuard {
     /// see the change at their next poll).
     async fn announce(&self, what: &str) {
         let r =
-            crate::runtime::entered(self.backend.announce(&self.keys, &self.channel, what)).await;
+            crate::rt::runtime::entered(self.backend.announce(&self.keys, &self.channel, what)).await;
         if let Err(e) = r {
             tracing::warn!(backend = %self.backend.name, key = %self.keys.user, error = %e,
                 "distlock: announcing a change of leader failed; observers see it within their poll interval");
@@ -564,7 +564,7 @@ async fn read(
             None => (None, None),
         });
     }
-    let found = crate::inspect::inspect_on(backend, &keys.user).await?;
+    let found = crate::ops::inspect::inspect_on(backend, &keys.user).await?;
     let Some(lock) = found
         .into_iter()
         .find(|l| l.kind == LockKind::Reentrant && !l.holders.is_empty())
@@ -586,7 +586,7 @@ fn info_of(text: &str) -> String {
 async fn observe_task(
     backend: Arc<Backend>,
     keys: LockKeys,
-    watcher: crate::hub::Watch,
+    watcher: crate::rt::hub::Watch,
     tx: watch::Sender<Option<LeaderInfo>>,
 ) {
     let mut retry = Backoff::new(Duration::from_millis(50), OBSERVE_POLL);

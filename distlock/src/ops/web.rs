@@ -122,7 +122,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 60;
 impl LockError {
     /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
     /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
-    /// (the outcome is unknown) and the rest (see the [module docs](crate::web)).
+    /// (the outcome is unknown) and the rest (see the [module docs](crate::ops::web)).
     ///
     /// ```
     /// use axum::http::StatusCode;
@@ -306,7 +306,7 @@ impl LockError {
 /// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
 /// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
 /// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
-/// The body is JSON without the lock key and the backend; see the [module docs](crate::web).
+/// The body is JSON without the lock key and the backend; see the [module docs](crate::ops::web).
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
         self.response(false)

@@ -15,12 +15,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::backoff::Backoff;
-use crate::guard::ReleaseOnDrop;
-use crate::held::LeaseState;
-use crate::keys::LockKeys;
-use crate::lock::LockSite;
-use crate::owner::Hold;
+use crate::rt::backoff::Backoff;
+use crate::primitives::guard::ReleaseOnDrop;
+use crate::lease::held::LeaseState;
+use crate::protocol::keys::LockKeys;
+use crate::primitives::lock::LockSite;
+use crate::lease::owner::Hold;
 use crate::protocol::Attempt;
 use crate::registry::Registry;
 use crate::{Lease, LockError};
@@ -210,7 +210,7 @@ impl Semaphore {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::metrics::site_label(self.site);
+        let site = crate::ops::metrics::site_label(self.site);
         let span = tracing::debug_span!("distlock.semaphore", backend = %backend.name, key = %self.key, permits = self.permits, n);
         let name = backend.name.clone();
         let start = Instant::now();
@@ -228,11 +228,11 @@ impl Semaphore {
         )
         .await;
         let outcome = match &r {
-            Ok(_) => crate::metrics::Outcome::Acquired,
-            Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
-            Err(_) => crate::metrics::Outcome::Error,
+            Ok(_) => crate::ops::metrics::Outcome::Acquired,
+            Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
+            Err(_) => crate::ops::metrics::Outcome::Error,
         };
-        crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
         r
     }
 
@@ -371,7 +371,7 @@ async fn acquire(
     // so a first run whose reply was lost is found, not counted again.
     let hold = Hold::fresh();
     let mut pending: Option<ReleaseOnDrop> = None;
-    let mut watch: Option<crate::hub::Watch> = None;
+    let mut watch: Option<crate::rt::hub::Watch> = None;
     let mut backend_retry = Backoff::retry();
     loop {
         let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
@@ -386,7 +386,7 @@ async fn acquire(
         if pending.is_none() {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
-        let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
+        let attempt = match crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
             .await
         {
             Ok(a) => {
@@ -456,7 +456,7 @@ async fn acquire(
                 backend: backend.name.to_string(),
                 waited: now - start,
                 holder_lease: ttl.map(|t| t.saturating_sub(sent.elapsed())),
-                recent_hold: crate::holds::typical(&backend.name),
+                recent_hold: crate::lease::holds::typical(&backend.name),
             });
         }
         // The earliest holder's lease end: a permit comes back then at the latest.
@@ -479,8 +479,8 @@ async fn acquire(
             }
             Some(_) => {
                 if let Some(n) = notified {
-                    let _asleep = crate::lock::Asleep::new(&backend.waiting);
-                    let _gauge = crate::metrics::Waiting::new(&backend.name, label);
+                    let _asleep = crate::primitives::lock::Asleep::new(&backend.waiting);
+                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, label);
                     tokio::select! {
                         _ = n => {}
                         _ = tokio::time::sleep_until(until) => {}
@@ -561,7 +561,7 @@ impl SemaphoreGuard {
             return Ok(());
         }
         drop(self);
-        crate::guard::release_held(&state, &backend).await
+        crate::primitives::guard::release_held(&state, &backend).await
     }
 }
 

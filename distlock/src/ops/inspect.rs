@@ -9,14 +9,14 @@
 //! [`LockInfo::address`]; the nodes' views can differ while a quorum acquisition or release
 //! is under way. A memory backend has no inspection (its locks live in one process).
 
-use crate::report::ServerReport;
+use crate::ops::report::ServerReport;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::Value;
 
-use crate::keys::LockKeys;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::Call;
 use crate::registry::Registry;
 use crate::{LockError, LockKind};
@@ -137,7 +137,7 @@ impl Registry {
         backend: Option<&str>,
     ) -> Result<Vec<Result<ServerReport, LockError>>, LockError> {
         let backend = self.backend(backend)?;
-        Ok(crate::runtime::entered(backend.probe())
+        Ok(crate::rt::runtime::entered(backend.probe())
             .await
             .unwrap_or_default())
     }
@@ -160,7 +160,7 @@ impl Registry {
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
         redisson_uninspectable(&backend)?;
-        crate::runtime::entered(inspect_on(&backend, key)).await
+        crate::rt::runtime::entered(inspect_on(&backend, key)).await
     }
 
     /// The locks held or waited for on `backend` (`None`: the default) whose key matches
@@ -182,7 +182,7 @@ impl Registry {
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
         redisson_uninspectable(&backend)?;
-        crate::runtime::entered(async {
+        crate::rt::runtime::entered(async {
             let glob = pattern.unwrap_or("*");
             let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
             let names = match backend.scan(&scan, SCAN_LIMIT).await {

@@ -7,14 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::backoff::Backoff;
-use crate::guard::{LockGuard, ReleaseOnDrop};
-use crate::held::LeaseState;
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::rt::backoff::Backoff;
+use crate::primitives::guard::{LockGuard, ReleaseOnDrop};
+use crate::lease::held::LeaseState;
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::Attempt;
 use crate::registry::Registry;
-pub(crate) use crate::sites::LockSite;
+pub(crate) use crate::ops::sites::LockSite;
 use crate::{Lease, LockError, LockKind, OnLost};
 
 /// A lock to acquire: a key, and how to wait and lease it.
@@ -221,7 +221,7 @@ impl Lock {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::metrics::site_label(self.site);
+        let site = crate::ops::metrics::site_label(self.site);
         let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
         let name = backend.name.clone();
         let start = Instant::now();
@@ -256,13 +256,13 @@ impl Lock {
             r => r,
         };
         let outcome = match &r {
-            Ok(g) if g.state.outermost => crate::metrics::Outcome::Acquired,
-            Ok(_) => crate::metrics::Outcome::Reentered,
-            Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
-            Err(LockError::Skipped { .. }) => crate::metrics::Outcome::Skipped,
-            Err(_) => crate::metrics::Outcome::Error,
+            Ok(g) if g.state.outermost => crate::ops::metrics::Outcome::Acquired,
+            Ok(_) => crate::ops::metrics::Outcome::Reentered,
+            Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
+            Err(LockError::Skipped { .. }) => crate::ops::metrics::Outcome::Skipped,
+            Err(_) => crate::ops::metrics::Outcome::Error,
         };
-        crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
         r
     }
 
@@ -335,7 +335,7 @@ impl Lock {
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports(self.kind)?;
         let keys = backend.keys(self.key, self.kind, backend.watchdog_timeout)?;
-        crate::runtime::entered(backend.force_release(&keys)).await
+        crate::rt::runtime::entered(backend.force_release(&keys)).await
     }
 }
 
@@ -400,7 +400,7 @@ async fn acquire(
     if let Some(holder) = holder {
         keys = keys.with_holder(holder);
     } else if backend.holder_info {
-        keys = keys.with_holder(crate::inspect::holder_text(label));
+        keys = keys.with_holder(crate::ops::inspect::holder_text(label));
     }
     // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
     // held for longer than a day without renewal is a wedge waiting to happen.
@@ -430,7 +430,7 @@ async fn acquire(
     // the same kind, it counts a level of that hold, and sibling futures of the task take
     // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
     // taking the read lock) the owner is shared and the scripts of that kind decide.
-    let outer = crate::context::find(&backend.name, &keys.user);
+    let outer = crate::lease::context::find(&backend.name, &keys.user);
     let mut permit = None;
     let base = match &outer {
         Some(o) if o.keys.kind == kind && kind.counts_levels() => {
@@ -470,7 +470,7 @@ async fn acquire(
     loop {
         let mut notified = watch
             .as_ref()
-            .map(|w: &crate::hub::Watch| Box::pin(w.notified()));
+            .map(|w: &crate::rt::hub::Watch| Box::pin(w.notified()));
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
@@ -491,7 +491,7 @@ async fn acquire(
         if pending.is_none() && !ambiguous_is_kept {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
-        let attempt = match crate::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
+        let attempt = match crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
             .await
         {
             Ok(a) => {
@@ -664,7 +664,7 @@ async fn acquire(
             Some(_) => {
                 if let Some(n) = notified {
                     let _asleep = Asleep::new(&backend.waiting);
-                    let _gauge = crate::metrics::Waiting::new(&backend.name, label);
+                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, label);
                     tokio::select! {
                         _ = n => {}
                         _ = tokio::time::sleep_until(until) => {}
@@ -688,7 +688,7 @@ fn timeout(
         backend: backend.name.to_string(),
         waited,
         holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
-        recent_hold: crate::holds::typical(&backend.name),
+        recent_hold: crate::lease::holds::typical(&backend.name),
     }
 }
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Backend;
-use crate::held::LeaseState;
-use crate::keys::LockKeys;
-use crate::owner::Hold;
+use crate::lease::held::LeaseState;
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::Hold;
 use crate::protocol::Released;
 use crate::LockError;
 
@@ -80,7 +80,7 @@ impl LockGuard {
     /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
     /// key on the same backend re-enter, and `distlock::fencing_token()` returns this lock's token.
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        crate::context::scope(self.state.clone(), fut)
+        crate::lease::context::scope(self.state.clone(), fut)
     }
 }
 
@@ -105,7 +105,7 @@ pub(crate) async fn release_held(
     // is sent again in the background; the level (a semaphore's holder id) makes a second
     // run harmless.
     let pending = ReleaseOnDrop::new(backend, &state.keys, state.hold);
-    let result = crate::runtime::entered(backend.release(&state.keys, state.hold)).await;
+    let result = crate::rt::runtime::entered(backend.release(&state.keys, state.hold)).await;
     // A transient failure (the reply lost, the server restarting): sent again in the
     // background; otherwise the outcome is known.
     if !matches!(&result, Err(e) if e.is_transient()) {

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::guard::LockGuard;
-use crate::held::LeaseState;
-use crate::lock::{Lock, LockSite};
+use crate::primitives::guard::LockGuard;
+use crate::lease::held::LeaseState;
+use crate::primitives::lock::{Lock, LockSite};
 use crate::registry::Registry;
 use crate::{Lease, LockError, OnLost};
 
@@ -348,7 +348,7 @@ impl MultiLockGuard {
     /// Run `fut` inside the task-scoped context of every one of the locks (see
     /// [`LockGuard::scope`]).
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        crate::context::scope_group(self.guards.iter().map(|g| g.state.clone()).collect(), fut)
+        crate::lease::context::scope_group(self.guards.iter().map(|g| g.state.clone()).collect(), fut)
     }
 }
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::clock::{from_nanos, to_nanos};
-use crate::keys::LockKeys;
-use crate::owner::{Hold, OwnerId};
+use crate::rt::clock::{from_nanos, to_nanos};
+use crate::protocol::keys::LockKeys;
+use crate::lease::owner::{Hold, OwnerId};
 use crate::LockError;
 
 /// How long before a lease can run out on the server its loss is signalled (`is_held()`
@@ -174,7 +174,7 @@ impl LeaseState {
             return false;
         }
         tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
-        crate::metrics::lost(&self.backend, self.site);
+        crate::ops::metrics::lost(&self.backend, self.site);
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
         self.changed.notify_waiters();
@@ -190,8 +190,8 @@ impl LeaseState {
         }
         if was == HELD && self.outermost {
             let held = self.acquired_at.elapsed();
-            crate::holds::record(&self.backend, held);
-            crate::metrics::held(&self.backend, self.site, held);
+            crate::lease::holds::record(&self.backend, held);
+            crate::ops::metrics::held(&self.backend, self.site, held);
         }
         if self.auto {
             self.leases.map().remove(&self.id);

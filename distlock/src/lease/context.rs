@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::held::LeaseState;
+use crate::lease::held::LeaseState;
 use crate::LockError;
 
 #[derive(Debug)]
@@ -235,7 +235,7 @@ impl Future for LeaseLost {
         }
         let waiting = this.waiting.get_or_insert_with(|| {
             let leases = this.leases.clone();
-            Box::pin(crate::multi::lost_any(leases))
+            Box::pin(crate::primitives::multi::lost_any(leases))
         });
         waiting.as_mut().poll(cx)
     }

@@ -73,15 +73,15 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::backend::Backend;
-use crate::keys::LockKeys;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::{Call, Script};
 use crate::registry::Registry;
 use crate::LockError;
 
 /// The fenced-write script (see the module documentation).
-pub const FENCED_SET: &str = include_str!("protocol/fence.lua");
+pub const FENCED_SET: &str = include_str!("../protocol/fence.lua");
 /// The script that reads a fenced value.
-pub const FENCED_GET: &str = include_str!("protocol/fence_get.lua");
+pub const FENCED_GET: &str = include_str!("../protocol/fence_get.lua");
 
 /// The name of the token column [`sql_update`] writes.
 pub const SQL_FENCE_COLUMN: &str = "fence";

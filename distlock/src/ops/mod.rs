@@ -1,0 +1,11 @@
+//! Around the locks: inspection and reports, fencing at the resource, ids, metrics, the
+//! attribute's sites and the web integrations.
+
+pub mod fence;
+pub mod ids;
+pub(crate) mod inspect;
+pub mod metrics;
+pub(crate) mod report;
+pub(crate) mod sites;
+#[cfg(feature = "axum")]
+pub mod web;

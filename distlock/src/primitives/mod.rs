@@ -1,0 +1,8 @@
+//! What users acquire: locks of every kind, semaphores, multi-key locks and leader
+//! elections, all through one acquire engine, and the guards that hold them.
+
+pub(crate) mod guard;
+pub(crate) mod leader;
+pub(crate) mod lock;
+pub(crate) mod multi;
+pub(crate) mod semaphore;
