@@ -435,136 +435,6 @@ pub enum InitError {
     AlreadyInitialized,
 }
 
-/// What went wrong on a backend: opaque, so that the Redis client distlock uses stays an
-/// implementation detail. Its [`kind`](BackendError::kind) says what sort of failure it was;
-/// `Display` says what happened, and [`std::error::Error::source`] leads to the client's
-/// own error where there is one.
-///
-/// ```
-/// # async fn f() {
-/// let err = distlock::Registry::from_str(r#"
-///     [backends.main]
-///     mode = "single"
-///     url = "redis://127.0.0.1:1"
-///     connect_timeout = "200ms"
-/// "#).await.unwrap_err();
-/// match err {
-///     distlock::InitError::Connect { source, .. } => {
-///         assert_eq!(source.kind(), distlock::BackendErrorKind::Connection)
-///     }
-///     other => panic!("{other}"),
-/// }
-/// # }
-/// # tokio::runtime::Runtime::new().unwrap().block_on(f());
-/// ```
-#[derive(Clone)]
-pub struct BackendError(std::sync::Arc<crate::backend::DriverError>);
-
-/// The sort of failure a [`BackendError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendErrorKind {
-    /// The server could not be reached, or the connection broke.
-    Connection,
-    /// No reply in time (`response_timeout`, `connect_timeout`, `node_timeout`).
-    TimedOut,
-    /// The server answered with an error (permissions, out of memory, wrong type, ...).
-    Server,
-    /// The server's reply made no sense for the lock protocol.
-    Protocol,
-    /// redlock/multi: too few nodes answered (each node's failure is in the message).
-    TooFewNodes,
-    /// sentinel: no sentinel named a usable master, or the one named is not a master.
-    NoMaster,
-    /// sentinel `sync_replicas`: too few replicas acknowledged.
-    NotReplicated,
-}
-
-impl BackendError {
-    pub(crate) fn new(e: crate::backend::DriverError) -> BackendError {
-        BackendError(std::sync::Arc::new(e))
-    }
-
-    /// The sort of failure.
-    pub fn kind(&self) -> BackendErrorKind {
-        use crate::backend::DriverError as D;
-        match &*self.0 {
-            D::Redis { source, .. } => {
-                if source.is_timeout() {
-                    BackendErrorKind::TimedOut
-                } else if source.is_io_error()
-                    || source.is_connection_refusal()
-                    || source.is_connection_dropped()
-                {
-                    BackendErrorKind::Connection
-                } else {
-                    BackendErrorKind::Server
-                }
-            }
-            D::TimedOut { .. } => BackendErrorKind::TimedOut,
-            D::NotConnected { .. } => BackendErrorKind::Connection,
-            D::TooFewNodes { .. } => BackendErrorKind::TooFewNodes,
-            D::NotReplicated { .. } => BackendErrorKind::NotReplicated,
-            D::Unexpected { .. } => BackendErrorKind::Protocol,
-            D::NoMaster { .. } | D::NotMaster { .. } => BackendErrorKind::NoMaster,
-        }
-    }
-
-    /// Whether the server's answer was not a Redis reply at all (another kind of server).
-    pub(crate) fn is_not_redis(&self) -> bool {
-        matches!(&*self.0, crate::backend::DriverError::Redis { source, .. }
-            if source.kind() == redis::ErrorKind::Parse)
-    }
-
-    /// Whether trying again may succeed (see [`LockError::is_transient`]).
-    pub fn is_transient(&self) -> bool {
-        match self.kind() {
-            BackendErrorKind::Connection
-            | BackendErrorKind::TimedOut
-            | BackendErrorKind::NoMaster
-            | BackendErrorKind::TooFewNodes => true,
-            BackendErrorKind::Server => {
-                let text = self.0.to_string();
-                [
-                    "READONLY",
-                    "LOADING",
-                    "MASTERDOWN",
-                    "TRYAGAIN",
-                    "CLUSTERDOWN",
-                ]
-                .iter()
-                .any(|code| text.contains(code))
-            }
-            BackendErrorKind::Protocol | BackendErrorKind::NotReplicated => false,
-        }
-    }
-
-    /// Whether it was a time-out.
-    pub fn is_timeout(&self) -> bool {
-        self.kind() == BackendErrorKind::TimedOut
-    }
-}
-
-impl std::fmt::Display for BackendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl std::fmt::Debug for BackendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendError")
-            .field("kind", &self.kind())
-            .field("message", &self.0.to_string())
-            .finish()
-    }
-}
-
-impl std::error::Error for BackendError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.0)
-    }
-}
 /// The return type a `#[distributed_lock]` function needs: a `Result` whose error type a
 /// [`LockError`] converts into (`E: From<LockError>`), so that a lock that is not acquired
 /// in time, or whose lease is lost, is returned as the function's error.
@@ -625,3 +495,68 @@ macro_rules! debug_as_display {
     )*};
 }
 debug_as_display!(LockError, InitError);
+
+use crate::backend::{BackendError, DriverError};
+
+impl DriverError {
+    /// The public error of a lock operation on `key` (if one) of backend `backend`.
+    pub(crate) fn into_lock_error(self, backend: &str, key: Option<&str>) -> LockError {
+        match self {
+            DriverError::NotReplicated {
+                address,
+                acked,
+                needed,
+                timeout,
+                released,
+            } => LockError::ReplicationFailed {
+                key: key.unwrap_or_default().to_owned(),
+                backend: backend.to_owned(),
+                address,
+                acked,
+                needed,
+                timeout,
+                released,
+            },
+            other => LockError::Backend {
+                backend: backend.to_owned(),
+                address: other.address(),
+                key: key.map(str::to_owned),
+                source: BackendError::new(other),
+            },
+        }
+    }
+
+    /// The public error of a backend that could not be connected at start-up. A command
+    /// refused to the ACL user while connecting (`NOPERM`: `ROLE` on a sentinel master)
+    /// is a missing right, named.
+    pub(crate) fn into_init_error(self, backend: &str) -> InitError {
+        if self.is_no_perm() {
+            let detail = self
+                .redis_error()
+                .and_then(|e| e.detail())
+                .unwrap_or_default()
+                .to_owned();
+            // "this user has no permissions to run the 'role' command"
+            let command = detail
+                .split('\'')
+                .nth(1)
+                .filter(|_| detail.contains("command"))
+                .map(str::to_lowercase);
+            return InitError::MissingRights {
+                backend: backend.to_owned(),
+                address: self.address(),
+                user: None,
+                missing: vec![match &command {
+                    Some(c) => format!("missing +{c} ({detail})"),
+                    None => detail.clone(),
+                }],
+                grant: command.map(|c| format!("+{c}")).into_iter().collect(),
+            };
+        }
+        InitError::Connect {
+            backend: backend.to_owned(),
+            address: self.address(),
+            source: BackendError::new(self),
+        }
+    }
+}

@@ -128,27 +128,28 @@ mod protocol;
 mod registry;
 mod rt;
 
-pub use ops::{fence, ids, metrics};
 #[cfg(feature = "axum")]
 pub use ops::web;
+pub use ops::{fence, ids, metrics};
 
-pub use lease::context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
+pub use backend::{BackendError, BackendErrorKind};
 #[doc(inline)]
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
-pub use error::{BackendError, BackendErrorKind, InitError, LockError, LockResult};
-pub use ops::fence::fence;
-pub use primitives::guard::LockGuard;
-pub use ops::inspect::{Holder, LockInfo, Waiter};
-pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
+pub use error::{InitError, LockError, LockResult};
+pub use lease::context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
 pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
+pub use ops::fence::fence;
+pub use ops::inspect::{Holder, LockInfo, Waiter};
+pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+pub use ops::sites::{sites, Site};
+pub use primitives::guard::LockGuard;
+pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
 pub use primitives::lock::Lock;
 pub use primitives::multi::{MultiLock, MultiLockGuard};
-pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
-pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
 pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
-pub use ops::sites::{sites, Site};
+pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use distlock_config::{Config, Defaults};
 
 use crate::backend::Backend;
-use crate::{BackendError, InitError, Lock, LockError};
+use crate::{BackendError, InitError, LockError};
 
 /// Connected backends by name, with the configuration's defaults.
 ///
@@ -237,12 +237,6 @@ impl Registry {
         fut: F,
     ) -> impl std::future::Future<Output = F::Output> {
         SCOPED.scope(self.clone(), fut)
-    }
-
-    /// A lock on `key` in this registry (its site: the `file:line` of this call).
-    #[track_caller]
-    pub fn lock(&self, key: impl Into<String>) -> Lock {
-        Lock::with_registry(key.into(), self.clone())
     }
 
     /// The configured backends' names, sorted.

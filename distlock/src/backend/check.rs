@@ -30,9 +30,9 @@ use distlock_config::{BackendConfig, Mode, Protocol, ShardedSubscriptionMode};
 use redis::IntoConnectionInfo;
 
 use super::error::DriverError;
+use crate::ops::report::ServerReport;
 use crate::protocol::probe::{Needs, Probe};
 use crate::protocol::Publish;
-use crate::ops::report::ServerReport;
 use crate::InitError;
 
 /// What a backend checks on its servers, and how they are reached (for the reports).

@@ -35,13 +35,13 @@ use tokio::sync::mpsc;
 use super::conn::{addresses, Settings};
 use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::OwnerId;
+use crate::ops::report::ServerReport;
 use crate::protocol::exec::load_all;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;
 use crate::protocol::{Call, Publish};
-use crate::ops::report::ServerReport;
+use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
 /// configured nodes, comma-separated).

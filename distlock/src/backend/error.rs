@@ -10,8 +10,25 @@ use std::time::Duration;
 
 use redis::RedisError;
 
-use crate::protocol::UnexpectedReply;
-use crate::{BackendError, InitError, LockError};
+/// A reply a script cannot give: the server runs other scripts under these names, or
+/// something between rewrote the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnexpectedReply {
+    /// Which script answered (its name).
+    pub(crate) script: &'static str,
+    /// The reply, as redis-rs shows it.
+    pub(crate) reply: String,
+}
+
+impl std::fmt::Display for UnexpectedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unexpected reply to the {} script: {}",
+            self.script, self.reply
+        )
+    }
+}
 
 /// Why a driver could not do what was asked.
 #[derive(Debug, Clone)]
@@ -102,6 +119,61 @@ impl DriverError {
             .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm))
     }
 
+    /// The sort of failure, from redis-rs's typed error kinds (never from message text).
+    pub(crate) fn kind(&self) -> BackendErrorKind {
+        match self {
+            DriverError::Redis { source, .. } => {
+                if source.is_timeout() {
+                    BackendErrorKind::TimedOut
+                } else if source.is_io_error()
+                    || source.is_connection_refusal()
+                    || source.is_connection_dropped()
+                {
+                    BackendErrorKind::Connection
+                } else if source.kind() == redis::ErrorKind::Parse {
+                    BackendErrorKind::Protocol
+                } else {
+                    BackendErrorKind::Server
+                }
+            }
+            DriverError::TimedOut { .. } => BackendErrorKind::TimedOut,
+            DriverError::NotConnected { .. } => BackendErrorKind::Connection,
+            DriverError::TooFewNodes { .. } => BackendErrorKind::TooFewNodes,
+            DriverError::NotReplicated { .. } => BackendErrorKind::NotReplicated,
+            DriverError::Unexpected { .. } => BackendErrorKind::Protocol,
+            DriverError::NoMaster { .. } | DriverError::NotMaster { .. } => {
+                BackendErrorKind::NoMaster
+            }
+        }
+    }
+
+    /// Whether the server said it cannot serve the command *now* (a failover or a restart
+    /// under way): `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`.
+    fn is_server_busy_with_failover(&self) -> bool {
+        use redis::ServerErrorKind as S;
+        self.redis_error().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    S::ReadOnly | S::BusyLoading | S::MasterDown | S::TryAgain | S::ClusterDown
+                )
+            )
+        })
+    }
+
+    /// Whether trying again may succeed: the connection failed or timed out, no master or
+    /// too few nodes answered, or the server is busy with a failover or a restart.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self.kind() {
+            BackendErrorKind::Connection
+            | BackendErrorKind::TimedOut
+            | BackendErrorKind::NoMaster
+            | BackendErrorKind::TooFewNodes => true,
+            BackendErrorKind::Server => self.is_server_busy_with_failover(),
+            BackendErrorKind::Protocol | BackendErrorKind::NotReplicated => false,
+        }
+    }
+
     /// Whether it suggests the server is gone or no longer a master (a failover may be
     /// under way): a connection error, a timeout, or a `READONLY` reply.
     pub(crate) fn suggests_failover(&self) -> bool {
@@ -119,67 +191,6 @@ impl DriverError {
             | DriverError::NotReplicated { .. }
             | DriverError::Unexpected { .. }
             | DriverError::NoMaster { .. } => false,
-        }
-    }
-
-    /// The public error of a lock operation on `key` (if one) of backend `backend`.
-    pub(crate) fn into_lock_error(self, backend: &str, key: Option<&str>) -> LockError {
-        match self {
-            DriverError::NotReplicated {
-                address,
-                acked,
-                needed,
-                timeout,
-                released,
-            } => LockError::ReplicationFailed {
-                key: key.unwrap_or_default().to_owned(),
-                backend: backend.to_owned(),
-                address,
-                acked,
-                needed,
-                timeout,
-                released,
-            },
-            other => LockError::Backend {
-                backend: backend.to_owned(),
-                address: other.address(),
-                key: key.map(str::to_owned),
-                source: BackendError::new(other),
-            },
-        }
-    }
-
-    /// The public error of a backend that could not be connected at start-up. A command
-    /// refused to the ACL user while connecting (`NOPERM`: `ROLE` on a sentinel master)
-    /// is a missing right, named.
-    pub(crate) fn into_init_error(self, backend: &str) -> InitError {
-        if self.is_no_perm() {
-            let detail = self
-                .redis_error()
-                .and_then(|e| e.detail())
-                .unwrap_or_default()
-                .to_owned();
-            // "this user has no permissions to run the 'role' command"
-            let command = detail
-                .split('\'')
-                .nth(1)
-                .filter(|_| detail.contains("command"))
-                .map(str::to_lowercase);
-            return InitError::MissingRights {
-                backend: backend.to_owned(),
-                address: self.address(),
-                user: None,
-                missing: vec![match &command {
-                    Some(c) => format!("missing +{c} ({detail})"),
-                    None => detail.clone(),
-                }],
-                grant: command.map(|c| format!("+{c}")).into_iter().collect(),
-            };
-        }
-        InitError::Connect {
-            backend: backend.to_owned(),
-            address: self.address(),
-            source: BackendError::new(self),
         }
     }
 }
@@ -278,5 +289,100 @@ pub(crate) async fn bounded<T>(
             what,
             after,
         }),
+    }
+}
+
+/// What went wrong on a backend: opaque, so that the Redis client distlock uses stays an
+/// implementation detail. Its [`kind`](BackendError::kind) says what sort of failure it was;
+/// `Display` says what happened, and [`std::error::Error::source`] leads to the client's
+/// own error where there is one.
+///
+/// ```
+/// # async fn f() {
+/// let err = distlock::Registry::from_str(r#"
+///     [backends.main]
+///     mode = "single"
+///     url = "redis://127.0.0.1:1"
+///     connect_timeout = "200ms"
+/// "#).await.unwrap_err();
+/// match err {
+///     distlock::InitError::Connect { source, .. } => {
+///         assert_eq!(source.kind(), distlock::BackendErrorKind::Connection)
+///     }
+///     other => panic!("{other}"),
+/// }
+/// # }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+/// ```
+#[derive(Clone)]
+pub struct BackendError(std::sync::Arc<DriverError>);
+
+/// The sort of failure a [`BackendError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The server could not be reached, or the connection broke.
+    Connection,
+    /// No reply in time (`response_timeout`, `connect_timeout`, `node_timeout`).
+    TimedOut,
+    /// The server answered with an error (permissions, out of memory, wrong type, ...).
+    Server,
+    /// The server's reply made no sense for the lock protocol.
+    Protocol,
+    /// redlock/multi: too few nodes answered (each node's failure is in the message).
+    TooFewNodes,
+    /// sentinel: no sentinel named a usable master, or the one named is not a master.
+    NoMaster,
+    /// sentinel `sync_replicas`: too few replicas acknowledged.
+    NotReplicated,
+}
+
+impl BackendError {
+    pub(crate) fn new(e: DriverError) -> BackendError {
+        BackendError(std::sync::Arc::new(e))
+    }
+
+    /// The sort of failure.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.0.kind()
+    }
+
+    /// Whether the server's answer was not a Redis reply at all (another kind of server).
+    pub(crate) fn is_not_redis(&self) -> bool {
+        matches!(&*self.0, DriverError::Redis { source, .. }
+            if source.kind() == redis::ErrorKind::Parse)
+    }
+
+    /// Whether trying again may succeed (see [`LockError::is_transient`]).
+    ///
+    /// [`LockError::is_transient`]: crate::LockError::is_transient
+    pub fn is_transient(&self) -> bool {
+        self.0.is_transient()
+    }
+
+    /// Whether it was a time-out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == BackendErrorKind::TimedOut
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind())
+            .field("message", &self.0.to_string())
+            .finish()
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.0)
     }
 }

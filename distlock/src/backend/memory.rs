@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::rt::hub::Hub;
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Released};
+use crate::rt::hub::Hub;
 use crate::LockKind;
 
 #[derive(Debug)]

@@ -10,7 +10,7 @@
 mod check;
 mod cluster;
 mod conn;
-mod error;
+pub(crate) mod error;
 mod link;
 mod memory;
 mod quorum;
@@ -25,12 +25,13 @@ use std::time::Duration;
 
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
-pub(crate) use self::error::DriverError;
+pub use self::error::{BackendError, BackendErrorKind};
+pub(crate) use self::error::{DriverError, UnexpectedReply};
 use crate::lease::held::Leases;
-use crate::rt::hub::Hub;
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Released};
+use crate::rt::hub::Hub;
 use crate::{InitError, LockError, LockKind};
 
 /// The store behind a backend.
@@ -279,7 +280,9 @@ impl Backend {
     }
 
     /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
-    async fn probe_servers(&self) -> Option<Vec<Result<crate::ops::report::ServerReport, DriverError>>> {
+    async fn probe_servers(
+        &self,
+    ) -> Option<Vec<Result<crate::ops::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
         let probe = &check.probe;
         let reports = match &self.driver {

@@ -35,11 +35,11 @@ use super::conn::Settings;
 use super::error::{bounded, DriverError};
 use super::server::Server;
 use super::subscriber::{self, Connector};
+use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::{Attempt, Call, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
-use crate::protocol::keys::LockKeys;
-use crate::lease::owner::{Hold, OwnerId};
-use crate::protocol::{Attempt, Call, Released};
 
 /// How often the master is resolved again without any other reason.
 const CHECK_EVERY: Duration = Duration::from_secs(5);

@@ -12,12 +12,12 @@ use redis::Value;
 use super::conn::Settings;
 use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::OwnerId;
+use crate::ops::report::ServerReport;
 use crate::protocol::exec::{eval_pipelined, load_all};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, Publish};
-use crate::ops::report::ServerReport;
 
 /// Renewals sent in one pipeline.
 const RENEW_BATCH: usize = 512;

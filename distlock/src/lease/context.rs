@@ -235,7 +235,7 @@ impl Future for LeaseLost {
         }
         let waiting = this.waiting.get_or_insert_with(|| {
             let leases = this.leases.clone();
-            Box::pin(crate::primitives::multi::lost_any(leases))
+            Box::pin(crate::lease::held::lost_any(leases))
         });
         waiting.as_mut().poll(cx)
     }

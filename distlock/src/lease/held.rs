@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::rt::clock::{from_nanos, to_nanos};
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
+use crate::rt::clock::{from_nanos, to_nanos};
 use crate::LockError;
 
 /// How long before a lease can run out on the server its loss is signalled (`is_held()`
@@ -266,4 +266,16 @@ impl LeaseState {
             }
         }
     }
+}
+
+/// The first of `leases` to be lost.
+pub(crate) async fn lost_any(leases: Vec<Arc<LeaseState>>) -> LockError {
+    if leases.is_empty() {
+        return std::future::pending().await;
+    }
+    let all = leases.iter().map(|l| {
+        let l = l.clone();
+        Box::pin(async move { l.lost().await })
+    });
+    futures_util::future::select_all(all).await.0
 }

@@ -336,8 +336,8 @@ fn unsupported(backend: &Backend) -> LockError {
 fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {
     crate::backend::DriverError::Unexpected {
         address: backend.address.clone(),
-        reply: crate::protocol::UnexpectedReply {
-            script: Script::Fence,
+        reply: crate::backend::UnexpectedReply {
+            script: Script::Fence.name(),
             reply: format!("{v:?}"),
         },
     }

@@ -7,8 +7,8 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Backend;
 use crate::lease::held::LeaseState;
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::Hold;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::Released;
 use crate::LockError;
 

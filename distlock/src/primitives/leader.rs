@@ -22,11 +22,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::rt::backoff::Backoff;
 use crate::primitives::guard::LockGuard;
-use crate::protocol::keys::LockKeys;
 use crate::primitives::lock::Lock;
+use crate::protocol::keys::LockKeys;
 use crate::registry::Registry;
+use crate::rt::backoff::Backoff;
 use crate::{Lease, LockError, LockKind};
 
 /// The longest an observer ([`Leader::observe`], [`Leader::changes`]) goes without reading
@@ -510,8 +510,8 @@ impl LeaderGuard {
     /// Publish a change on the election's channel; a failure is logged (observers then
     /// see the change at their next poll).
     async fn announce(&self, what: &str) {
-        let r =
-            crate::rt::runtime::entered(self.backend.announce(&self.keys, &self.channel, what)).await;
+        let r = crate::rt::runtime::entered(self.backend.announce(&self.keys, &self.channel, what))
+            .await;
         if let Err(e) = r {
             tracing::warn!(backend = %self.backend.name, key = %self.keys.user, error = %e,
                 "distlock: announcing a change of leader failed; observers see it within their poll interval");

@@ -7,14 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::rt::backoff::Backoff;
-use crate::primitives::guard::{LockGuard, ReleaseOnDrop};
 use crate::lease::held::LeaseState;
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::{Hold, OwnerId};
+pub(crate) use crate::ops::sites::LockSite;
+use crate::primitives::guard::{LockGuard, ReleaseOnDrop};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::Attempt;
 use crate::registry::Registry;
-pub(crate) use crate::ops::sites::LockSite;
+use crate::rt::backoff::Backoff;
 use crate::{Lease, LockError, LockKind, OnLost};
 
 /// A lock to acquire: a key, and how to wait and lease it.
@@ -339,6 +339,14 @@ impl Lock {
     }
 }
 
+impl Registry {
+    /// A lock on `key` in this registry (its site: the `file:line` of this call).
+    #[track_caller]
+    pub fn lock(&self, key: impl Into<String>) -> Lock {
+        Lock::with_registry(key.into(), self.clone())
+    }
+}
+
 /// What some acquisitions add: a run-once job's `hold_at_least`, and holder information to
 /// record whatever the backend's `holder_info` says (a leader's).
 struct Extras {
@@ -491,8 +499,10 @@ async fn acquire(
         if pending.is_none() && !ambiguous_is_kept {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
-        let attempt = match crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
-            .await
+        let attempt = match crate::rt::runtime::entered(
+            backend.acquire(&keys, hold, lease_len, left),
+        )
+        .await
         {
             Ok(a) => {
                 if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {

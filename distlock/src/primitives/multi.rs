@@ -8,13 +8,11 @@
 //! acquisition fails with the `Timeout` naming that key.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::primitives::guard::LockGuard;
-use crate::lease::held::LeaseState;
 use crate::primitives::lock::{Lock, LockSite};
 use crate::registry::Registry;
 use crate::{Lease, LockError, OnLost};
@@ -330,7 +328,7 @@ impl MultiLockGuard {
     /// Resolves when any of the leases is lost, with that key's `LeaseLost` error. Never
     /// resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
-        lost_any(self.guards.iter().map(|g| g.state.clone()).collect()).await
+        crate::lease::held::lost_any(self.guards.iter().map(|g| g.state.clone()).collect()).await
     }
 
     /// Release every lock, the last taken first. All are released whatever happens; the
@@ -348,18 +346,9 @@ impl MultiLockGuard {
     /// Run `fut` inside the task-scoped context of every one of the locks (see
     /// [`LockGuard::scope`]).
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        crate::lease::context::scope_group(self.guards.iter().map(|g| g.state.clone()).collect(), fut)
+        crate::lease::context::scope_group(
+            self.guards.iter().map(|g| g.state.clone()).collect(),
+            fut,
+        )
     }
-}
-
-/// The first of `leases` to be lost.
-pub(crate) async fn lost_any(leases: Vec<Arc<LeaseState>>) -> LockError {
-    if leases.is_empty() {
-        return std::future::pending().await;
-    }
-    let all = leases.iter().map(|l| {
-        let l = l.clone();
-        Box::pin(async move { l.lost().await })
-    });
-    futures_util::future::select_all(all).await.0
 }

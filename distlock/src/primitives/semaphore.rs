@@ -15,14 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::rt::backoff::Backoff;
-use crate::primitives::guard::ReleaseOnDrop;
 use crate::lease::held::LeaseState;
-use crate::protocol::keys::LockKeys;
-use crate::primitives::lock::LockSite;
 use crate::lease::owner::Hold;
+use crate::primitives::guard::ReleaseOnDrop;
+use crate::primitives::lock::LockSite;
+use crate::protocol::keys::LockKeys;
 use crate::protocol::Attempt;
 use crate::registry::Registry;
+use crate::rt::backoff::Backoff;
 use crate::{Lease, LockError};
 
 /// A counting semaphore across processes: at most `permits` permits held at once, each
@@ -386,8 +386,10 @@ async fn acquire(
         if pending.is_none() {
             pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
         }
-        let attempt = match crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left))
-            .await
+        let attempt = match crate::rt::runtime::entered(
+            backend.acquire(&keys, hold, lease_len, left),
+        )
+        .await
         {
             Ok(a) => {
                 backend_retry.reset();

@@ -3,6 +3,10 @@
 use crate::{LockError, LockKind};
 
 /// Longest key accepted, in bytes.
+/// Redisson's `fairLockWaitTimeout` (5 min): a fair waiter's allowance when it does not
+/// wait (a try-once acquisition).
+pub(crate) const REDISSON_FAIR_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 pub(crate) const MAX_KEY_LEN: usize = 1024;
 
 /// The Redis names that make up one lock.
@@ -162,7 +166,7 @@ impl LockKeys {
         keys.fence = redisson_name("redisson_lock_token", &keys.user);
         keys.redisson = Some(Box::new(RedissonKeys {
             lease,
-            allowance: crate::protocol::REDISSON_FAIR_WAIT,
+            allowance: REDISSON_FAIR_WAIT,
         }));
         Ok(keys)
     }

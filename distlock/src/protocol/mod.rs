@@ -13,17 +13,19 @@
 //! promoted replica has an empty script cache): [`exec`] is the one place that does it.
 
 pub(crate) mod exec;
+pub(crate) mod keys;
 pub(crate) mod probe;
 pub(crate) mod version;
-pub(crate) mod keys;
+
+use crate::backend::UnexpectedReply;
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Value;
 
-use crate::protocol::keys::{LockKeys, RedissonKeys};
 use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::{LockKeys, RedissonKeys};
 use crate::LockKind;
 
 /// Every script of the protocol.
@@ -84,6 +86,12 @@ const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
 
 impl Script {
+    /// The script's name in messages (`Acquire`, `Release`, ...).
+    pub(crate) fn name(self) -> &'static str {
+        static NAMES: std::sync::OnceLock<[String; 29]> = std::sync::OnceLock::new();
+        &NAMES.get_or_init(|| Script::ALL.map(|s| format!("{s:?}")))[self as usize]
+    }
+
     /// All of them, for `SCRIPT LOAD`.
     pub(crate) const ALL: [Script; 29] = [
         Script::Acquire,
@@ -225,26 +233,6 @@ pub(crate) enum Released {
     NotHeld,
 }
 
-/// A reply a script cannot give: the server runs other scripts under these names, or
-/// something between rewrote the reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UnexpectedReply {
-    /// Which script answered.
-    pub(crate) script: Script,
-    /// The reply, as redis-rs shows it.
-    pub(crate) reply: String,
-}
-
-impl std::fmt::Display for UnexpectedReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "unexpected reply to the {:?} script: {}",
-            self.script, self.reply
-        )
-    }
-}
-
 /// One script call: the script, its keys and its arguments.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
@@ -282,7 +270,7 @@ impl Call {
 
     fn unexpected(&self, v: &Value) -> UnexpectedReply {
         UnexpectedReply {
-            script: self.script,
+            script: self.script.name(),
             reply: format!("{v:?}"),
         }
     }
@@ -753,10 +741,6 @@ const REDISSON_UNLOCK_MESSAGE: &str = "0";
 /// Redisson's `LockPubSub.READ_UNLOCK_MESSAGE` (every waiter of a client wakes): what its
 /// write lock's release publishes.
 const REDISSON_READ_UNLOCK_MESSAGE: &str = "1";
-
-/// Redisson's `fairLockWaitTimeout` (5 min): a fair waiter's allowance when it does not
-/// wait (a try-once acquisition).
-pub(crate) const REDISSON_FAIR_WAIT: Duration = Duration::from_secs(300);
 
 /// A reader's timeout key prefix `{name}:<field>:rwlock_timeout` (hold i: `<prefix>:<i>`).
 fn redisson_rw_timeouts(keys: &LockKeys, field: &str) -> String {

@@ -11,8 +11,8 @@
 
 use redis::{RedisResult, Value};
 
-use crate::protocol::keys::LockKeys;
 use crate::ops::report::ServerReport;
+use crate::protocol::keys::LockKeys;
 use crate::LockKind;
 
 use super::version::{info_field, version_problem, MIN_VERSION};

@@ -115,10 +115,10 @@ use self::node::Node;
 use super::conn::Settings;
 use super::error::DriverError;
 use super::server::Server;
-use crate::rt::hub::{Hub, SubscribeRequest};
-use crate::protocol::keys::LockKeys;
 use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Released};
+use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;
 mod node;
