@@ -40,7 +40,7 @@ use crate::ops::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;
-use crate::protocol::{Call, Publish};
+use crate::protocol::Publish;
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
@@ -279,7 +279,7 @@ impl Cluster {
         lease: Duration,
     ) -> Vec<Result<bool, DriverError>> {
         futures_util::future::join_all(items.iter().map(|(keys, owner)| async move {
-            let call = Call::renew(keys, *owner, lease);
+            let call = crate::protocol::renew(keys, *owner, lease);
             let v = self.run(&call, "renewal timed out").await?;
             call.done(&v).map_err(|r| self.unexpected(r))
         }))

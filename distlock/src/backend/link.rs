@@ -80,7 +80,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, DriverError> {
-        let call = Call::acquire(keys, hold, lease, wait);
+        let call = crate::protocol::acquire(keys, hold, lease, wait);
         let v = self.run(&call, "acquire timed out").await?;
         call.attempt(&v).map_err(|r| self.unexpected(r))
     }
@@ -91,7 +91,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         keys: &LockKeys,
         hold: Hold,
     ) -> Result<Released, DriverError> {
-        let call = Call::release(keys, hold, self.publish);
+        let call = crate::protocol::release(keys, hold, self.publish);
         let v = self.run(&call, "release timed out").await?;
         self.warn_unannounced(&keys.user, &v);
         let released = call.released(&v).map_err(|r| self.unexpected(r))?;
@@ -122,7 +122,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         keys: &LockKeys,
         owner: OwnerId,
     ) -> Result<bool, DriverError> {
-        let Some(call) = Call::cancel(keys, owner, self.publish) else {
+        let Some(call) = crate::protocol::cancel(keys, owner, self.publish) else {
             return Ok(false);
         };
         let v = self.run(&call, "cancel timed out").await?;
@@ -132,7 +132,7 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
 
     /// Delete the lock whoever holds it. Returns whether there was one.
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
-        let call = Call::force_release(keys, self.publish);
+        let call = crate::protocol::force_release(keys, self.publish);
         let v = self.run(&call, "force release timed out").await?;
         self.warn_unannounced(&keys.user, &v);
         call.done(&v).map_err(|r| self.unexpected(r))

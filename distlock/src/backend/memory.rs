@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lease::owner::{Hold, OwnerId};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
 use crate::LockKind;
@@ -195,14 +195,14 @@ impl MemoryDriver {
                 !holders.is_empty()
             });
         }
-        if let Some(sem) = &keys.sem {
-            return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
-        }
-        match keys.kind {
-            LockKind::Read | LockKind::Write => {
+        match &keys.shape {
+            Shape::Semaphore(sem) => {
+                return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
+            }
+            Shape::Read | Shape::Write => {
                 return Self::rw_acquire(&mut st, keys, owner, lease, wait, now)
             }
-            LockKind::Fair => {
+            Shape::Fair => {
                 let (held, reentrant) = match Self::live(&mut st, &keys.hash, now) {
                     Some(h) => (true, h.owners.contains_key(&owner)),
                     None => (false, false),
@@ -226,7 +226,7 @@ impl MemoryDriver {
                 }
                 // Held (the path below re-enters or refuses), or free and ours to take.
             }
-            LockKind::Reentrant => {}
+            Shape::Reentrant => {}
         }
         if hold.nested
             && !Self::live(&mut st, &keys.hash, now).is_some_and(|h| h.owners.contains_key(&owner))
@@ -328,7 +328,7 @@ impl MemoryDriver {
             ttl: Some((until - now).max(Duration::from_millis(1))),
         };
         let writer = rw.writer;
-        if keys.kind == LockKind::Read {
+        if keys.shape.is(LockKind::Read) {
             if let Some((count, until)) = rw.readers.get_mut(&owner) {
                 *count += 1;
                 *until = (*until).max(later(now, lease));
@@ -377,7 +377,7 @@ impl MemoryDriver {
             return Released::NotHeld;
         };
         rw.purge(now);
-        let announce = if keys.kind == LockKind::Write {
+        let announce = if keys.shape.is(LockKind::Write) {
             match rw.writer.as_mut() {
                 Some((w, count, _)) if *w == owner => {
                     *count -= 1;
@@ -416,19 +416,19 @@ impl MemoryDriver {
     pub(super) fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
         let now = Instant::now();
         let mut st = self.state();
-        let was = match keys.kind {
-            LockKind::Write => st
+        let was = match &keys.shape {
+            Shape::Write => st
                 .rw
                 .get_mut(&keys.hash)
                 .is_some_and(|rw| rw.writers.remove(&owner).is_some()),
-            LockKind::Fair => {
+            Shape::Fair => {
                 let was = st
                     .queues
                     .get_mut(&keys.hash)
                     .is_some_and(|q| q.remove(owner));
                 was && Self::live(&mut st, &keys.hash, now).is_none()
             }
-            LockKind::Reentrant | LockKind::Read => false,
+            Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => false,
         };
         drop(st);
         if was {
@@ -439,11 +439,10 @@ impl MemoryDriver {
 
     pub(super) fn release(&self, keys: &LockKeys, hold: Hold) -> Released {
         let owner = hold.owner;
-        if keys.sem.is_some() {
-            return self.sem_release(keys, owner);
-        }
-        if matches!(keys.kind, LockKind::Read | LockKind::Write) {
-            return self.rw_release(keys, owner);
+        match &keys.shape {
+            Shape::Semaphore(_) => return self.sem_release(keys, owner),
+            Shape::Read | Shape::Write => return self.rw_release(keys, owner),
+            Shape::Reentrant | Shape::Fair => {}
         }
         let now = Instant::now();
         let mut st = self.state();
@@ -476,7 +475,7 @@ impl MemoryDriver {
         items
             .iter()
             .map(|(keys, owner)| {
-                if keys.sem.is_some() {
+                if let Shape::Semaphore(_) = &keys.shape {
                     let holders = sem_live(&mut st.sems, &keys.hash, now);
                     return match holders.get_mut(owner) {
                         Some(h) => {
@@ -486,17 +485,17 @@ impl MemoryDriver {
                         None => false,
                     };
                 }
-                if matches!(keys.kind, LockKind::Read | LockKind::Write) {
+                if keys.shape.is_rw() {
                     let Some(rw) = st.rw.get_mut(&keys.hash) else {
                         return false;
                     };
                     rw.purge(now);
-                    return match (keys.kind, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
-                        (LockKind::Write, Some((w, _, until)), _) if w == owner => {
+                    return match (&keys.shape, rw.writer.as_mut(), rw.readers.get_mut(owner)) {
+                        (Shape::Write, Some((w, _, until)), _) if w == owner => {
                             *until = (*until).max(later(now, lease));
                             true
                         }
-                        (LockKind::Read, _, Some((_, until))) => {
+                        (Shape::Read, _, Some((_, until))) => {
                             *until = (*until).max(later(now, lease));
                             true
                         }

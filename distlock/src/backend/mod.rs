@@ -29,7 +29,7 @@ pub use self::error::{BackendError, BackendErrorKind};
 pub(crate) use self::error::{DriverError, UnexpectedReply};
 use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
 use crate::{InitError, LockError, LockKind};
@@ -344,6 +344,15 @@ impl Backend {
         semaphore_offered(&self.name, quorum, self.protocol)
     }
 
+    /// Whether what `shape` lays out can be taken here: [`Backend::supports`] for a lock,
+    /// [`Backend::supports_semaphore`] for a semaphore.
+    pub(crate) fn supports_shape(&self, shape: &Shape) -> Result<(), LockError> {
+        match shape.lock_kind() {
+            Some(kind) => self.supports(kind),
+            None => self.supports_semaphore(),
+        }
+    }
+
     /// The Redis names of a lock of `kind` on `key` in this backend's format, for an
     /// acquisition leased for `lease`.
     pub(crate) fn keys(
@@ -372,7 +381,7 @@ impl Backend {
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, LockError> {
-        self.supports(keys.kind)?;
+        self.supports_shape(&keys.shape)?;
         let r = match &self.driver {
             Driver::Memory(m) => Ok(m.acquire(keys, hold, lease, wait)),
             Driver::Single(s) => s.acquire(keys, hold, lease, wait).await,

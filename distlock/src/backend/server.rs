@@ -122,7 +122,7 @@ impl Server {
         for chunk in items.chunks(RENEW_BATCH) {
             let calls: Vec<Call> = chunk
                 .iter()
-                .map(|(keys, owner)| Call::renew(keys, *owner, lease))
+                .map(|(keys, owner)| crate::protocol::renew(keys, *owner, lease))
                 .collect();
             let mut conn = self.conn.clone();
             match bounded(

@@ -17,7 +17,6 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::protocol::keys::LockKeys;
-use crate::protocol::Call;
 use crate::registry::Registry;
 use crate::{LockError, LockKind};
 
@@ -215,7 +214,7 @@ pub(crate) async fn inspect_on(
     backend: &crate::backend::Backend,
     key: &str,
 ) -> Result<Vec<LockInfo>, LockError> {
-    let call = Call::inspect(&backend.prefix, key)?;
+    let call = crate::protocol::inspect(&backend.prefix, key)?;
     let Some((replies, _)) = backend.run_script(key, &call).await else {
         return Err(no_inspection(&backend.name));
     };

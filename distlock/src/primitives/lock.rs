@@ -427,7 +427,7 @@ async fn acquire(
     }
     let start = Instant::now();
     let deadline = start + wait.min(crate::MAX_WAIT);
-    if let Some(r) = keys.redisson.as_mut() {
+    if let crate::protocol::keys::Format::Redisson(r) = &mut keys.format {
         // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
         // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
         if !wait.is_zero() {
@@ -441,7 +441,7 @@ async fn acquire(
     let outer = crate::lease::context::find(&backend.name, &keys.user);
     let mut permit = None;
     let base = match &outer {
-        Some(o) if o.keys.kind == kind && kind.counts_levels() => {
+        Some(o) if o.keys.shape.is(kind) && kind.counts_levels() => {
             match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
                 Ok(Ok(p)) => permit = Some(p),
                 _ => {
@@ -656,7 +656,8 @@ async fn acquire(
                 drop(notified);
                 let w = backend.hub.watch_with(
                     &keys.wait_channel(hold.owner),
-                    keys.kind == LockKind::Reentrant || (redisson && keys.kind == LockKind::Fair),
+                    keys.shape.is(LockKind::Reentrant)
+                        || (redisson && keys.shape.is(LockKind::Fair)),
                 );
                 // Subscribed before the next attempt, so a release after it is seen. Without
                 // a subscription (subscriber down) the lease's end is the next chance.

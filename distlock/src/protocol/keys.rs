@@ -14,12 +14,15 @@ pub(crate) const MAX_KEY_LEN: usize = 1024;
 pub(crate) struct LockKeys {
     /// The key as the user gave it.
     pub user: String,
-    /// What sort of lock these names are for.
-    pub kind: LockKind,
+    /// The layout on Redis: which scripts and keys serve it.
+    pub shape: Shape,
+    /// distlock's own format or Redisson's.
+    pub format: Format,
     /// The lock's main key: for a reentrant lock the hash `owner -> reentrancy count`, with
     /// the lease as its expiry (`PREFIX{KEY}`); for a fair lock the same layout under
-    /// `PREFIX{KEY}:fair`; for a read-write lock the state hash `PREFIX{KEY}:rw`. The other
-    /// keys of fair and read-write locks are derived from it (see `protocol/`).
+    /// `PREFIX{KEY}:fair`; for a read-write lock the state hash `PREFIX{KEY}:rw`; for a
+    /// semaphore the holders' zset `PREFIX{KEY}:sem`. The other keys of fair and read-write
+    /// locks are derived from it (see `protocol/`).
     pub hash: String,
     /// The fencing counter (INCR), kept forever so tokens grow strictly.
     pub fence: String,
@@ -30,21 +33,80 @@ pub(crate) struct LockKeys {
     /// acquire scripts write and release deletes, and this holder's `host\tpid\tsite`.
     /// `None`: the backend does not record holders.
     pub info: Option<InfoKey>,
-    /// `Some` under `protocol = "redisson"`: `hash` is then the name itself, `channel`
-    /// `redisson_lock__channel:{name}`, `fence` the fenced lock's `redisson_lock_token:{name}`.
-    /// (Boxed: every held lease keeps its keys, and most are not in Redisson's format.)
-    pub redisson: Option<Box<RedissonKeys>>,
     /// A run-once job's `hold_at_least` (reentrant locks only): a new holder records the
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
-    /// `Some` for a semaphore (`crate::primitives::semaphore`): `hash` is then the holders' zset
-    /// `PREFIX{KEY}:sem` and `channel` `PREFIX{KEY}:sem:released`.
-    /// (Boxed, like `redisson`: every held lease keeps its keys.)
-    pub sem: Option<Box<SemKeys>>,
 }
 
-/// What the semaphore scripts (`protocol/sem_*.lua`) need besides the holders' zset.
+/// The layout of a lock on Redis, one variant per family of scripts. Every function that
+/// builds a call or serves a lock in memory matches on it exhaustively.
+#[derive(Debug, Clone)]
+pub(crate) enum Shape {
+    /// A reentrant lock: the hash `owner -> count` (`acquire.lua`, `release.lua`).
+    Reentrant,
+    /// A fair lock: the same hash under `:fair`, with a queue (`fair_*.lua`).
+    Fair,
+    /// The read side of a read-write lock (`rw_*.lua`).
+    Read,
+    /// The write side of a read-write lock (`rw_*.lua`).
+    Write,
+    /// A semaphore: the holders' zset and counts hash (`sem_*.lua`). Boxed: every held
+    /// lease keeps its keys, and most are locks.
+    Semaphore(Box<SemKeys>),
+}
+
+impl Shape {
+    /// The shape of a lock of `kind`.
+    pub(crate) fn of(kind: LockKind) -> Shape {
+        match kind {
+            LockKind::Reentrant => Shape::Reentrant,
+            LockKind::Fair => Shape::Fair,
+            LockKind::Read => Shape::Read,
+            LockKind::Write => Shape::Write,
+        }
+    }
+
+    /// The lock kind of this shape; `None` for a semaphore.
+    pub(crate) fn lock_kind(&self) -> Option<LockKind> {
+        match self {
+            Shape::Reentrant => Some(LockKind::Reentrant),
+            Shape::Fair => Some(LockKind::Fair),
+            Shape::Read => Some(LockKind::Read),
+            Shape::Write => Some(LockKind::Write),
+            Shape::Semaphore(_) => None,
+        }
+    }
+
+    /// Whether it is the lock kind `kind`.
+    pub(crate) fn is(&self, kind: LockKind) -> bool {
+        self.lock_kind() == Some(kind)
+    }
+
+    /// Whether it is either side of a read-write lock.
+    pub(crate) fn is_rw(&self) -> bool {
+        matches!(self, Shape::Read | Shape::Write)
+    }
+}
+
+/// The on-Redis format of a lock.
+#[derive(Debug, Clone)]
+pub(crate) enum Format {
+    /// distlock's own layout (`PREFIX{KEY}...`).
+    Distlock,
+    /// Redisson's: `hash` is then the name itself, `channel`
+    /// `redisson_lock__channel:{name}`, `fence` the fenced lock's
+    /// `redisson_lock_token:{name}`. Boxed, like a semaphore's keys.
+    Redisson(Box<RedissonKeys>),
+}
+
+impl Format {
+    /// Whether it is Redisson's format.
+    pub(crate) fn is_redisson(&self) -> bool {
+        matches!(self, Format::Redisson(_))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct SemKeys {
     /// The hash `PREFIX{KEY}:sem:n`: holder id -> permits, `t:<holder id>` -> token.
@@ -106,11 +168,10 @@ impl LockKeys {
             channel: format!("{hash}:released"),
             hash,
             user: key,
-            kind: LockKind::Reentrant,
+            shape: Shape::Reentrant,
+            format: Format::Distlock,
             info: None,
-            redisson: None,
             hold_at_least: None,
-            sem: None,
         })
     }
 
@@ -126,7 +187,7 @@ impl LockKeys {
         let mut keys = LockKeys::new(prefix, key)?;
         keys.hash.push_str(":sem");
         keys.channel = format!("{}:released", keys.hash);
-        keys.sem = Some(Box::new(SemKeys {
+        keys.shape = Shape::Semaphore(Box::new(SemKeys {
             counts: format!("{}:n", keys.hash),
             permits,
             limit,
@@ -156,7 +217,7 @@ impl LockKeys {
             });
         }
         keys.hash = keys.user.clone();
-        keys.kind = kind;
+        keys.shape = Shape::of(kind);
         keys.channel = match kind {
             LockKind::Reentrant | LockKind::Fair => {
                 redisson_name("redisson_lock__channel", &keys.user)
@@ -164,7 +225,7 @@ impl LockKeys {
             LockKind::Read | LockKind::Write => redisson_name("redisson_rwlock", &keys.user),
         };
         keys.fence = redisson_name("redisson_lock_token", &keys.user);
-        keys.redisson = Some(Box::new(RedissonKeys {
+        keys.format = Format::Redisson(Box::new(RedissonKeys {
             lease,
             allowance: REDISSON_FAIR_WAIT,
         }));
@@ -183,8 +244,10 @@ impl LockKeys {
     /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
     /// only), every other waiter on [`LockKeys::channel`].
     pub(crate) fn wait_channel(&self, owner: crate::lease::owner::OwnerId) -> String {
-        match (&self.redisson, self.kind) {
-            (Some(_), LockKind::Fair) => format!("{}:{}", self.channel, owner.redisson_field()),
+        match (&self.format, &self.shape) {
+            (Format::Redisson(_), Shape::Fair) => {
+                format!("{}:{}", self.channel, owner.redisson_field())
+            }
             _ => self.channel.clone(),
         }
     }
@@ -218,7 +281,7 @@ impl LockKeys {
         };
         keys.hash.push_str(suffix);
         keys.channel = format!("{}:released", keys.hash);
-        keys.kind = kind;
+        keys.shape = Shape::of(kind);
         Ok(keys)
     }
 
@@ -243,18 +306,18 @@ impl LockKeys {
     /// `redisson_lock_timeout:{name}`; the read-write lock has none (its per-hold keys are
     /// named by holder, see [`LockKeys::redisson_rw_stem`]).
     pub(crate) fn extra(&self) -> [String; 2] {
-        if self.redisson.is_some() {
+        if self.format.is_redisson() {
             return [
                 redisson_name("redisson_lock_queue", &self.user),
                 redisson_name("redisson_lock_timeout", &self.user),
             ];
         }
-        match self.kind {
-            LockKind::Fair => [
+        match self.shape {
+            Shape::Fair => [
                 format!("{}:queue", self.hash),
                 format!("{}:waiters", self.hash),
             ],
-            LockKind::Reentrant | LockKind::Read | LockKind::Write => [
+            Shape::Reentrant | Shape::Read | Shape::Write | Shape::Semaphore(_) => [
                 format!("{}:readers", self.hash),
                 format!("{}:writers", self.hash),
             ],
@@ -402,7 +465,10 @@ mod tests {
         assert_eq!(sem.hash, "lock:{k}:sem");
         assert_eq!(sem.channel, "lock:{k}:sem:released");
         assert_eq!(sem.fence, "lock:{k}:fence");
-        let counts = &sem.sem.as_ref().unwrap().counts;
+        let Shape::Semaphore(k) = &sem.shape else {
+            panic!("a semaphore's keys")
+        };
+        let counts = &k.counts;
         assert_eq!(counts, "lock:{k}:sem:n");
         assert_eq!(hash_tag(counts), "k");
     }

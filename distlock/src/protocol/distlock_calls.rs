@@ -1,0 +1,174 @@
+//! The calls of distlock's own format, one arm per [`Shape`]: the reentrant, fair and
+//! read-write locks' scripts and the semaphore's.
+
+use std::time::Duration;
+
+use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::call::Call;
+use crate::protocol::keys::{LockKeys, SemKeys, Shape};
+use crate::protocol::script::{millis, Publish, Script};
+use crate::LockKind;
+
+/// The acquire call. `wait`: how long the caller may still wait (fair and write locks
+/// queue for that long).
+pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+    let wait = wait.as_millis().min(i64::MAX as u128).to_string();
+    let nested = if hold.nested { "1" } else { "0" };
+    let mut call = match &keys.shape {
+        Shape::Semaphore(sem) => return sem_acquire(keys, sem, hold, lease),
+        Shape::Reentrant => Call::on(Script::Acquire, keys)
+            .arg(hold.owner.hex())
+            .arg(millis(lease))
+            .arg(hold.level_hex())
+            .arg(nested)
+            .arg(keys.hold_at_least.map_or_else(|| "0".to_owned(), millis)),
+        Shape::Fair => Call::on(Script::FairAcquire, keys)
+            .arg(hold.owner.hex())
+            .arg(millis(lease))
+            .arg(wait)
+            .arg(hold.level_hex())
+            .arg(nested),
+        Shape::Read | Shape::Write => Call::on(Script::RwAcquire, keys)
+            .arg(hold.owner.hex())
+            .arg(millis(lease))
+            .arg(rw_mode(&keys.shape))
+            .arg(wait)
+            .arg(hold.level_hex())
+            .arg(nested),
+    };
+    call.keys.push(keys.fence.clone());
+    if let Some(info) = &keys.info {
+        call.keys.push(info.key.clone());
+        call = call.arg(&*info.holder);
+    }
+    call
+}
+
+fn sem_acquire(keys: &LockKeys, sem: &SemKeys, hold: Hold, lease: Duration) -> Call {
+    Call::raw(
+        Script::SemAcquire,
+        vec![keys.hash.clone(), sem.counts.clone(), keys.fence.clone()],
+        Vec::new(),
+    )
+    .arg(hold.owner.hex())
+    .arg(sem.permits.to_string())
+    .arg(sem.limit.to_string())
+    .arg(millis(lease))
+}
+
+/// The release call of one level.
+pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
+    match &keys.shape {
+        Shape::Semaphore(sem) => Call::raw(
+            Script::SemRelease,
+            vec![keys.hash.clone(), sem.counts.clone()],
+            Vec::new(),
+        )
+        .arg(hold.owner.hex())
+        .arg(&keys.channel)
+        .arg(publish.verb()),
+        Shape::Reentrant | Shape::Fair => Call::on(Script::Release, keys)
+            .only_hash()
+            .arg(hold.owner.hex())
+            .arg(&keys.channel)
+            .arg(publish.verb())
+            .arg(hold.level_hex())
+            .arg(if keys.hold_at_least.is_some() || hold.nested {
+                "1"
+            } else {
+                "0"
+            })
+            .with_info_key(keys),
+        Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)
+            .arg(hold.owner.hex())
+            .arg(rw_mode(&keys.shape))
+            .arg(&keys.channel)
+            .arg(publish.verb())
+            .arg(hold.level_hex())
+            .with_info_key(keys),
+    }
+}
+
+/// The renew call of one lease.
+pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
+    match &keys.shape {
+        Shape::Semaphore(sem) => Call::raw(
+            Script::SemRenew,
+            vec![keys.hash.clone(), sem.counts.clone()],
+            Vec::new(),
+        )
+        .arg(owner.hex())
+        .arg(millis(lease)),
+        Shape::Reentrant | Shape::Fair => Call::on(Script::Renew, keys)
+            .only_hash()
+            .arg(owner.hex())
+            .arg(millis(lease))
+            .with_info_key(keys),
+        Shape::Read | Shape::Write => Call::on(Script::RwRenew, keys)
+            .arg(owner.hex())
+            .arg(millis(lease))
+            .arg(rw_mode(&keys.shape))
+            .with_info_key(keys),
+    }
+}
+
+/// The call by which a fair or write waiter leaves the queue; `None` for the shapes that
+/// do not queue.
+pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
+    let script = match &keys.shape {
+        Shape::Fair => Script::FairCancel,
+        Shape::Write => Script::RwCancel,
+        Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => return None,
+    };
+    Some(
+        Call::on(script, keys)
+            .arg(owner.hex())
+            .arg(&keys.channel)
+            .arg(publish.verb()),
+    )
+}
+
+/// Delete a lock whoever holds it (with the other keys of fair and read-write locks). The
+/// holder information goes too, recorded or not (another process may record it).
+pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+    let mut call = Call::on(Script::ForceRelease, keys)
+        .arg(&keys.channel)
+        .arg(publish.verb());
+    call.keys.push(keys.info_key());
+    call
+}
+
+/// The read-only call that returns everything about the locks of every kind on `key`
+/// (`inspect.lua`).
+pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError> {
+    let kinds = |kind| LockKeys::for_kind(prefix, key.to_owned(), kind);
+    let (r, fair, rw) = (
+        kinds(LockKind::Reentrant)?,
+        kinds(LockKind::Fair)?,
+        kinds(LockKind::Read)?,
+    );
+    let [queue, waiters] = fair.extra();
+    let [readers, writers] = rw.extra();
+    let keys = vec![
+        r.hash.clone(),
+        r.info_key(),
+        fair.hash.clone(),
+        queue,
+        waiters,
+        fair.info_key(),
+        rw.hash.clone(),
+        readers,
+        writers,
+        rw.info_key(),
+        r.fence.clone(),
+    ];
+    Ok(Call::raw(Script::Inspect, keys, Vec::new()))
+}
+
+/// `read` or `write`, as the read-write scripts take it.
+fn rw_mode(shape: &Shape) -> &'static str {
+    match shape {
+        Shape::Write => "write",
+        Shape::Read | Shape::Reentrant | Shape::Fair | Shape::Semaphore(_) => "read",
+    }
+}
