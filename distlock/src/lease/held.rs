@@ -55,6 +55,26 @@ impl Leases {
     }
 }
 
+/// What an acquisition was granted: the facts a lease starts from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    /// The owner and level it holds.
+    pub(crate) hold: Hold,
+    /// Its fencing token (a re-entry: the enclosing hold's).
+    pub(crate) token: u64,
+    /// Whether it took the lock (not a re-entry of a hold of this task).
+    pub(crate) outermost: bool,
+    /// The lease's length.
+    pub(crate) lease: Duration,
+    /// Whether the watchdog renews it.
+    pub(crate) auto: bool,
+    /// When it ends on this process's clock, counted from the send of the request that
+    /// took it, less the clock drift allowance (`Backend::validity`).
+    pub(crate) expires_at: Instant,
+    /// The site label.
+    pub(crate) site: &'static str,
+}
+
 const HELD: u8 = 0;
 const RELEASED: u8 = 1;
 const LOST: u8 = 2;
@@ -97,19 +117,23 @@ pub(crate) struct LeaseState {
 }
 
 impl LeaseState {
-    #[allow(clippy::too_many_arguments)] // one fact of the acquisition each
+    /// The state of a lease just granted on the backend `backend`; an auto lease joins that
+    /// backend's watched `leases` (renewed by the watchdog).
     pub(crate) fn new(
         backend: Arc<str>,
         leases: &Arc<Leases>,
         keys: LockKeys,
-        hold: Hold,
-        token: u64,
-        auto: bool,
-        outermost: bool,
-        lease_len: Duration,
-        expires_at: Instant,
-        site: &'static str,
+        granted: Granted,
     ) -> Arc<LeaseState> {
+        let Granted {
+            hold,
+            token,
+            outermost,
+            lease: lease_len,
+            auto,
+            expires_at,
+            site,
+        } = granted;
         let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(LeaseState {
             id,

@@ -1,4 +1,5 @@
-//! The guard the user holds for a held lock.
+//! The guards: the held-lease core every guard wraps ([`Held`]), the lock's guard, and the
+//! release paths (on drop, on `release()`, and of an attempt in flight).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,45 +30,79 @@ use crate::LockError;
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    pub(crate) state: Arc<LeaseState>,
-    pub(crate) backend: Arc<Backend>,
-    /// A nested hold: the enclosing hold's permit (see `LeaseState::nested`), given back
-    /// when this guard goes.
-    pub(crate) _permit: Option<OwnedSemaphorePermit>,
+    pub(crate) held: Held,
 }
 
 impl LockGuard {
     /// The fencing token: it grows strictly with every new holder of this key.
     pub fn fencing_token(&self) -> u64 {
-        self.state.token
+        self.held.state.token
     }
 
     /// Whether the lock is held, as far as this process knows: not released, not reported
     /// lost by the watchdog, and its lease not past its end.
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        self.held.state.is_held()
     }
 
     /// Resolves when the lease is lost: the watchdog found the lock gone or could not renew
     /// it in time, or a fixed lease ran out. Returns the `LeaseLost` error saying why.
     /// Never resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
-        self.state.lost().await
+        self.held.state.lost().await
     }
 
     /// The key, as given.
     pub fn key(&self) -> &str {
-        &self.state.keys.user
+        &self.held.state.keys.user
     }
 
     /// The backend's name.
     pub fn backend(&self) -> &str {
-        &self.backend.name
+        &self.held.backend.name
     }
 
     /// Release the lock. `Err(LockError::NotHeld)` when this owner no longer held it
     /// (its lease expired, or the lock was deleted): then nothing was changed.
     pub async fn release(self) -> Result<(), LockError> {
+        self.held.release().await
+    }
+
+    /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
+    /// key on the same backend re-enter, and `distlock::fencing_token()` returns this lock's token.
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        crate::lease::context::scope(self.held.state.clone(), fut)
+    }
+}
+
+/// The held-lease core every guard wraps (a lock's, a semaphore's, and through them a
+/// multi-key lock's and a leader's): the lease's state, the backend it is held on, and a
+/// nested hold's permit. It releases on [`Held::release`] or, in the background, on drop.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) state: Arc<LeaseState>,
+    pub(crate) backend: Arc<Backend>,
+    /// A nested hold: the enclosing hold's permit (see `LeaseState::nested`), given back
+    /// when this goes.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    pub(crate) fn new(
+        state: Arc<LeaseState>,
+        backend: Arc<Backend>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Held {
+        Held {
+            state,
+            backend,
+            _permit: permit,
+        }
+    }
+
+    /// Release: `Err(NotHeld)` when this owner no longer held it; `Ok` when it was already
+    /// released.
+    pub(crate) async fn release(self) -> Result<(), LockError> {
         let (state, backend) = (self.state.clone(), self.backend.clone());
         // Drop sees the state released and does nothing.
         if !state.begin_release() {
@@ -77,14 +112,39 @@ impl LockGuard {
         release_held(&state, &backend).await
     }
 
-    /// Run `fut` inside this lock's task-scoped context: nested acquisitions of the same
-    /// key on the same backend re-enter, and `distlock::fencing_token()` returns this lock's token.
-    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        crate::lease::context::scope(self.state.clone(), fut)
+    /// Run `body` holding this lease, then release it: with an auto lease and `cancel_on_lost`
+    /// a lost lease drops `body` at its next `.await` and returns `LeaseLost`. A failed
+    /// release after the body finished is logged, not returned: the body's result stands.
+    pub(crate) async fn run<F: Future>(
+        self,
+        body: F,
+        cancel_on_lost: bool,
+    ) -> Result<F::Output, LockError> {
+        let output = if self.state.auto && cancel_on_lost {
+            tokio::pin!(body);
+            tokio::select! {
+                // The loss first: a body woken together with it (after a pause past the
+                // lease) does not take one more step.
+                biased;
+                lost = self.state.lost() => return Err(lost),
+                out = &mut body => out,
+            }
+        } else {
+            body.await
+        };
+        let (key, backend) = (self.state.keys.user.clone(), self.backend.name.clone());
+        if self.state.is_lost() {
+            tracing::warn!(backend = %backend, key = %key,
+                "distlock: the body ran to its end after its lease was lost");
+        }
+        if let Err(e) = self.release().await {
+            tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release after the locked section failed");
+        }
+        Ok(output)
     }
 }
 
-impl Drop for LockGuard {
+impl Drop for Held {
     fn drop(&mut self) {
         if self.state.begin_release() {
             let s = &self.state;
@@ -94,13 +154,7 @@ impl Drop for LockGuard {
     }
 }
 
-/// Give back what `state` holds (a lock's level, a semaphore's permits), once its guard has
-/// begun its release. `Err(LockError::NotHeld)` when it was no longer held: then nothing
-/// was changed.
-pub(crate) async fn release_held(
-    state: &LeaseState,
-    backend: &Arc<Backend>,
-) -> Result<(), LockError> {
+async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), LockError> {
     // Dropped before the reply (a cancelled task, a timeout around this call): the release
     // is sent again in the background; the level (a semaphore's holder id) makes a second
     // run harmless.

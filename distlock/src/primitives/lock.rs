@@ -7,14 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::lease::held::LeaseState;
-use crate::lease::owner::{Hold, OwnerId};
 pub(crate) use crate::ops::sites::LockSite;
-use crate::primitives::guard::{LockGuard, ReleaseOnDrop};
-use crate::protocol::keys::LockKeys;
-use crate::protocol::Attempt;
+use crate::primitives::acquire::Request;
+use crate::primitives::guard::LockGuard;
 use crate::registry::Registry;
-use crate::rt::backoff::Backoff;
 use crate::{Lease, LockError, LockKind, OnLost};
 
 /// A lock to acquire: a key, and how to wait and lease it.
@@ -256,7 +252,7 @@ impl Lock {
             r => r,
         };
         let outcome = match &r {
-            Ok(g) if g.state.outermost => crate::ops::metrics::Outcome::Acquired,
+            Ok(g) if g.held.state.outermost => crate::ops::metrics::Outcome::Acquired,
             Ok(_) => crate::ops::metrics::Outcome::Reentered,
             Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
             Err(LockError::Skipped { .. }) => crate::ops::metrics::Outcome::Skipped,
@@ -297,28 +293,8 @@ impl Lock {
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let on_lost = self.on_lost;
         let guard = self.acquire().await?;
-        let output = if guard.state.auto && on_lost == OnLost::Cancel {
-            let body = guard.scope(body);
-            tokio::pin!(body);
-            tokio::select! {
-                // The loss first: a body woken together with it (after a pause past the
-                // lease) does not take one more step.
-                biased;
-                lost = guard.lost() => return Err(lost),
-                out = &mut body => out,
-            }
-        } else {
-            guard.scope(body).await
-        };
-        let (key, backend) = (guard.key().to_owned(), guard.backend().to_owned());
-        if guard.state.is_lost() {
-            tracing::warn!(backend = %backend, key = %key,
-                "distlock: the body ran to its end after its lease was lost");
-        }
-        if let Err(e) = guard.release().await {
-            tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release after the locked section failed");
-        }
-        Ok(output)
+        let body = guard.scope(body);
+        guard.held.run(body, on_lost == OnLost::Cancel).await
     }
 
     /// Delete the lock whoever holds it, waking its waiters (administration: a stuck
@@ -410,328 +386,13 @@ async fn acquire(
     } else if backend.holder_info {
         keys = keys.with_holder(crate::ops::inspect::holder_text(label));
     }
-    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
-    // held for longer than a day without renewal is a wedge waiting to happen.
-    if lease_len > crate::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::MAX_LEASE,
-        });
-    }
-    let start = Instant::now();
-    let deadline = start + wait.min(crate::MAX_WAIT);
-    if let crate::protocol::keys::Format::Redisson(r) = &mut keys.format {
-        // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
-        // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
-        if !wait.is_zero() {
-            r.allowance = wait.min(crate::MAX_WAIT);
-        }
-    }
-    // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
-    // the same kind, it counts a level of that hold, and sibling futures of the task take
-    // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
-    // taking the read lock) the owner is shared and the scripts of that kind decide.
-    let outer = crate::lease::context::find(&backend.name, &keys.user);
-    let mut permit = None;
-    let base = match &outer {
-        Some(o) if o.keys.shape.is(kind) && kind.counts_levels() => {
-            match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
-                Ok(Ok(p)) => permit = Some(p),
-                _ => {
-                    return Err(timeout(&backend, keys.user, start.elapsed(), None));
-                }
-            }
-            if o.is_lost() {
-                return Err(o.lost_error());
-            }
-            Hold::nested(o.owner)
-        }
-        Some(o) => Hold {
-            nested: false,
-            ..Hold::nested(o.owner)
-        },
-        None => Hold::fresh(),
-    };
-    let mut hold = base;
-    // Redisson's format counts a re-entry on the owner's field, shared with the outer hold,
-    // and has no level marks: a nested acquisition whose outcome is unknown (an error, or
-    // this future dropped in flight) must not be "released" — that could take the outer
-    // hold's count instead. Its possible extra count ends with the lease (documented).
-    let redisson = backend.is_redisson();
-    // (Also for a read or write acquisition inside a hold of the other kind: it counts on
-    // the same owner's field, so a "release to be safe" could take the outer's count.)
-    let ambiguous_is_kept = redisson && (hold.nested || outer.is_some());
-    let outer_token = outer.as_ref().map(|o| o.token);
-    let mut pending: Option<ReleaseOnDrop> = None;
-    let mut watch = None;
-    let mut backend_retry = Backoff::retry();
-    // A fair or write waiter is queued in the backend once refused: on every way out but
-    // acquiring (timeout, error, this future dropped) it leaves the queue again.
-    let mut queued: Option<Queued> = None;
-    loop {
-        let mut notified = watch
-            .as_ref()
-            .map(|w: &crate::rt::hub::Watch| Box::pin(w.notified()));
-        if let Some(n) = notified.as_mut() {
-            n.as_mut().enable();
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        if queued.is_none() && !left.is_zero() && kind.queues() {
-            queued = Some(Queued {
-                backend: backend.clone(),
-                keys: keys.clone(),
-                owner: hold.owner,
-                armed: true,
-            });
-        }
-        // From the moment a script is sent until an answer says it took nothing, the level
-        // may be held: if this future is dropped, or ends in an error, it is released in
-        // the background. A retry after an error sends the same level, so a first run
-        // whose reply was lost is found, not counted again.
-        if pending.is_none() && !ambiguous_is_kept {
-            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
-        }
-        let attempt = match crate::rt::runtime::entered(
-            backend.acquire(&keys, hold, lease_len, left),
-        )
-        .await
-        {
-            Ok(a) => {
-                if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
-                    if let Some(p) = pending.take() {
-                        p.disarm();
-                    }
-                }
-                backend_retry.reset();
-                a
-            }
-            // A transient failure (connection refused or reset, a time-out, a failover under
-            // way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried with
-            // backoff until the wait ends; then the last error is returned.
-            Err(e) if e.is_transient() && !ambiguous_is_kept => {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(e);
-                }
-                drop(notified);
-                if redisson {
-                    // Redisson's format cannot tell a retry from a re-entry: the field
-                    // this attempt may have taken is released in the background (a field
-                    // of this acquisition alone, so nothing else is touched), and the
-                    // retry is a fresh acquisition with a field of its own.
-                    drop(pending.take());
-                    hold = Hold::fresh();
-                    // A queued fair waiter leaves the queue under its old field (in the
-                    // background) and listens on the new field's channel.
-                    drop(queued.take());
-                    watch = None;
-                }
-                let pause = backend_retry.pause();
-                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
-                    "distlock: backend failed while waiting; retrying within the wait");
-                tokio::time::sleep_until(deadline.min(now + pause)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let ttl = match attempt {
-            Attempt::Acquired { token } => {
-                if let Some(p) = pending.take() {
-                    p.disarm();
-                }
-                if let Some(mut q) = queued.take() {
-                    q.armed = false;
-                }
-                tracing::debug!(backend = %backend.name, key = %keys.user, token, waited = ?start.elapsed(), "distlock: acquired");
-                let expires_at = sent + backend.validity(lease_len);
-                let state = LeaseState::new(
-                    backend.name.clone(),
-                    &backend.leases,
-                    keys,
-                    hold,
-                    token,
-                    auto,
-                    true,
-                    lease_len,
-                    expires_at,
-                    label,
-                );
-                return Ok(LockGuard {
-                    state,
-                    backend,
-                    _permit: permit,
-                });
-            }
-            Attempt::Reentered => {
-                if let Some(p) = pending.take() {
-                    p.disarm();
-                }
-                if let Some(mut q) = queued.take() {
-                    q.armed = false;
-                }
-                tracing::debug!(backend = %backend.name, key = %keys.user, "distlock: re-entered");
-                let token = outer_token.unwrap_or(0);
-                let expires_at = sent + backend.validity(lease_len);
-                let state = LeaseState::new(
-                    backend.name.clone(),
-                    &backend.leases,
-                    keys,
-                    hold,
-                    token,
-                    auto,
-                    false,
-                    lease_len,
-                    expires_at,
-                    label,
-                );
-                return Ok(LockGuard {
-                    state,
-                    backend,
-                    _permit: permit,
-                });
-            }
-            Attempt::Held { ttl } => ttl,
-            Attempt::OuterLost => {
-                // The enclosing hold's lock is gone: the outer guard hears of it now, and
-                // this acquisition fails instead of re-creating the lock under it.
-                let reason = "a nested acquisition found the lock gone (expired, deleted or lost in a failover)";
-                return Err(match &outer {
-                    Some(o) => {
-                        o.mark_lost(reason.into());
-                        o.lost_error()
-                    }
-                    None => LockError::LeaseLost {
-                        key: keys.user,
-                        backend: backend.name.to_string(),
-                        reason: reason.into(),
-                    },
-                });
-            }
-            Attempt::NoQuorum {
-                granted,
-                needed,
-                nodes,
-                busy,
-                retry_in,
-            } => {
-                // redlock/multi: everything granted was released again; retry after a
-                // random pause, within `wait`.
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(if busy {
-                        timeout(&backend, keys.user, now - start, None)
-                    } else {
-                        LockError::QuorumNotReached {
-                            key: keys.user,
-                            backend: backend.name.to_string(),
-                            granted,
-                            needed,
-                            nodes,
-                        }
-                    });
-                }
-                drop(notified);
-                tokio::time::sleep_until(deadline.min(now + retry_in)).await;
-                continue;
-            }
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            // The holder's remaining lease as this attempt reported it.
-            let holder = ttl.map(|t| (t, sent));
-            return Err(timeout(&backend, keys.user, now - start, holder));
-        }
-        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
-        match &watch {
-            None => {
-                tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
-                drop(notified);
-                let w = backend.hub.watch_with(
-                    &keys.wait_channel(hold.owner),
-                    keys.shape.is(LockKind::Reentrant)
-                        || (redisson && keys.shape.is(LockKind::Fair)),
-                );
-                // Subscribed before the next attempt, so a release after it is seen. Without
-                // a subscription (subscriber down) the lease's end is the next chance.
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                watch = Some(w);
-            }
-            Some(w) if !w.is_live() => {
-                drop(notified);
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-            }
-            Some(_) => {
-                if let Some(n) = notified {
-                    let _asleep = Asleep::new(&backend.waiting);
-                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, label);
-                    tokio::select! {
-                        _ = n => {}
-                        _ = tokio::time::sleep_until(until) => {}
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A `Timeout` with what was measured: the holder's remaining lease as last reported
-/// (counted down to now), and the recent hold times on this backend.
-fn timeout(
-    backend: &Backend,
-    key: String,
-    waited: Duration,
-    holder: Option<(Duration, Instant)>,
-) -> LockError {
-    LockError::Timeout {
-        key,
-        backend: backend.name.to_string(),
-        waited,
-        holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
-        recent_hold: crate::lease::holds::typical(&backend.name),
-    }
-}
-
-/// A waiter's place in a fair or write queue, left when dropped armed.
-struct Queued {
-    backend: Arc<Backend>,
-    keys: LockKeys,
-    owner: OwnerId,
-    armed: bool,
-}
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        if self.armed {
-            self.backend
-                .cancel_in_background(self.keys.clone(), self.owner);
-        }
-    }
-}
-
-/// Counts a waiter as asleep while it lives.
-pub(crate) struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Asleep<'a> {
-    pub(crate) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
-        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Asleep(n)
-    }
-}
-
-impl Drop for Asleep<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+    let held = crate::primitives::acquire::acquire(Request {
+        backend,
+        keys,
+        wait,
+        lease,
+        site: label,
+    })
+    .await?;
+    Ok(LockGuard { held })
 }

@@ -201,7 +201,7 @@ impl MultiLock {
                 }
             }
         }
-        let auto = guards.iter().all(|g| g.state.auto);
+        let auto = guards.iter().all(|g| g.held.state.auto);
         Ok(MultiLockGuard { guards, auto })
     }
 
@@ -328,7 +328,8 @@ impl MultiLockGuard {
     /// Resolves when any of the leases is lost, with that key's `LeaseLost` error. Never
     /// resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
-        crate::lease::held::lost_any(self.guards.iter().map(|g| g.state.clone()).collect()).await
+        crate::lease::held::lost_any(self.guards.iter().map(|g| g.held.state.clone()).collect())
+            .await
     }
 
     /// Release every lock, the last taken first. All are released whatever happens; the
@@ -347,7 +348,7 @@ impl MultiLockGuard {
     /// [`LockGuard::scope`]).
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
         crate::lease::context::scope_group(
-            self.guards.iter().map(|g| g.state.clone()).collect(),
+            self.guards.iter().map(|g| g.held.state.clone()).collect(),
             fut,
         )
     }

@@ -15,14 +15,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::lease::held::LeaseState;
-use crate::lease::owner::Hold;
-use crate::primitives::guard::ReleaseOnDrop;
-use crate::primitives::lock::LockSite;
+use crate::ops::sites::LockSite;
+use crate::primitives::acquire::Request;
+use crate::primitives::guard::Held;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::Attempt;
 use crate::registry::Registry;
-use crate::rt::backoff::Backoff;
 use crate::{Lease, LockError};
 
 /// A counting semaphore across processes: at most `permits` permits held at once, each
@@ -273,24 +270,7 @@ impl Semaphore {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
     pub async fn run<F: Future>(&self, n: u32, body: F) -> Result<F::Output, LockError> {
-        let guard = self.acquire(n).await?;
-        let output = if guard.state.auto {
-            tokio::pin!(body);
-            tokio::select! {
-                // The loss first: a body woken together with it (after a pause past the
-                // lease) does not take one more step.
-                biased;
-                lost = guard.lost() => return Err(lost),
-                out = &mut body => out,
-            }
-        } else {
-            body.await
-        };
-        let (key, backend) = (guard.key().to_owned(), guard.backend().to_owned());
-        if let Err(e) = guard.release().await {
-            tracing::warn!(backend = %backend, key = %key, error = %e, "distlock: release of semaphore permits after the section failed");
-        }
-        Ok(output)
+        self.acquire(n).await?.held.run(body, true).await
     }
 }
 
@@ -347,150 +327,16 @@ async fn acquire(
     if let Some(e) = invalid(&backend, key.clone(), n, permits) {
         return Err(e);
     }
-    let (lease_len, auto) = match lease {
-        Lease::Auto => (backend.watchdog_timeout, true),
-        Lease::Fixed(d) => (d, false),
-    };
     let keys = LockKeys::semaphore(&backend.prefix, key, n, permits)?;
-    if lease_len > crate::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::MAX_LEASE,
-        });
-    }
-    let start = Instant::now();
-    let deadline = start + wait.min(crate::MAX_WAIT);
-    // One holder id for the whole acquisition: a retry after an error sends the same one,
-    // so a first run whose reply was lost is found, not counted again.
-    let hold = Hold::fresh();
-    let mut pending: Option<ReleaseOnDrop> = None;
-    let mut watch: Option<crate::rt::hub::Watch> = None;
-    let mut backend_retry = Backoff::retry();
-    loop {
-        let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
-        if let Some(n) = notified.as_mut() {
-            n.as_mut().enable();
-        }
-        let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        // From the send until an answer says nothing was taken, the permits may be held:
-        // if this future is dropped, or ends in an error, they are released in the
-        // background (releasing a holder that was never admitted changes nothing).
-        if pending.is_none() {
-            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
-        }
-        let attempt = match crate::rt::runtime::entered(
-            backend.acquire(&keys, hold, lease_len, left),
-        )
-        .await
-        {
-            Ok(a) => {
-                backend_retry.reset();
-                a
-            }
-            Err(e) if e.is_transient() => {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(e);
-                }
-                let pause = backend_retry.pause();
-                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
-                        "distlock: backend failed while acquiring semaphore permits; retrying within the wait");
-                drop(notified);
-                tokio::time::sleep_until(deadline.min(now + pause)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let ttl = match attempt {
-            Attempt::Acquired { token } => {
-                if let Some(p) = pending.take() {
-                    p.disarm();
-                }
-                tracing::debug!(backend = %backend.name, key = %keys.user, token, n, waited = ?start.elapsed(), "distlock: semaphore permits acquired");
-                let expires_at = sent + backend.validity(lease_len);
-                let state = LeaseState::new(
-                    backend.name.clone(),
-                    &backend.leases,
-                    keys,
-                    hold,
-                    token,
-                    auto,
-                    true,
-                    lease_len,
-                    expires_at,
-                    label,
-                );
-                return Ok(SemaphoreGuard {
-                    state,
-                    backend,
-                    permits: n,
-                });
-            }
-            Attempt::Held { ttl } => {
-                if let Some(p) = pending.take() {
-                    p.disarm();
-                }
-                ttl
-            }
-            // The semaphore scripts answer only "acquired" or "not enough free".
-            other @ (Attempt::Reentered | Attempt::OuterLost | Attempt::NoQuorum { .. }) => {
-                return Err(LockError::Unsupported {
-                    backend: backend.name.to_string(),
-                    what: format!(
-                        "semaphore `{}`: the backend answered an acquisition with {other:?}",
-                        keys.user
-                    ),
-                });
-            }
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(LockError::Timeout {
-                key: keys.user,
-                backend: backend.name.to_string(),
-                waited: now - start,
-                holder_lease: ttl.map(|t| t.saturating_sub(sent.elapsed())),
-                recent_hold: crate::lease::holds::typical(&backend.name),
-            });
-        }
-        // The earliest holder's lease end: a permit comes back then at the latest.
-        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
-        match &watch {
-            None => {
-                drop(notified);
-                // Every waiter hears a release: it may free enough for several of them.
-                let w = backend.hub.watch_with(&keys.channel, false);
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                watch = Some(w);
-            }
-            Some(w) if !w.is_live() => {
-                drop(notified);
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-            }
-            Some(_) => {
-                if let Some(n) = notified {
-                    let _asleep = crate::primitives::lock::Asleep::new(&backend.waiting);
-                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, label);
-                    tokio::select! {
-                        _ = n => {}
-                        _ = tokio::time::sleep_until(until) => {}
-                    }
-                }
-            }
-        }
-    }
+    let held = crate::primitives::acquire::acquire(Request {
+        backend,
+        keys,
+        wait,
+        lease,
+        site: label,
+    })
+    .await?;
+    Ok(SemaphoreGuard { held, permits: n })
 }
 
 /// Permits held, from [`Semaphore::acquire`]. Dropping it gives them back in the background
@@ -515,8 +361,7 @@ async fn acquire(
 #[derive(Debug)]
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct SemaphoreGuard {
-    state: Arc<LeaseState>,
-    backend: Arc<Backend>,
+    held: Held,
     permits: u32,
 }
 
@@ -529,50 +374,35 @@ impl SemaphoreGuard {
     /// The fencing token of this acquisition, from the counter the key shares with its
     /// locks: it grows strictly with every acquisition.
     pub fn fencing_token(&self) -> u64 {
-        self.state.token
+        self.held.state.token
     }
 
     /// Whether the permits are held, as far as this process knows: not released, not
     /// reported lost by the watchdog, and the lease not within its safety margin of its end.
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        self.held.state.is_held()
     }
 
     /// Resolves when the lease is lost (the watchdog found the permits gone or could not
     /// renew them in time, or a fixed lease is running out), a margin before the server
     /// can give them to another holder. Never resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
-        self.state.lost().await
+        self.held.state.lost().await
     }
 
     /// The semaphore's key, as given.
     pub fn key(&self) -> &str {
-        &self.state.keys.user
+        &self.held.state.keys.user
     }
 
     /// The backend's name.
     pub fn backend(&self) -> &str {
-        &self.backend.name
+        &self.held.backend.name
     }
 
     /// Give the permits back. `Err(LockError::NotHeld)` when they were no longer held (the
     /// lease had ended): then nothing was changed.
     pub async fn release(self) -> Result<(), LockError> {
-        let (state, backend) = (self.state.clone(), self.backend.clone());
-        if !state.begin_release() {
-            return Ok(());
-        }
-        drop(self);
-        crate::primitives::guard::release_held(&state, &backend).await
-    }
-}
-
-impl Drop for SemaphoreGuard {
-    fn drop(&mut self) {
-        if self.state.begin_release() {
-            let s = &self.state;
-            tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: semaphore guard dropped; releasing in the background");
-            self.backend.release_in_background(s.keys.clone(), s.hold);
-        }
+        self.held.release().await
     }
 }

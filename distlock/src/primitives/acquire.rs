@@ -1,0 +1,385 @@
+//! The one acquire engine: every primitive (locks of every kind, semaphores, multi-key locks
+//! and leader elections, which take locks) and every format goes through [`acquire`].
+//!
+//! It owns what every acquisition must get right, once:
+//! - the deadline (`wait`, capped at [`crate::Lease::MAX`]'s sibling `MAX_WAIT`) and the
+//!   lease's bounds, checked before anything is sent;
+//! - the nested and sibling rules: an acquisition inside a hold of the same lock in this
+//!   task re-enters it (sibling futures take turns on the hold's one permit), and fails
+//!   with the outer hold's loss instead of re-creating a lock that vanished;
+//! - the attempt in flight: from the moment a script is sent until a reply says nothing
+//!   was taken, dropping the future (or an error) releases what it may have taken, in the
+//!   background;
+//! - retries of transient backend errors, with backoff, within the wait;
+//! - a queued waiter's place (fair and write locks), left on every way out but acquiring;
+//! - the wait itself: subscribed to the release channel before the next attempt, woken by
+//!   a release or by the holder's lease end, whichever comes first.
+//!
+//! What differs between primitives is data: the [`LockKeys`] (shape and format) and the
+//! [`Request`]'s terms.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::lease::held::{Granted, LeaseState};
+use crate::lease::owner::{Hold, OwnerId};
+use crate::primitives::guard::{Held, ReleaseOnDrop};
+use crate::protocol::keys::{Format, LockKeys, Shape};
+use crate::protocol::Attempt;
+use crate::rt::backoff::Backoff;
+use crate::rt::hub::Watch;
+use crate::{Lease, LockError};
+
+/// One acquisition: what to take, where, and on which terms.
+pub(crate) struct Request {
+    /// The backend to take it on.
+    pub(crate) backend: Arc<Backend>,
+    /// The lock's (or semaphore's) Redis names, shape and format.
+    pub(crate) keys: LockKeys,
+    /// The longest wait; zero tries once.
+    pub(crate) wait: Duration,
+    /// The lease.
+    pub(crate) lease: Lease,
+    /// The site label (metrics, holder information).
+    pub(crate) site: &'static str,
+}
+
+/// Acquire what `req` names, or fail. See the module docs for what this owns.
+pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
+    let Request {
+        backend,
+        mut keys,
+        wait,
+        lease,
+        site,
+    } = req;
+    backend.supports_shape(&keys.shape)?;
+    let (lease_len, auto) = match lease {
+        Lease::Auto => (backend.watchdog_timeout, true),
+        Lease::Fixed(d) => (d, false),
+    };
+    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
+    // held for longer than a day without renewal is a wedge waiting to happen.
+    if lease_len > crate::MAX_LEASE {
+        return Err(LockError::InvalidDuration {
+            key: keys.user,
+            backend: backend.name.to_string(),
+            what: if auto {
+                "lease (watchdog_timeout)"
+            } else {
+                "lease"
+            },
+            value: lease_len,
+            limit: crate::MAX_LEASE,
+        });
+    }
+    let start = Instant::now();
+    let deadline = start + wait.min(crate::MAX_WAIT);
+    if let Format::Redisson(r) = &mut keys.format {
+        // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
+        // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
+        if !wait.is_zero() {
+            r.allowance = wait.min(crate::MAX_WAIT);
+        }
+    }
+    let kind = keys.shape.lock_kind();
+    // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
+    // the same kind, it counts a level of that hold, and sibling futures of the task take
+    // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
+    // taking the read lock) the owner is shared and the scripts of that kind decide. A
+    // semaphore has no enclosing hold: each acquisition is a holder of its own.
+    let outer = match kind {
+        Some(_) => crate::lease::context::find(&backend.name, &keys.user),
+        None => None,
+    };
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let base = match (&outer, kind) {
+        (Some(o), Some(kind)) if o.keys.shape.is(kind) && kind.counts_levels() => {
+            match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
+                Ok(Ok(p)) => permit = Some(p),
+                _ => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
+            }
+            if o.is_lost() {
+                return Err(o.lost_error());
+            }
+            Hold::nested(o.owner)
+        }
+        (Some(o), _) => Hold {
+            nested: false,
+            ..Hold::nested(o.owner)
+        },
+        (None, _) => Hold::fresh(),
+    };
+    let mut hold = base;
+    // Redisson's format counts a re-entry on the owner's field, shared with the outer hold,
+    // and has no level marks: a nested acquisition whose outcome is unknown (an error, or
+    // this future dropped in flight) must not be "released" — that could take the outer
+    // hold's count instead. Its possible extra count ends with the lease (documented).
+    // (Also for a read or write acquisition inside a hold of the other kind: it counts on
+    // the same owner's field, so a "release to be safe" could take the outer's count.)
+    let redisson = keys.format.is_redisson();
+    let ambiguous_is_kept = redisson && (hold.nested || outer.is_some());
+    let outer_token = outer.as_ref().map(|o| o.token);
+    let mut pending: Option<ReleaseOnDrop> = None;
+    let mut watch: Option<Watch> = None;
+    let mut backend_retry = Backoff::retry();
+    // A fair or write waiter is queued in the backend once refused: on every way out but
+    // acquiring (timeout, error, this future dropped) it leaves the queue again.
+    let mut queued: Option<Queued> = None;
+    loop {
+        let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
+        if let Some(n) = notified.as_mut() {
+            n.as_mut().enable();
+        }
+        let sent = Instant::now();
+        let left = deadline.saturating_duration_since(sent);
+        if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
+            queued = Some(Queued {
+                backend: backend.clone(),
+                keys: keys.clone(),
+                owner: hold.owner,
+                armed: true,
+            });
+        }
+        // From the moment a script is sent until an answer says it took nothing, the level
+        // (the semaphore's holder id) may be held: if this future is dropped, or ends in an
+        // error, it is released in the background. A retry after an error sends the same
+        // level, so a first run whose reply was lost is found, not counted again.
+        if pending.is_none() && !ambiguous_is_kept {
+            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
+        }
+        let attempt = match crate::rt::runtime::entered(
+            backend.acquire(&keys, hold, lease_len, left),
+        )
+        .await
+        {
+            Ok(a) => {
+                if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
+                    if let Some(p) = pending.take() {
+                        p.disarm();
+                    }
+                }
+                backend_retry.reset();
+                a
+            }
+            // A transient failure (connection refused or reset, a time-out, a failover under
+            // way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried with
+            // backoff until the wait ends; then the last error is returned.
+            Err(e) if e.is_transient() && !ambiguous_is_kept => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                drop(notified);
+                if redisson {
+                    // Redisson's format cannot tell a retry from a re-entry: the field
+                    // this attempt may have taken is released in the background (a field
+                    // of this acquisition alone, so nothing else is touched), and the
+                    // retry is a fresh acquisition with a field of its own.
+                    drop(pending.take());
+                    hold = Hold::fresh();
+                    // A queued fair waiter leaves the queue under its old field (in the
+                    // background) and listens on the new field's channel.
+                    drop(queued.take());
+                    watch = None;
+                }
+                let pause = backend_retry.pause();
+                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
+                    "distlock: backend failed while waiting; retrying within the wait");
+                tokio::time::sleep_until(deadline.min(now + pause)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let ttl = match attempt {
+            Attempt::Acquired { .. } | Attempt::Reentered => {
+                if let Some(p) = pending.take() {
+                    p.disarm();
+                }
+                if let Some(mut q) = queued.take() {
+                    q.armed = false;
+                }
+                let outermost = matches!(attempt, Attempt::Acquired { .. });
+                let token = match attempt {
+                    Attempt::Acquired { token } => token,
+                    _ => outer_token.unwrap_or(0),
+                };
+                tracing::debug!(backend = %backend.name, key = %keys.user, token, outermost, waited = ?start.elapsed(), "distlock: acquired");
+                let state = LeaseState::new(
+                    backend.name.clone(),
+                    &backend.leases,
+                    keys,
+                    Granted {
+                        hold,
+                        token,
+                        outermost,
+                        lease: lease_len,
+                        auto,
+                        expires_at: sent + backend.validity(lease_len),
+                        site,
+                    },
+                );
+                return Ok(Held::new(state, backend, permit));
+            }
+            Attempt::Held { ttl } => ttl,
+            Attempt::OuterLost => {
+                // The enclosing hold's lock is gone: the outer guard hears of it now, and
+                // this acquisition fails instead of re-creating the lock under it.
+                let reason = "a nested acquisition found the lock gone (expired, deleted or lost in a failover)";
+                return Err(match &outer {
+                    Some(o) => {
+                        o.mark_lost(reason.into());
+                        o.lost_error()
+                    }
+                    None => LockError::LeaseLost {
+                        key: keys.user,
+                        backend: backend.name.to_string(),
+                        reason: reason.into(),
+                    },
+                });
+            }
+            Attempt::NoQuorum {
+                granted,
+                needed,
+                nodes,
+                busy,
+                retry_in,
+            } => {
+                // redlock/multi: everything granted was released again; retry after a
+                // random pause, within `wait`.
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(if busy {
+                        timeout(&backend, keys.user, now - start, None)
+                    } else {
+                        LockError::QuorumNotReached {
+                            key: keys.user,
+                            backend: backend.name.to_string(),
+                            granted,
+                            needed,
+                            nodes,
+                        }
+                    });
+                }
+                drop(notified);
+                tokio::time::sleep_until(deadline.min(now + retry_in)).await;
+                continue;
+            }
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            // The holder's remaining lease as this attempt reported it.
+            let holder = ttl.map(|t| (t, sent));
+            return Err(timeout(&backend, keys.user, now - start, holder));
+        }
+        // The holder's (a semaphore: the earliest holder's) lease end: the lock or a permit
+        // comes back then at the latest.
+        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
+        match &watch {
+            None => {
+                tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
+                drop(notified);
+                let w = backend
+                    .hub
+                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys));
+                // Subscribed before the next attempt, so a release after it is seen. Without
+                // a subscription (subscriber down) the lease's end is the next chance.
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+                watch = Some(w);
+            }
+            Some(w) if !w.is_live() => {
+                drop(notified);
+                if !w.subscribe(until).await {
+                    tokio::time::sleep_until(until).await;
+                }
+            }
+            Some(_) => {
+                if let Some(n) = notified {
+                    let _asleep = Asleep::new(&backend.waiting);
+                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
+                    tokio::select! {
+                        _ = n => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a waiter of this shape queues in the backend (and must leave the queue).
+fn queues(shape: &Shape) -> bool {
+    match shape.lock_kind() {
+        Some(kind) => kind.queues(),
+        None => false,
+    }
+}
+
+/// Whether a release wakes one waiter of this process (the next attempt can only admit
+/// one) or all of them: a reentrant lock, and Redisson's fair lock (each waiter on its own
+/// channel), wake one; a read-write lock (several readers may enter) and a semaphore (a
+/// release may free enough permits for several) wake all.
+fn one_wakes(keys: &LockKeys) -> bool {
+    match (&keys.shape, &keys.format) {
+        (Shape::Reentrant, _) | (Shape::Fair, Format::Redisson(_)) => true,
+        (Shape::Fair, Format::Distlock)
+        | (Shape::Read | Shape::Write, _)
+        | (Shape::Semaphore(_), _) => false,
+    }
+}
+
+/// A `Timeout` with what was measured: the holder's remaining lease as last reported
+/// (counted down to now), and the recent hold times on this backend.
+pub(crate) fn timeout(
+    backend: &Backend,
+    key: String,
+    waited: Duration,
+    holder: Option<(Duration, Instant)>,
+) -> LockError {
+    LockError::Timeout {
+        key,
+        backend: backend.name.to_string(),
+        waited,
+        holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
+        recent_hold: crate::lease::holds::typical(&backend.name),
+    }
+}
+
+/// A waiter's place in a fair or write queue, left when dropped armed.
+struct Queued {
+    backend: Arc<Backend>,
+    keys: LockKeys,
+    owner: OwnerId,
+    armed: bool,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if self.armed {
+            self.backend
+                .cancel_in_background(self.keys.clone(), self.owner);
+        }
+    }
+}
+
+/// Counts a waiter as asleep while it lives.
+pub(crate) struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Asleep<'a> {
+    pub(crate) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Asleep(n)
+    }
+}
+
+impl Drop for Asleep<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
