@@ -14,7 +14,15 @@
 //! with its backend and address); `run`: the child's status, 75 when the lock stayed busy
 //! for `--wait`, 74 when the lease was lost (the child got SIGTERM, then SIGKILL after
 //! `--grace`).
+//!
+//! `run` starts the command in a process group of its own and stops the whole group, not
+//! only the command: on a lost lease, when `run` gets SIGINT/SIGTERM/SIGHUP (forwarded to
+//! the group), and when the command exits leaving background processes behind (stopped
+//! before the lock is released). If `run` itself dies (SIGKILL, a crash) the command
+//! dies with it (`PR_SET_PDEATHSIG`) and a small guard process (`distlock` again, started
+//! first, holding nothing but a pipe from `run`) kills the group when the pipe closes.
 
+mod group;
 mod table;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -118,6 +126,10 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
     },
+    /// Internal: the guard of `run` (kills the process group named on stdin when stdin
+    /// closes without a `done` line, i.e. when `run` died).
+    #[command(name = "__guard", hide = true)]
+    Guard,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -157,6 +169,9 @@ fn lease(s: &str) -> Result<Lease, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guard = cli.command {
+        return group::guard();
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -234,6 +249,7 @@ async fn dispatch(config: PathBuf, command: Command) -> Result<ExitCode, String>
             };
             run(&config, key, opts, command).await
         }
+        Command::Guard => Ok(group::guard()),
         Command::Watch {
             pattern,
             backend,
@@ -638,39 +654,63 @@ async fn run(
         Err(e) => return Err(e.to_string()),
     };
     let token = guard.fencing_token();
-    let mut child = tokio::process::Command::new(&command[0])
-        .args(&command[1..])
+    // The guard first: from the moment the command exists, `run` dying kills its group.
+    let mut watcher = group::Guard::start()?;
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..])
         .env("DISTLOCK_FENCING_TOKEN", token.to_string())
-        .env("DISTLOCK_KEY", &key)
+        .env("DISTLOCK_KEY", &key);
+    group::own_group_dying_with_us(&mut cmd);
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
-    let status = tokio::select! {
-        status = child.wait() => status.map_err(|e| e.to_string())?,
+    let pgid = child
+        .id()
+        .and_then(|p| libc::pid_t::try_from(p).ok())
+        .ok_or_else(|| format!("{:?} exited before it could be watched", command[0]))?;
+    watcher.watch(pgid);
+    let mut signals = group::Signals::new()?;
+    let ended = tokio::select! {
+        status = child.wait() => Ended::Exited(status.map_err(|e| e.to_string())?),
         lost = guard.lost() => {
-            eprintln!("distlock: {lost}; stopping {:?} (SIGTERM, SIGKILL after {})",
+            eprintln!("distlock: {lost}; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
                 command[0], distlock_config::format_duration(grace));
-            signal(&child, libc::SIGTERM);
-            if tokio::time::timeout(grace, child.wait()).await.is_err() {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-            }
-            let _ = guard.release().await;
-            return Ok(ExitCode::from(EXIT_LOST));
+            Ended::Lost
         }
+        sig = signals.recv() => Ended::Signal(sig),
     };
-    if let Err(e) = guard.release().await {
-        eprintln!("distlock: release after the command failed: {e}");
+    match ended {
+        Ended::Exited(status) => {
+            // Whatever the command left running still works under the lock: stop it
+            // before the release.
+            group::stop(pgid, libc::SIGTERM, grace, None).await;
+            watcher.done();
+            if let Err(e) = guard.release().await {
+                eprintln!("distlock: release after the command failed: {e}");
+            }
+            Ok(exit_of(status))
+        }
+        Ended::Lost => {
+            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child)).await;
+            watcher.done();
+            let _ = guard.release().await;
+            Ok(ExitCode::from(EXIT_LOST))
+        }
+        Ended::Signal(sig) => {
+            group::stop(pgid, sig, grace, Some(&mut child)).await;
+            watcher.done();
+            let _ = guard.release().await;
+            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+        }
     }
-    Ok(exit_of(status))
 }
 
-fn signal(child: &tokio::process::Child, sig: libc::c_int) {
-    if let Some(pid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) {
-        // SAFETY: kill(2) with a pid of our own child that has not been reaped yet.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
+/// How the command's run ended.
+enum Ended {
+    Exited(std::process::ExitStatus),
+    Lost,
+    /// `run` got this signal (forwarded to the group).
+    Signal(libc::c_int),
 }
 
 /// The child's exit status as ours: its code, or 128 + the signal that ended it.

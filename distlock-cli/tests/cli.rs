@@ -631,6 +631,109 @@ fn run_stopped_past_its_lease_kills_a_child_that_ignores_sigterm() {
     rt.block_on(other.release()).unwrap();
 }
 
+/// Wait (at most `limit`) until process `pid` is gone (or a zombie); whether it went.
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while alive(pid) {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// `distlock run KEY -- sh -c '<background sleep>; echo HELD token shell sleeper; wait'`:
+/// the command leaves a grandchild (the background `sleep`). Returns the process, the
+/// shell's pid and the grandchild's.
+fn run_with_a_grandchild(setup: &Setup, key: &str) -> (Child, u32, u32) {
+    let script = "sleep 1000 & echo HELD $DISTLOCK_FENCING_TOKEN $$ $!; wait";
+    let mut child = setup
+        .cmd(&["run", "--grace", "1s", key, "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    match fields.as_slice() {
+        ["HELD", _token, shell, sleeper] => {
+            (child, shell.parse().unwrap(), sleeper.parse().unwrap())
+        }
+        _ => panic!("expected `HELD <token> <shell> <sleeper>`, got {line:?}"),
+    }
+}
+
+#[test]
+fn run_stops_the_whole_process_tree_when_the_lease_is_lost() {
+    let setup = Setup::new("tree-lost");
+    let (mut cli, shell, sleeper) = run_with_a_grandchild(&setup, "tree");
+    assert!(alive(sleeper));
+    // The key vanishes behind the holder.
+    let out = setup.output(&["unlock", "tree", "--yes"]);
+    assert!(out.status.success());
+    let status = wait_exit(&mut cli, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(74));
+    assert!(
+        gone_within(shell, Duration::from_secs(5)),
+        "the shell {shell} was stopped"
+    );
+    let went = gone_within(sleeper, Duration::from_secs(5));
+    if !went {
+        // Do not leave it behind for the next run.
+        send_signal("KILL", sleeper);
+    }
+    assert!(went, "the grandchild {sleeper} was stopped with its group");
+}
+
+#[test]
+fn run_stops_the_process_tree_when_the_command_exits_first() {
+    let setup = Setup::new("tree-exit");
+    // The command exits at once, leaving a background process behind.
+    let out = setup.output(&[
+        "run",
+        "tree",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1000 > /dev/null 2>&1 & echo $!",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sleeper: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let went = gone_within(sleeper, Duration::from_secs(5));
+    if !went {
+        send_signal("KILL", sleeper);
+    }
+    assert!(
+        went,
+        "the leftover {sleeper} was stopped with the lock's release"
+    );
+}
+
+#[test]
+fn killing_run_kills_the_command_and_its_children() {
+    let setup = Setup::new("tree-killed");
+    let (mut cli, shell, sleeper) = run_with_a_grandchild(&setup, "tree");
+    send_signal("KILL", cli.id());
+    let _ = wait_exit(&mut cli, Duration::from_secs(5));
+    let shell_went = gone_within(shell, Duration::from_secs(5));
+    let sleeper_went = gone_within(sleeper, Duration::from_secs(5));
+    for (pid, went) in [(shell, shell_went), (sleeper, sleeper_went)] {
+        if !went {
+            send_signal("KILL", pid);
+        }
+    }
+    assert!(shell_went, "the command {shell} died with `distlock run`");
+    assert!(sleeper_went, "its child {sleeper} died with `distlock run`");
+}
+
 /// Frames of `distlock watch` output (each starts with its `distlock watch` header line),
 /// read on a thread.
 fn watch_frames(child: &mut Child) -> std::sync::mpsc::Receiver<String> {

@@ -5,7 +5,9 @@
 //! turn, and checked with `ROLE` before it is used. A monitor task then keeps it current:
 //!
 //! - it subscribes to `+switch-master` on a sentinel (moving to the next one when that
-//!   connection drops) and switches as soon as a failover is announced;
+//!   connection drops, after a pause that doubles on every reconnect until a subscription
+//!   stays up for [`subscriber::STABLE_AFTER`]) and switches as soon as a failover is
+//!   announced;
 //! - a command that fails with a connection error, a timeout or `READONLY` asks it to
 //!   resolve the master again (at most every [`SUSPECT_SPACING`]);
 //! - it resolves again every [`CHECK_EVERY`] anyway, and after every reconnection to a
@@ -599,8 +601,21 @@ async fn monitor(
     mut alive: watch::Receiver<u64>,
 ) {
     let mut backoff = Backoff::reconnect();
-    let mut pause = Duration::ZERO;
+    // The pause before the next subscription, after one that ended: every reconnect backs
+    // off, a clean close by the sentinel (`CLIENT KILL TYPE pubsub`) as much as an error;
+    // a subscription that stayed up for `STABLE_AFTER` starts the pauses from the first.
+    let mut pause_first = Duration::ZERO;
     loop {
+        if !pause_first.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(pause_first) => {}
+                changed = alive.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
         let Some(master) = weak.upgrade() else { return };
         let subscribed = master.subscribe_switches().await;
         // A switch may have been announced while nobody listened.
@@ -613,21 +628,22 @@ async fn monitor(
         let backend = master.backend.clone();
         drop(master);
         let mut stream = match subscribed {
-            Ok(s) => {
-                backoff.reset();
-                Some(s)
-            }
+            Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(backend = %backend, error = %e,
                     "distlock: cannot subscribe to +switch-master on any sentinel; retrying");
                 None
             }
         };
-        if stream.is_none() {
-            pause = backoff.pause();
-        }
-        let retry_sentinels = Instant::now() + pause;
         let listening = stream.is_some();
+        let since = Instant::now();
+        // Not listening: the pause is waited below, answering checks meanwhile.
+        let retry_sentinels = since
+            + if listening {
+                Duration::ZERO
+            } else {
+                backoff.pause()
+            };
         loop {
             let next_message = async {
                 match stream.as_mut() {
@@ -670,6 +686,14 @@ async fn monitor(
                 }
             }
         }
+        pause_first = if listening {
+            if since.elapsed() >= subscriber::STABLE_AFTER {
+                backoff.reset();
+            }
+            backoff.pause()
+        } else {
+            Duration::ZERO
+        };
         // Next time, start with another sentinel.
         if let Some(master) = weak.upgrade() {
             let n = master.sentinels.len().max(1);

@@ -1,6 +1,9 @@
 //! The one subscriber connection of a Redis backend: subscribes the channels waiters wait
 //! on, turns release messages into wake-ups, and reconnects (re-subscribing and waking
-//! every waiter, since releases may have been missed) when the connection drops.
+//! every waiter once, since releases may have been missed) when the connection drops,
+//! after a pause that doubles on every reconnect until a connection stays up for
+//! [`STABLE_AFTER`]. While it is down, waiters wait for the reconnect's wake-up or for the
+//! lease they wait on to end, whichever comes first.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -18,6 +21,14 @@ use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 /// UNSUBSCRIBE) gets `connect_timeout` for its answer too: a connection that dies while
 /// one is under way is given up as fast (README, "Half-open subscriber connections").
 const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// A connection that stayed up this long was a healthy one: the reconnect after it starts
+/// from the first (shortest) pause again. Every other reconnect, however the connection
+/// ended (an error, a failed PING, or a clean close by the server: `CLIENT KILL TYPE
+/// pubsub`, an output-buffer limit, a proxy's idle FIN), waits the next, doubled pause
+/// ([`Backoff::reconnect`]: 20 ms doubling to 1 s), so a server that keeps closing the
+/// connection sees a few reconnects a second, not hundreds.
+pub(crate) const STABLE_AFTER: Duration = Duration::from_secs(5);
 
 /// Something that opens a pub/sub connection (a fixed server, or one found through sentinels).
 pub(crate) type Connector = Arc<
@@ -205,7 +216,9 @@ async fn run(
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ping.tick().await;
         let mut todo = std::mem::take(&mut pending);
-        let mut failed = false;
+        let connected_at = tokio::time::Instant::now();
+        // Whether the server moved (a sentinel switch): connect to the new one at once.
+        let mut moved = false;
         'connected: loop {
             while let Some(r) = todo.pop() {
                 if !r.channel.is_confirmed() {
@@ -213,7 +226,6 @@ async fn run(
                     {
                         tracing::warn!(backend = %backend, error = %e, "distlock: subscribe failed");
                         pending.push(r);
-                        failed = true;
                         break 'connected;
                     }
                     r.channel.confirm();
@@ -235,6 +247,7 @@ async fn run(
                 },
                 _ = reset_signal(&mut reset) => {
                     tracing::info!(backend = %backend, "distlock: the server moved; subscribing on the new one");
+                    moved = true;
                     break 'connected;
                 }
                 _ = sweep.tick() => {
@@ -244,7 +257,6 @@ async fn run(
                     if !idle.is_empty() {
                         if let Err(e) = answered(connect_timeout, sink.unsubscribe(&idle)).await {
                             tracing::warn!(backend = %backend, error = %e, "distlock: unsubscribe failed");
-                            failed = true;
                             break 'connected;
                         }
                     }
@@ -253,25 +265,27 @@ async fn run(
                 // delivers nothing and reports nothing: a PING that gets no answer within
                 // `connect_timeout` ends it.
                 _ = ping.tick() => {
-                    match tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>()).await {
-                        Ok(Ok(_)) => backoff.reset(),
-                        _ => {
-                            tracing::warn!(backend = %backend, "distlock: the subscriber's connection does not answer PING");
-                            failed = true;
-                            break 'connected;
-                        }
+                    if !matches!(tokio::time::timeout(connect_timeout, sink.ping::<redis::Value>()).await, Ok(Ok(_))) {
+                        tracing::warn!(backend = %backend, "distlock: the subscriber's connection does not answer PING");
+                        break 'connected;
                     }
                 }
             }
         }
-        if failed {
-            delay = Some(backoff.pause());
-        }
         pending.append(&mut todo);
-        tracing::warn!(backend = %backend, "distlock: subscriber connection lost; reconnecting");
+        if connected_at.elapsed() >= STABLE_AFTER {
+            backoff.reset();
+        }
+        if !moved {
+            let pause = backoff.pause();
+            tracing::warn!(backend = %backend, ?pause, "distlock: subscriber connection lost; reconnecting");
+            delay = Some(pause);
+        }
+        // Waiters go on waiting (for a message, or their lease's end) until the reconnect
+        // wakes them all, once: a wake-up now would only send them to a server that is
+        // not listening for them yet.
         if let Some(h) = hub.upgrade() {
             h.unconfirm_all();
-            h.wake_all();
         }
     }
 }
