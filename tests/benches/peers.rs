@@ -377,8 +377,22 @@ async fn hotkey(peer: &Peer, info: &mut MultiplexedConnection, prefix: &str) -> 
 
 // ------------------------------------------------------------------ main
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// A tokio runtime with 2 workers, as `targets.rs`; `DISTLOCK_PEERS_RUNTIME=current_thread`
+/// runs the caller's tasks on one thread instead (a diagnostic: what the wake-ups between
+/// worker threads cost; distlock's own background runtime is unchanged).
+fn main() {
+    let current = std::env::var("DISTLOCK_PEERS_RUNTIME").as_deref() == Ok("current_thread");
+    let mut rt = if current {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    };
+    rt.enable_all().build().expect("runtime").block_on(run());
+}
+
+async fn run() {
     // `cargo bench` passes `--bench`; the rest are ours.
     let args: Vec<String> = std::env::args()
         .skip(1)
