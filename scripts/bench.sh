@@ -10,8 +10,19 @@
 #                             latency per topology, throughput against tasks
 #   (--all and --plot combine; arguments after them go to the benches, e.g.
 #   `scripts/bench.sh -- handoff` runs only that row group)
+#   scripts/bench.sh peers    distlock against node-redlock, redis-semaphore and redis-py
+#                             (installed here under target/peers: npm, pip in a venv) on
+#                             four workloads, on ONE private redis-server (port 17400-17449,
+#                             started here, stopped on exit), two runs in alternating order;
+#                             prints the table and writes docs/bench/peers.{md,json,svg}.
+#                             Arguments after `peers` go to bench/peers/run.py (e.g.
+#                             `--runs 1`, `--only distlock semaphore-tuned`, `--out ''`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ "${1:-}" == "peers" ]]; then
+  shift
+  exec bash scripts/bench-peers.sh "$@"
+fi
 benches=(--bench targets)
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use distlock::Registry;
 
+pub mod floor;
 pub mod plot;
 
 /// The median of `v` (the upper one of an even count).
