@@ -10,11 +10,12 @@
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
-//! Cargo features (none by default):
+//! Cargo features:
 //!
-//! | feature | what it adds |
-//! |---------|--------------|
-//! | `axum`  | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
+//! | feature | default | what it adds |
+//! |---------|---------|--------------|
+//! | `tls`   | on      | `rediss://` URLs: TLS through rustls (ring), the platform's root certificates by default; `tls_ca`, `tls_cert`/`tls_key` and `tls_insecure_skip_verify` per backend. No OpenSSL needed. `default-features = false` leaves it out (a `rediss://` URL then fails `init`, naming the feature) |
+//! | `axum`  | off     | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
 //!
 //! ```
 //! use distlock::{Lease, Lock};
@@ -43,6 +44,23 @@
 //! [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
+//!
+//! ## Guides
+//!
+//! The repository's `README.md` is the guide (the two commands that run the demo and the
+//! test suite, an axum service, the builder, a multi-key transfer, testing), and its
+//! `docs/` folder has a page per topic:
+//!
+//! | page | what |
+//! |---|---|
+//! | `docs/locks.md` | cancel-safety; read-write and fair locks, multi-key locks, run-once jobs, leader election, semaphores |
+//! | `docs/backends.md` | cluster, sentinel, redlock and multi; TLS; the least-privilege ACL; the `init` self-check |
+//! | `docs/configuration.md` | every configuration field (also [below](#configuration-reference)); a backend down at start-up; Redis coming back |
+//! | `docs/operations.md` | the `distlock` command (`distlock unlock` and what its holder sees), holder information, metrics with the matching Prometheus exporter ([`metrics`]) |
+//! | `docs/design.md` | how it works: Redis keys, scripts safe to run twice, waiting, leases, reentrancy, connections; the source layout |
+//! | `docs/fault-testing.md` | fencing ([`fence`]) and the torture run's results |
+//! | `docs/performance.md` | the benchmark against Redisson's protocol sent raw |
+//! | `docs/redisson.md` | sharing locks with Java services using Redisson |
 //!
 //! ## When a lease is lost, the body is cancelled: make it cancel-safe
 //!
