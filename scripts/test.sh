@@ -99,6 +99,12 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     cargo clippy --workspace --all-targets --all-features -- -D warnings
     section "cargo doc (warnings denied)"
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+    section "links of README.md and docs/*.md"
+    bash "$ROOT/scripts/check-links.sh"
+    # The three library crates as they would be published: each packaged and built from its
+    # package alone (distlock against the packaged distlock-macros and distlock-config).
+    section "cargo package (distlock-config, distlock-macros, distlock)"
+    cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock
 fi
 
 # One run at a time per machine: the ports are fixed, and a second run's

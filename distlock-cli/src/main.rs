@@ -84,7 +84,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Force-release a lock whoever holds it (its holder finds its lease lost).
+    /// Force-release a lock whoever holds it, waking its waiters; prints who held it.
+    ///
+    /// The holder is not asked. With an auto lease its next renewal (within a third of
+    /// `watchdog_timeout`, 10 s by default) finds the lock gone: its `lost()` resolves, an
+    /// annotated body is cancelled with `LeaseLost` (or signalled with on_lost = "signal"),
+    /// a `distlock run` child gets SIGTERM and run exits 74. Until then it still believes it
+    /// holds the lock while a waiter may already be inside. With a fixed lease it is never
+    /// told (its release returns NotHeld). Use it for a holder that is gone or stuck, and
+    /// fence the resource (docs/operations.md).
     Unlock {
         key: String,
         #[arg(long)]

@@ -195,7 +195,7 @@ pub struct BackendConfig {
     pub required: bool,
     /// The on-Redis lock format (`protocol`, default `"distlock"`; every mode but memory):
     /// `"redisson"` speaks Redisson's, so Java services locking with Redisson and distlock
-    /// exclude and wake each other (see the README's "Redisson compatibility").
+    /// exclude and wake each other (see the repository's docs/redisson.md).
     pub protocol: Protocol,
 }
 
@@ -212,7 +212,7 @@ pub enum Protocol {
     /// distlock's own format (the default).
     #[default]
     Distlock,
-    /// Redisson's format (reentrant and fenced locks; see the README).
+    /// Redisson's format (reentrant and fenced locks; see the repository's docs/redisson.md).
     Redisson,
 }
 

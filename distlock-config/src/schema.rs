@@ -751,7 +751,18 @@ impl Cx<'_> {
             ));
         };
         let s = self.interpolate(field, value, s)?;
-        parse_duration(&s).map_err(|m| self.loc.at(value.span().start, field, m))
+        // The hint the attribute gives for the same mistake.
+        parse_duration(&s).map_err(|m| {
+            self.loc.at(
+                value.span().start,
+                field,
+                if m.contains("write e.g.") {
+                    m
+                } else {
+                    format!("{m}; write e.g. \"250ms\", \"5s\" or \"1m30s\"")
+                },
+            )
+        })
     }
 
     fn positive_duration(

@@ -293,6 +293,38 @@ fn durations_table() {
     }
 }
 
+/// A bad duration in the file keeps the hint the attribute gives for the same mistake.
+#[test]
+fn a_bad_duration_says_how_to_write_one() {
+    for (field, value) in [("wait", "5"), ("wait", "5 s"), ("watchdog_timeout", "1.5s")] {
+        let e = err(&format!("[defaults]\n{field} = \"{value}\"\n{SINGLE}"));
+        check(
+            &e,
+            2,
+            &format!("defaults.{field}"),
+            &[
+                &format!("invalid duration {value:?}"),
+                "write e.g. \"250ms\", \"5s\"",
+            ],
+        );
+    }
+    // A lease: as the attribute says it.
+    let e = err(&format!("[defaults]\nlease = \"30sec\"\n{SINGLE}"));
+    check(
+        &e,
+        2,
+        "defaults.lease",
+        &["a lease is \"auto\" or a duration such as \"30s\""],
+    );
+    let e = err("[backends.main]\nmode = \"single\"\nurl = \"redis://h\"\nresponse_timeout = \"2 seconds\"\n");
+    check(
+        &e,
+        4,
+        "backends.main.response_timeout",
+        &["write e.g. \"250ms\", \"5s\""],
+    );
+}
+
 // ---------------------------------------------------------------- files
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {

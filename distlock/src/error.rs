@@ -376,6 +376,21 @@ pub enum InitError {
         #[source]
         source: BackendError,
     },
+    /// A server refused the password of a backend's URL: the server's own answer and the
+    /// user tried (`default` when the URL names none), never the password.
+    #[error("backend `{backend}`: the server at {address} refused the password of user `{user}`: {answer} (check the user and password in the URL; the password is never shown)")]
+    #[non_exhaustive]
+    AuthRefused {
+        /// The backend's name.
+        backend: String,
+        /// The server's `host:port`.
+        address: String,
+        /// The user tried (`default`: the URL names no user).
+        user: String,
+        /// The server's answer (`WRONGPASS invalid username-password pair or user is
+        /// disabled.`).
+        answer: String,
+    },
     /// A backend's configuration cannot be used by this build or this mode.
     #[error("backend `{backend}`: {message}")]
     #[non_exhaustive]
@@ -403,7 +418,7 @@ pub enum InitError {
     },
     /// The ACL user of a backend's connection lacks rights distlock needs for its locks
     /// (checked at `init` with `redis.acl_check_cmd`, so that it fails here and not at the
-    /// first lock; the README lists the whole `ACL SETUSER` line).
+    /// first lock; docs/backends.md has the whole `ACL SETUSER` line).
     #[error("backend `{backend}`: the ACL user {} at {address} lacks rights distlock needs: {}; grant them with `ACL SETUSER {} {}`", user_shown(.user), .missing.join("; "), .user.as_deref().unwrap_or("default"), .grant.join(" "))]
     #[non_exhaustive]
     MissingRights {

@@ -10,11 +10,12 @@
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
-//! Cargo features (none by default):
+//! Cargo features:
 //!
-//! | feature | what it adds |
-//! |---------|--------------|
-//! | `axum`  | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
+//! | feature | default | what it adds |
+//! |---------|---------|--------------|
+//! | `tls`   | on      | `rediss://` URLs: TLS through rustls (ring), the platform's root certificates by default; `tls_ca`, `tls_cert`/`tls_key` and `tls_insecure_skip_verify` per backend. No OpenSSL needed. `default-features = false` leaves it out (a `rediss://` URL then fails `init`, naming the feature) |
+//! | `axum`  | off     | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
 //!
 //! ```
 //! use distlock::{Lease, Lock};
@@ -43,6 +44,23 @@
 //! [`Registry`] is a configuration without the
 //! global one (and, with [`Registry::scope`], the one annotated code uses in a test);
 //! [`init`] reads the [configuration](#configuration-reference).
+//!
+//! ## Guides
+//!
+//! The repository's `README.md` is the guide (the two commands that run the demo and the
+//! test suite, an axum service, the builder, a multi-key transfer, testing), and its
+//! `docs/` folder has a page per topic:
+//!
+//! | page | what |
+//! |---|---|
+//! | `docs/locks.md` | cancel-safety; read-write and fair locks, multi-key locks, run-once jobs, leader election, semaphores |
+//! | `docs/backends.md` | cluster, sentinel, redlock and multi; TLS; the least-privilege ACL; the `init` self-check |
+//! | `docs/configuration.md` | every configuration field (also [below](#configuration-reference)); a backend down at start-up; Redis coming back |
+//! | `docs/operations.md` | the `distlock` command (`distlock unlock` and what its holder sees), holder information, metrics with the matching Prometheus exporter ([`metrics`]) |
+//! | `docs/design.md` | how it works: Redis keys, scripts safe to run twice, waiting, leases, reentrancy, connections; the source layout |
+//! | `docs/fault-testing.md` | fencing ([`fence`]) and the torture run's results |
+//! | `docs/performance.md` | the benchmark against Redisson's protocol sent raw |
+//! | `docs/redisson.md` | sharing locks with Java services using Redisson |
 //!
 //! ## When a lease is lost, the body is cancelled: make it cancel-safe
 //!
@@ -226,21 +244,36 @@ pub mod __private {
 }
 
 /// The README's Rust snippets, compiled and run as doc tests (its axum example needs the
-/// `axum` feature, which the workspace's test run enables).
+/// `axum` feature, which the workspace's test run enables). The README and the `docs/`
+/// pages live in the repository, outside this crate's package: included only when doc
+/// tests are built from the repository.
 #[cfg(all(doctest, feature = "axum"))]
 #[doc = include_str!("../../README.md")]
 mod readme {}
 
+/// The Rust snippets of the repository's `docs/` pages, compiled and run as doc tests.
+#[cfg(doctest)]
+mod docs_pages {
+    #[doc = include_str!("../../docs/locks.md")]
+    mod locks {}
+    #[doc = include_str!("../../docs/fault-testing.md")]
+    mod fault_testing {}
+    #[doc = include_str!("../../docs/redisson.md")]
+    mod redisson {}
+    #[doc = include_str!("../../docs/operations.md")]
+    mod operations {}
+}
+
 #[cfg(test)]
 mod docs {
-    /// The README carries the same configuration reference as the crate docs.
+    /// The repository's configuration page carries the same reference as the crate docs.
     #[test]
-    fn readme_carries_the_configuration_reference() {
-        let readme = include_str!("../../README.md");
+    fn the_configuration_page_carries_the_reference() {
+        let page = include_str!("../../docs/configuration.md");
         let reference = include_str!("../docs/configuration.md");
         assert!(
-            readme.contains(reference.trim()),
-            "README.md must contain distlock/docs/configuration.md verbatim (its \"Configuration reference\" section)"
+            page.contains(reference.trim()),
+            "docs/configuration.md must contain distlock/docs/configuration.md verbatim"
         );
     }
 }

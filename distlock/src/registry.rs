@@ -341,7 +341,11 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
     let connected = futures_util::future::join_all(connecting).await;
     let mut backends = HashMap::new();
     for (cfg, backend) in config.backends.values().zip(connected) {
-        let slot = match backend.map_err(not_redis) {
+        let backend = match backend.map_err(not_redis) {
+            Err(e) => Err(crate::backend::explain_auth(e, cfg).await),
+            ok => ok,
+        };
+        let slot = match backend {
             Ok(backend) => {
                 crate::lease::watchdog::spawn(&backend);
                 tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");

@@ -739,9 +739,9 @@ impl Drop for RedisProcess {
     }
 }
 
-/// The rights of the README's minimal `ACL SETUSER` line (key prefix `lock:`), as
+/// The rights of the minimal `ACL SETUSER` line in docs/backends.md (key prefix `lock:`), as
 /// arguments: the least-privilege tests grant exactly these (`tests/tests/acl.rs` checks
-/// the README's line against them).
+/// that line against them).
 pub const README_ACL_RIGHTS: &[&str] = &[
     "~lock:*",
     "&lock:*",

@@ -15,15 +15,15 @@ pub use distlock_tests::README_ACL_RIGHTS as RIGHTS;
 
 const PASSWORD: &str = "Sup3r-s3cret-pw";
 
-/// The README's `ACL SETUSER distlock …` line grants exactly the rights tested here (and
+/// The `ACL SETUSER distlock …` line of docs/backends.md grants exactly the rights tested here (and
 /// the CLI's tests), so the documented line and the tested one cannot drift apart.
 #[test]
 fn readme_acl_line_is_the_tested_one() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/backends.md");
     let line = readme
         .lines()
         .find(|l| l.starts_with("ACL SETUSER distlock "))
-        .expect("the README's ACL line");
+        .expect("the ACL line of docs/backends.md");
     let documented: Vec<&str> = line
         .split_whitespace()
         .filter(|w| w.starts_with('~') || w.starts_with('&') || w.starts_with('+'))
@@ -32,7 +32,7 @@ fn readme_acl_line_is_the_tested_one() {
     let mut b = RIGHTS.to_vec();
     a.sort_unstable();
     b.sort_unstable();
-    assert_eq!(a, b, "README line: {line}");
+    assert_eq!(a, b, "docs/backends.md line: {line}");
 }
 
 /// The README's additions for `mode = "cluster"` (the client discovers the slots).
@@ -127,6 +127,37 @@ async fn wrong_password_is_never_shown() {
     let parsed = distlock::config::Config::from_str(&config(&server)).expect("config");
     let debug = format!("{parsed:?}");
     assert!(!debug.contains(PASSWORD), "{debug}");
+}
+
+/// A wrong password fails `init` with the server's own answer (`WRONGPASS ...`) and the
+/// user it tried, never the password: an ACL user, and the `default` user of a
+/// `requirepass` server (no user in the URL).
+#[tokio::test]
+async fn a_wrong_password_says_the_servers_answer_and_the_user() {
+    let server = RedisProcess::start();
+    setuser(&server, RIGHTS);
+    let text = config(&server).replace(PASSWORD, "Wr0ng-pw-Value");
+    let err = Registry::from_str(&text).await.expect_err("wrong password");
+    let shown = err.to_string();
+    assert!(shown.contains("WRONGPASS"), "the server's answer: {shown}");
+    assert!(shown.contains("user `distlock`"), "the user tried: {shown}");
+    assert!(!shown.contains("Wr0ng-pw-Value"), "{shown}");
+
+    let mut plain = RedisProcess::start();
+    let set = resp_command(&plain.addr(), &["CONFIG", "SET", "requirepass", PASSWORD])
+        .expect("CONFIG SET requirepass");
+    assert!(set.is_ok(), "{set:?}");
+    let url = format!("redis://:Wr0ng-pw-Value@127.0.0.1:{}", plain.port());
+    let err = Registry::from_str(&format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+    ))
+    .await
+    .expect_err("wrong password");
+    let shown = err.to_string();
+    assert!(shown.contains("WRONGPASS"), "the server's answer: {shown}");
+    assert!(shown.contains("user `default`"), "the user tried: {shown}");
+    assert!(!shown.contains("Wr0ng-pw-Value"), "{shown}");
+    plain.kill(); // SHUTDOWN would need the password
 }
 
 /// A user missing one right fails `init` (not the first lock), naming the right in

@@ -1,4 +1,4 @@
-//! The `init` self-check of a Redis backend (the README's "TLS and least privilege"): once
+//! The `init` self-check of a Redis backend (docs/backends.md, "TLS and least privilege"): once
 //! connected, every server of the backend — the single server, the sentinel master, each
 //! cluster master, each redlock/multi node — is asked at once, in one round trip each
 //! (bounded by `response_timeout`), by `protocol/probe.rs`. Then:

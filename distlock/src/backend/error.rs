@@ -347,6 +347,12 @@ impl BackendError {
         self.0.kind()
     }
 
+    /// Whether the server refused the connection's password (`AUTH`).
+    pub(crate) fn is_auth_refused(&self) -> bool {
+        matches!(&*self.0, DriverError::Redis { source, .. }
+            if source.kind() == redis::ErrorKind::AuthenticationFailed)
+    }
+
     /// Whether the server's answer was not a Redis reply at all (another kind of server).
     pub(crate) fn is_not_redis(&self) -> bool {
         matches!(&*self.0, DriverError::Redis { source, .. }

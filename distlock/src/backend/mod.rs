@@ -7,6 +7,8 @@
 //! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
 //! turned into a public error in one place (`error.rs`). This file only dispatches.
 
+mod auth;
+pub(crate) use auth::explain as explain_auth;
 mod check;
 mod cluster;
 mod conn;
@@ -115,7 +117,7 @@ fn semaphore_offered(
         Protocol::Distlock => Ok(()),
         Protocol::Redisson => Err(LockError::Unsupported {
             backend: name.to_owned(),
-            what: "semaphores with protocol = \"redisson\" (Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see the README's \"Redisson compatibility\")".to_string(),
+            what: "semaphores with protocol = \"redisson\" (Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see docs/redisson.md)".to_string(),
         }),
     }
 }

@@ -19,7 +19,7 @@ use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 /// dead connection is found within `PING_EVERY + connect_timeout` (7 s by default), and
 /// the waiters are woken to try again. Every other request of the subscriber (SUBSCRIBE,
 /// UNSUBSCRIBE) gets `connect_timeout` for its answer too: a connection that dies while
-/// one is under way is given up as fast (README, "Half-open subscriber connections").
+/// one is under way is given up as fast (docs/design.md, "Half-open subscriber connections").
 const PING_EVERY: Duration = Duration::from_secs(5);
 
 /// A connection that stayed up this long was a healthy one: the reconnect after it starts

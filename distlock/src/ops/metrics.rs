@@ -1,7 +1,30 @@
-//! Metrics through the [`metrics`] crate facade: the application installs a recorder
-//! (an exporter such as `metrics-exporter-prometheus`); without one they cost next to
-//! nothing. Labels are the backend and the lock site (the `#[distributed_lock]` function
-//! or the `file:line` of `Lock::new`), never the key: keys are unbounded.
+//! Metrics through the [`metrics`] crate facade, **version 0.24**: the application installs
+//! a recorder (an exporter); without one they cost next to nothing.
+//!
+//! **The exporter must be built on the same `metrics` major** (0.24): one on another major
+//! installs a recorder distlock never sees and exports nothing, silently. For Prometheus
+//! that is `metrics-exporter-prometheus` 0.17 (`cargo tree -i metrics` must show one
+//! version of `metrics`):
+//!
+//! ```toml
+//! [dependencies]
+//! metrics-exporter-prometheus = { version = "0.17", default-features = false }
+//! ```
+//!
+//! ```
+//! use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+//!
+//! // Before distlock::init(); serve `handle.render()` at /metrics.
+//! fn install_metrics() -> Result<PrometheusHandle, BuildError> {
+//!     PrometheusBuilder::new().install_recorder()
+//! }
+//! ```
+//!
+//! (`docs/operations.md` in the repository has the whole set-up;
+//! `examples/src/bin/flash-sale-server.rs` serves it with axum.)
+//! Labels are the backend and the lock site (the `#[distributed_lock]` function,
+//! the `file:line` of `Lock::new`, the name given to `Lock::site`, a leader election's
+//! name), never the key: keys are unbounded. A multi-key acquisition counts once.
 //!
 //! | name                                  | kind      | labels                     |
 //! |---------------------------------------|-----------|----------------------------|
@@ -69,6 +92,27 @@ pub(crate) fn site_label(site: LockSite) -> &'static str {
                 .or_insert_with(|| Box::leak(site.to_string().into_boxed_str()))
         }
     }
+}
+
+/// The most names [`name_label`] keeps (labels are kept for the process's life).
+pub(crate) const MAX_NAME_LABELS: usize = 1024;
+
+/// A name given at run time (a leader election's) as a `&'static str` label, kept once per
+/// name; `None` once [`MAX_NAME_LABELS`] names are kept (a bounded set, as label values
+/// must be).
+pub(crate) fn name_label(name: &str) -> Option<&'static str> {
+    static NAMES: Mutex<Option<HashMap<String, &'static str>>> = Mutex::new(None);
+    let mut map = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(label) = map.get(name) {
+        return Some(label);
+    }
+    if map.len() >= MAX_NAME_LABELS {
+        return None;
+    }
+    let label: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    map.insert(name.to_owned(), label);
+    Some(label)
 }
 
 pub(crate) fn acquisition(

@@ -50,7 +50,8 @@ const RESUBSCRIBE_WAIT: Duration = Duration::from_millis(50);
 /// ```
 pub const MAX_LEADER_INFO: usize = 4096;
 
-/// The lock site the leader's lock records (metrics, `distlock list`).
+/// The lock site of a leader's lock beyond [`crate::metrics::MAX_NAME_LABELS`] election
+/// names (metrics label their elections by name up to then).
 const SITE: &str = "distlock::Leader";
 
 /// An election among replicas: [`campaign`](Leader::campaign) to lead,
@@ -260,7 +261,7 @@ impl Leader {
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
             .wait(self.wait.unwrap_or(crate::MAX_WAIT))
-            .site(SITE)
+            .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
             .await?;

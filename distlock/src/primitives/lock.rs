@@ -52,6 +52,9 @@ pub struct Lock {
     /// Holder information to record whatever the backend's `holder_info` says (the leader
     /// election's `host\tpid\tinfo`); `None`: as the backend is configured.
     holder: Option<Arc<str>>,
+    /// Whether this acquisition counts in `distlock_acquisitions_total` (a multi-key lock's
+    /// keys do not: the multi-key acquisition counts once).
+    counted: bool,
 }
 
 impl Lock {
@@ -73,7 +76,15 @@ impl Lock {
             site: LockSite::Caller(std::panic::Location::caller()),
             hold_at_least: None,
             holder: None,
+            counted: true,
         }
+    }
+
+    /// Leave this acquisition out of `distlock_acquisitions_total` (a multi-key lock counts
+    /// its acquisition once itself).
+    pub(crate) fn uncounted(mut self) -> Lock {
+        self.counted = false;
+        self
     }
 
     /// Record `holder` (`host\tpid\tsite`) as this acquisition's holder information, also
@@ -220,6 +231,7 @@ impl Lock {
         let site = crate::ops::metrics::site_label(self.site);
         let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
         let name = backend.name.clone();
+        let counted = self.counted;
         let start = Instant::now();
         let r = tracing::Instrument::instrument(
             acquire(
@@ -258,7 +270,9 @@ impl Lock {
             Err(LockError::Skipped { .. }) => crate::ops::metrics::Outcome::Skipped,
             Err(_) => crate::ops::metrics::Outcome::Error,
         };
-        crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
+        if counted {
+            crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
+        }
         r
     }
 

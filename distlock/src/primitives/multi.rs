@@ -147,22 +147,51 @@ impl MultiLock {
     /// taken in time (the keys taken before it are released again); otherwise what
     /// [`Lock::acquire`] returns for that key. On every error nothing stays held, and so
     /// when this future is dropped.
-    pub async fn acquire(self) -> Result<MultiLockGuard, LockError> {
+    pub async fn acquire(mut self) -> Result<MultiLockGuard, LockError> {
         if self.keys.is_empty() {
             return Err(LockError::InvalidKey {
                 key: String::new(),
                 reason: "a multi-key lock needs at least one key".into(),
             });
         }
-        let registry = match self.registry {
+        let registry = match self.registry.take() {
             Some(r) => r,
             None => crate::registry::current()?,
         };
         let wait = self.wait.unwrap_or(registry.defaults().wait);
-        let mut keys = self.keys;
+        let mut keys = std::mem::take(&mut self.keys);
         keys.sort_unstable();
         keys.dedup();
         let start = Instant::now();
+        // Counted once, as the acquisition of every key (the keys' own locks do not count).
+        let counted = registry
+            .backend(self.backend.as_deref())
+            .ok()
+            .map(|b| b.name.clone());
+        let site = crate::metrics::site_label(self.site);
+        let r = self.acquire_keys(registry, wait, keys, start).await;
+        if let Some(name) = counted {
+            let outcome = match &r {
+                Ok(g) if g.guards.iter().any(|g| g.state.outermost) => {
+                    crate::metrics::Outcome::Acquired
+                }
+                Ok(_) => crate::metrics::Outcome::Reentered,
+                Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+                Err(_) => crate::metrics::Outcome::Error,
+            };
+            crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+        }
+        r
+    }
+
+    /// Take `keys` (sorted, deduplicated) one after the other within `wait` from `start`.
+    async fn acquire_keys(
+        self,
+        registry: Registry,
+        wait: Duration,
+        keys: Vec<String>,
+        start: Instant,
+    ) -> Result<MultiLockGuard, LockError> {
         let deadline = start + wait.min(crate::MAX_WAIT);
         // Taken so far: dropped (released in the background) on an error or if this
         // future is dropped.
@@ -170,6 +199,7 @@ impl MultiLock {
         for key in keys {
             let mut lock = Lock::with_registry(key, registry.clone())
                 .with_site(self.site)
+                .uncounted()
                 .wait(deadline.saturating_duration_since(Instant::now()));
             if let Some(b) = &self.backend {
                 lock = lock.backend(b.clone());
