@@ -121,6 +121,7 @@
 
 mod backend;
 mod backoff;
+mod call_wait;
 mod clock;
 mod context;
 mod error;
@@ -148,7 +149,8 @@ mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
 
-pub use context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
+pub use call_wait::with_wait;
+pub use context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
 #[doc(inline)]
 pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
@@ -229,6 +231,21 @@ pub mod __private {
             }
             Ok(())
         }
+    }
+
+    /// The wait `distlock::with_wait` set for the annotated calls made here, if any.
+    #[inline]
+    pub fn wait_override() -> Option<core::time::Duration> {
+        crate::call_wait::current()
+    }
+
+    /// `body` run without the `with_wait` override (an annotated function's body: the
+    /// annotated calls it makes wait as their own attributes say).
+    #[inline]
+    pub fn without_wait_override<F: core::future::Future>(
+        body: F,
+    ) -> impl core::future::Future<Output = F::Output> {
+        crate::call_wait::outside(body)
     }
 
     /// Returns `f` unchanged. Wrapping an annotated function's body in it tells the compiler
