@@ -145,9 +145,14 @@ mod report;
 mod runtime;
 mod semaphore;
 mod sites;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod watchdog;
 #[cfg(feature = "axum")]
 pub mod web;
+// The HTTP mapping of `LockError` that the tower layer shares with the axum integration.
+#[cfg(all(feature = "tower", not(feature = "axum")))]
+mod web;
 
 pub use call_wait::with_wait;
 pub use context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
