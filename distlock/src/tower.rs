@@ -260,6 +260,40 @@ impl<F> LockLayer<F> {
     }
 }
 
+impl LockLayer<PathKey> {
+    /// A layer locking each request on `prefix` followed by its path (without the query):
+    /// `LockLayer::path("doc:")` locks `POST /docs/7` on `doc:/docs/7`.
+    ///
+    /// ```
+    /// let layer = distlock::tower::LockLayer::path("doc:");
+    /// # drop(layer);
+    /// ```
+    #[track_caller]
+    pub fn path(prefix: impl Into<String>) -> LockLayer<PathKey> {
+        LockLayer::with_key(PathKey {
+            prefix: prefix.into(),
+        })
+    }
+}
+
+impl LockLayer<HeaderKey> {
+    /// A layer locking each request on `prefix` followed by the value of its header `name`;
+    /// a request without that header takes no lock. A value that is not UTF-8 is rendered
+    /// lossily (such values may share a lock; one value never has two).
+    ///
+    /// ```
+    /// let layer = distlock::tower::LockLayer::header(http::HeaderName::from_static("x-account"), "account:");
+    /// # drop(layer);
+    /// ```
+    #[track_caller]
+    pub fn header(name: HeaderName, prefix: impl Into<String>) -> LockLayer<HeaderKey> {
+        LockLayer::with_key(HeaderKey {
+            name,
+            prefix: prefix.into(),
+        })
+    }
+}
+
 impl<K> LockLayer<K> {
     /// A layer locking each request on the key `key` renders (any [`RequestKey`]).
     #[track_caller]
