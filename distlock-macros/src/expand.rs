@@ -11,7 +11,8 @@
 //! async fn place_order(user_id: u64) -> Result<Id, AppError> {
 //!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind, permits } }
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
-//!     match lock.run(::distlock::__private::typed::<Result<Id, AppError>, _>(async move { BODY })).await {
+//!     let lock = match ::distlock::__private::wait_override() { Some(w) => lock.wait(w), None => lock };
+//!     match lock.run(without_wait_override(typed::<Result<Id, AppError>, _>(async move { BODY }))).await {
 //!         Ok(out) => out,
 //!         Err(e) => <Result<Id, AppError> as ::distlock::LockResult>::from_lock_error(e),
 //!     }
@@ -387,6 +388,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     let lock = Ident::new("__distlock_lock", Span::mixed_site());
     let out = Ident::new("__distlock_out", Span::mixed_site());
     let body = Ident::new("__distlock_body", Span::mixed_site());
+    let wait = Ident::new("__distlock_wait", Span::mixed_site());
 
     let semaphore = args.kind.as_deref() == Some("semaphore");
     let constructor = if semaphore {
@@ -457,7 +459,9 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Shape::Async(_) => {
             // `typed` makes the body's `return` and `?` see the function's return type.
             quote! {
-                match #lock.run(#take ::distlock::__private::typed::<#ret, _>(async move #block)).await {
+                match #lock.run(#take ::distlock::__private::without_wait_override(
+                    ::distlock::__private::typed::<#ret, _>(async move #block),
+                )).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }
@@ -466,7 +470,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Shape::Boxed(_) => quote! {
             let #body = #block;
             ::std::boxed::Box::pin(async move {
-                match #lock.run(#take #body).await {
+                match #lock.run(#take ::distlock::__private::without_wait_override(#body)).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
                 }
@@ -481,6 +485,11 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
             #site
             // Rendered before the body takes the parameters.
             let #lock = #builder;
+            // `distlock::with_wait(..)` around this call wins over the attribute's wait.
+            let #lock = match ::distlock::__private::wait_override() {
+                ::core::option::Option::Some(#wait) => #lock.wait(#wait),
+                ::core::option::Option::None => #lock,
+            };
             #run
         }
     }

@@ -146,6 +146,8 @@ mod protocol;
 mod registry;
 mod rt;
 
+#[cfg(feature = "tower")]
+pub use ops::tower;
 #[cfg(feature = "axum")]
 pub use ops::web;
 pub use ops::{fence, ids, metrics};
@@ -156,7 +158,8 @@ pub use distlock_config as config;
 pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
 pub use error::{InitError, LockError, LockResult};
-pub use lease::context::{fencing_token, fencing_token_of, lease_lost, LeaseLost};
+pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
+pub use primitives::call_wait::with_wait;
 pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use ops::fence::fence;
 pub use ops::inspect::{Holder, LockInfo, Waiter};
@@ -232,6 +235,21 @@ pub mod __private {
             }
             Ok(())
         }
+    }
+
+    /// The wait `distlock::with_wait` set for the annotated calls made here, if any.
+    #[inline]
+    pub fn wait_override() -> Option<core::time::Duration> {
+        crate::primitives::call_wait::current()
+    }
+
+    /// `body` run without the `with_wait` override (an annotated function's body: the
+    /// annotated calls it makes wait as their own attributes say).
+    #[inline]
+    pub fn without_wait_override<F: core::future::Future>(
+        body: F,
+    ) -> impl core::future::Future<Output = F::Output> {
+        crate::primitives::call_wait::outside(body)
     }
 
     /// Returns `f` unchanged. Wrapping an annotated function's body in it tells the compiler

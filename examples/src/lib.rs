@@ -5,6 +5,8 @@
 //! - `quickstart`: `Lock::new(..).acquire()` and `#[distributed_lock]` on the memory
 //!   backend, no Redis needed.
 //! - `flash-sale-server`: an axum service selling a limited stock of vouchers, one per user.
+//! - `tower-layer`: `distlock::tower::LockLayer` in front of an axum route and of a plain
+//!   tower service, a lock per request keyed by its path or a header.
 //! - `flash-sale-load`: a bounded load driver for two server processes, which then checks the
 //!   database for duplicate orders and oversell.
 

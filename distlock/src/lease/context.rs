@@ -130,6 +130,56 @@ pub fn fencing_token_of(key: &str) -> Option<u64> {
     None
 }
 
+/// The fencing tokens of the innermost lock held by the current task, with their keys:
+/// for a multi-key lock (`#[distributed_lock(keys = [..])]`, [`MultiLock::run`],
+/// [`MultiLockGuard::scope`]) every one of its keys in its keys' order (sorted, without
+/// duplicates, as [`MultiLockGuard::fencing_tokens`]); for a single-key lock its one key.
+/// `None` outside any lock.
+///
+/// It gives a multi-key body its tokens without re-building the keys (a typo in a
+/// re-built key passed to [`fencing_token_of`] gives `None`, silently). Like
+/// [`fencing_token()`] and [`lease_lost()`], it describes the *innermost* lock: inside a
+/// single-key lock taken within a multi-key one (a re-entry of one of its keys included)
+/// it is that single key's one-element list; the outer keys' tokens stay available
+/// through [`fencing_token_of`]. A semaphore is not a lock of the context: inside one,
+/// this describes the lock around it.
+///
+/// [`MultiLock::run`]: crate::MultiLock::run
+/// [`MultiLockGuard::scope`]: crate::MultiLockGuard::scope
+/// [`MultiLockGuard::fencing_tokens`]: crate::MultiLockGuard::fencing_tokens
+///
+/// ```
+/// use distlock::{distributed_lock, LockError};
+///
+/// #[distributed_lock(keys = ["account:<to>", "account:<from>"])]
+/// async fn transfer(from: u64, to: u64) -> Result<Vec<(String, u64)>, LockError> {
+///     let tokens = distlock::fencing_tokens().expect("inside the lock");
+///     // ... write each account fenced by its key's token ...
+///     Ok(tokens)
+/// }
+///
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// # distlock::init_from_str("[backends.m]\nmode = \"memory\"").await?;
+/// let tokens = transfer(2, 1).await?;
+/// let keys: Vec<&str> = tokens.iter().map(|(k, _)| k.as_str()).collect();
+/// assert_eq!(keys, ["account:1", "account:2"]); // the order they are taken in
+/// assert_eq!(distlock::fencing_tokens(), None); // outside any lock
+/// # Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+pub fn fencing_tokens() -> Option<Vec<(String, u64)>> {
+    let f = current()?;
+    if f.group.is_empty() {
+        return Some(vec![(f.key.clone(), f.token)]);
+    }
+    Some(
+        f.group
+            .iter()
+            .map(|l| (l.keys.user.clone(), l.token))
+            .collect(),
+    )
+}
+
 /// The lease of the innermost lock held by the current task: whether it was lost, and a
 /// future that resolves when it is.
 ///

@@ -7,5 +7,10 @@ pub(crate) mod inspect;
 pub mod metrics;
 pub(crate) mod report;
 pub(crate) mod sites;
+#[cfg(feature = "tower")]
+pub mod tower;
 #[cfg(feature = "axum")]
 pub mod web;
+// The HTTP mapping of `LockError` that the tower layer shares with the axum integration.
+#[cfg(all(feature = "tower", not(feature = "axum")))]
+pub(crate) mod web;

@@ -110,8 +110,12 @@
 
 use std::time::Duration;
 
-use axum::http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use axum::http::StatusCode;
+// The mapping is plain `http` (the crate axum re-exports as `axum::http`), shared by the
+// axum `IntoResponse` impl and the tower layer (`distlock::tower`).
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::StatusCode;
+
+#[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 
 use crate::LockError;
@@ -125,7 +129,7 @@ impl LockError {
     /// (the outcome is unknown) and the rest (see the [module docs](crate::ops::web)).
     ///
     /// ```
-    /// use axum::http::StatusCode;
+    /// use http::StatusCode; // also `axum::http::StatusCode`
     /// let e = distlock::LockError::NotInitialized;
     /// assert_eq!(e.http_status(), StatusCode::INTERNAL_SERVER_ERROR);
     /// ```
@@ -258,11 +262,31 @@ impl LockError {
     /// # drop(holder); Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    #[cfg(feature = "axum")]
     pub fn into_response_with_key_and_backend(self) -> Response {
-        self.response(true)
+        self.http_response(true).map(axum::body::Body::from)
     }
 
-    fn response(self, with_key: bool) -> Response {
+    /// Whether a response that may name the key (`with_key`) names it for this error.
+    fn shows_key(&self, with_key: bool) -> bool {
+        // Only on request: the key (the request's data) and the backend's name. Never on a
+        // 500 other than a lost lease (configuration), nor a 400 (the client's own input).
+        let lost = matches!(self, LockError::LeaseLost { .. });
+        let invalid = matches!(self, LockError::InvalidKey { .. });
+        with_key && (self.http_status() != StatusCode::INTERNAL_SERVER_ERROR || lost) && !invalid
+    }
+
+    /// The message of this error's response body (`with_key`: naming the key where the
+    /// body names it).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn client_message(&self, with_key: bool) -> String {
+        self.public_message(self.shows_key(with_key))
+    }
+
+    /// The response of this error (see the [module docs](crate::ops::web)), its JSON body as a
+    /// `String`; `with_key`: with the key and the backend (on 409, 503 and `LeaseLost`).
+    /// Shared by axum's `IntoResponse` and `distlock::tower`.
+    pub(crate) fn http_response(self, with_key: bool) -> http::Response<String> {
         let status = self.http_status();
         if status.is_server_error() {
             tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
@@ -272,12 +296,7 @@ impl LockError {
         let retry_after = self.retry_after_secs();
         let mut body = String::from("{");
         push_field(&mut body, "error", self.code());
-        // Only on request: the key (the request's data) and the backend's name. Never on a
-        // 500 other than a lost lease (configuration), nor a 400 (the client's own input).
-        let lost = matches!(self, LockError::LeaseLost { .. });
-        let invalid = matches!(self, LockError::InvalidKey { .. });
-        let with_key =
-            with_key && (status != StatusCode::INTERNAL_SERVER_ERROR || lost) && !invalid;
+        let with_key = self.shows_key(with_key);
         if with_key {
             if let Some(key) = self.key() {
                 push_field(&mut body, "key", key);
@@ -292,7 +311,8 @@ impl LockError {
         }
         body.push('}');
 
-        let mut response = (status, body).into_response();
+        let mut response = http::Response::new(body);
+        *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(secs) = retry_after {
@@ -307,9 +327,10 @@ impl LockError {
 /// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
 /// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
 /// The body is JSON without the lock key and the backend; see the [module docs](crate::ops::web).
+#[cfg(feature = "axum")]
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
-        self.response(false)
+        self.http_response(false).map(axum::body::Body::from)
     }
 }
 
@@ -343,7 +364,7 @@ fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "axum"))]
 mod tests {
     use super::*;
 

@@ -2,6 +2,7 @@
 //! elections, all through one acquire engine, and the guards that hold them.
 
 pub(crate) mod acquire;
+pub(crate) mod call_wait;
 pub(crate) mod guard;
 pub(crate) mod leader;
 pub(crate) mod lock;

@@ -172,7 +172,7 @@ impl MultiLock {
         let r = self.acquire_keys(registry, wait, keys, start).await;
         if let Some(name) = counted {
             let outcome = match &r {
-                Ok(g) if g.guards.iter().any(|g| g.state.outermost) => {
+                Ok(g) if g.guards.iter().any(|g| g.held.state.outermost) => {
                     crate::metrics::Outcome::Acquired
                 }
                 Ok(_) => crate::metrics::Outcome::Reentered,
