@@ -245,6 +245,34 @@ pub enum LockError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// A multi-key lock asked for by a task that already holds one of its keys, `held`,
+    /// while it still needs `needs`, which sorts before it: taking `needs` after `held`
+    /// breaks the global order every multi-key lock takes its keys in, and can deadlock
+    /// with a task that holds `needs` and waits for `held`. Refused before anything is
+    /// taken. Take the multi-key lock first (or only keys that sort after those held).
+    ///
+    /// ```
+    /// use distlock::{LockError, Registry};
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let b = registry.lock("b").acquire().await.unwrap();
+    /// let err = b.scope(registry.lock_all(["a", "b"]).acquire()).await;
+    /// assert!(matches!(err, Err(LockError::LockOrder { .. })));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("backend `{backend}`: this task holds lock `{held}` and asks for the multi-key lock {keys:?}, which takes `{needs}` first (keys are taken in sorted order); taking `{needs}` after `{held}` can deadlock with a task holding `{needs}`: take the multi-key lock before `{held}`")]
+    #[non_exhaustive]
+    LockOrder {
+        /// The key this task holds.
+        held: String,
+        /// The key it would have to take after it, which sorts before it.
+        needs: String,
+        /// The multi-key lock's keys, in the order they are taken.
+        keys: Vec<String>,
+        /// The backend's name.
+        backend: String,
+    },
 }
 
 /// A duration as written in the configuration (`"24h"`), or `Debug` beyond that syntax.
@@ -307,6 +335,7 @@ impl LockError {
             | LockError::InvalidKey { key, .. }
             | LockError::InvalidDuration { key, .. }
             | LockError::InvalidPermits { key, .. } => Some(key),
+            LockError::LockOrder { needs, .. } => Some(needs),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
@@ -328,6 +357,7 @@ impl LockError {
             | LockError::Unsupported { backend, .. }
             | LockError::InvalidDuration { backend, .. }
             | LockError::InvalidPermits { backend, .. }
+            | LockError::LockOrder { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }

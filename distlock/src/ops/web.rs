@@ -146,6 +146,7 @@ impl LockError {
             | LockError::NoDefaultBackend { .. }
             | LockError::InvalidDuration { .. }
             | LockError::InvalidPermits { .. }
+            | LockError::LockOrder { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -205,6 +206,7 @@ impl LockError {
             LockError::InvalidKey { .. } => "lock_invalid_key",
             LockError::InvalidDuration { .. } => "lock_invalid_duration",
             LockError::InvalidPermits { .. } => "lock_invalid_permits",
+            LockError::LockOrder { .. } => "lock_order",
         }
     }
 
