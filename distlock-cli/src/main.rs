@@ -31,7 +31,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{InitError, Lease, LockError, LockInfo, LockKind, Registry};
+use distlock::inspect::LockInfo;
+use distlock::{InitError, Lease, LockError, LockKind, Registry};
 use distlock_config::{parse_duration, Config};
 use serde_json::json;
 
@@ -292,7 +293,7 @@ struct CheckRow {
 }
 
 impl CheckRow {
-    fn of(backend: &distlock::BackendReport) -> CheckRow {
+    fn of(backend: &distlock::inspect::BackendReport) -> CheckRow {
         CheckRow {
             backend: backend.backend.clone(),
             mode: backend.mode.clone(),
@@ -407,7 +408,7 @@ async fn check(path: &PathBuf, as_json: bool) -> Result<ExitCode, String> {
             if let Some(why) = &s.too_old {
                 row = row.failed(format!(
                     "too old: distlock needs Redis {} or later: {why}",
-                    distlock::MIN_REDIS_VERSION
+                    distlock::inspect::MIN_REDIS_VERSION
                 ));
             }
             if s.missing_rights.as_ref().is_some_and(|m| !m.is_empty()) {
@@ -499,7 +500,7 @@ fn lock_json(l: &LockInfo) -> serde_json::Value {
 }
 
 /// `host pid site since(age) xN token` of one holder, for tables.
-fn holder_line(h: &distlock::Holder) -> String {
+fn holder_line(h: &distlock::inspect::Holder) -> String {
     let mut s = format!(
         "{}:{}",
         h.host.as_deref().unwrap_or("?"),

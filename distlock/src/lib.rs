@@ -58,7 +58,7 @@
 //! | `docs/configuration.md` | every configuration field (also [below](#configuration-reference)); a backend down at start-up; Redis coming back |
 //! | `docs/operations.md` | the `distlock` command (`distlock unlock` and what its holder sees), holder information, metrics with the matching Prometheus exporter ([`metrics`]) |
 //! | `docs/design.md` | how it works: Redis keys, scripts safe to run twice, waiting, leases, reentrancy, connections; the source layout |
-//! | `docs/fault-testing.md` | fencing ([`fence`]) and the torture run's results |
+//! | `docs/fault-testing.md` | fencing ([`fence()`]) and the torture run's results |
 //! | `docs/performance.md` | the benchmark against Redisson's protocol sent raw |
 //! | `docs/redisson.md` | sharing locks with Java services using Redisson |
 //!
@@ -132,13 +132,13 @@
 //!
 //! The TOML that [`init`] (from `$DISTLOCK_CONFIG`, else `./distlock.toml`),
 //! [`init_from_path`], [`init_from_str`] and [`Registry::from_str`] read; parsed as a
-//! [`Config`] (module [`config`]).
+//! [`Config`](config::Config) (module [`config`]).
 //!
 
 #![doc = include_str!("../docs/configuration.md")]
 
 mod backend;
-mod error;
+mod errors;
 mod lease;
 mod ops;
 mod primitives;
@@ -146,31 +146,67 @@ mod protocol;
 mod registry;
 mod rt;
 
+// The everyday API: 25 names (the attribute, the primitives and their guards, the lease
+// terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).
+pub use distlock_macros::distributed_lock;
+pub use errors::{InitError, LockError};
+pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
+pub use lease::terms::{Lease, LockKind, OnLost};
+pub use ops::fence::fence;
+pub use primitives::call_wait::with_wait;
+pub use primitives::guard::LockGuard;
+pub use primitives::leader::{Leader, LeaderGuard};
+pub use primitives::lock::Lock;
+pub use primitives::multi::{MultiLock, MultiLockGuard};
+pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
+pub use registry::{init, init_from_path, init_from_str, init_with, Registry};
+
+// Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
+#[doc(inline)]
+pub use distlock_config as config;
 #[cfg(feature = "tower")]
 pub use ops::tower;
 #[cfg(feature = "axum")]
 pub use ops::web;
 pub use ops::{fence, ids, metrics};
 
-pub use backend::{BackendError, BackendErrorKind};
-#[doc(inline)]
-pub use distlock_config as config;
-pub use distlock_config::{Config, ConfigError};
-pub use distlock_macros::distributed_lock;
-pub use error::{InitError, LockError, LockResult};
-pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
-pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
-pub use ops::fence::fence;
-pub use ops::inspect::{Holder, LockInfo, Waiter};
-pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
-pub use ops::sites::{sites, Site};
-pub use primitives::call_wait::with_wait;
-pub use primitives::guard::LockGuard;
-pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
-pub use primitives::lock::Lock;
-pub use primitives::multi::{MultiLock, MultiLockGuard};
-pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
-pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
+pub mod error {
+    //! The errors in full: [`LockError`] and [`InitError`] (also at the crate root), the
+    //! opaque [`BackendError`] inside them with its [`BackendErrorKind`], the [`LockResult`]
+    //! bound of `#[distributed_lock]` functions, and [`LeaseLost`], what
+    //! [`lease_lost()`](crate::lease_lost) returns.
+    //!
+    //! ```
+    //! use distlock::error::{BackendErrorKind, LockError};
+    //! fn retry_later(e: &LockError) -> bool {
+    //!     matches!(e, LockError::Backend { source, .. } if source.kind() == BackendErrorKind::TimedOut)
+    //! }
+    //! assert!(!retry_later(&LockError::NotInitialized));
+    //! ```
+    pub use crate::backend::{BackendError, BackendErrorKind};
+    pub use crate::errors::{InitError, LockError, LockResult};
+    pub use crate::lease::context::LeaseLost;
+}
+
+pub mod inspect {
+    //! Diagnostics: what a lock looks like on the server ([`LockInfo`], its [`Holder`]s and
+    //! [`Waiter`]s, from [`Registry::inspect`](crate::Registry)), a backend's self-check
+    //! ([`BackendReport`], [`ServerReport`]), the `#[distributed_lock]` sites linked into
+    //! the binary ([`sites`]) and a leader's published information ([`LeaderInfo`]).
+    //!
+    //! ```
+    //! # async fn f() -> Result<(), distlock::LockError> {
+    //! let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    //! let info: Option<distlock::inspect::LockInfo> = registry.inspect("order:42").await?;
+    //! assert!(info.is_none());
+    //! # Ok(()) }
+    //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    //! ```
+    pub use crate::ops::inspect::{Holder, LockInfo, Waiter};
+    pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+    pub use crate::ops::sites::{sites, Site};
+    pub use crate::primitives::leader::LeaderInfo;
+}
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]

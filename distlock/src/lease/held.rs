@@ -50,6 +50,7 @@ impl Leases {
     }
 
     /// How many there are (for tests and metrics).
+    #[cfg(feature = "test-support")]
     pub(crate) fn len(&self) -> usize {
         self.map().len()
     }

@@ -380,8 +380,8 @@ mod tests {
         }
     }
 
-    fn redis_error() -> crate::BackendError {
-        crate::BackendError::new(crate::backend::DriverError::redis(
+    fn redis_error() -> crate::error::BackendError {
+        crate::error::BackendError::new(crate::backend::DriverError::redis(
             "10.1.2.3:6379",
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
@@ -560,7 +560,7 @@ mod tests {
                 backend: "main".into(),
                 what: "lease",
                 value: Duration::MAX,
-                limit: crate::MAX_LEASE,
+                limit: crate::lease::terms::MAX_LEASE,
             },
             LockError::InvalidPermits {
                 key: "export".into(),

@@ -190,8 +190,8 @@ pub enum LockError {
     },
     /// A duration out of the range distlock accepts, refused before anything is sent: a
     /// lease (fixed, or `watchdog_timeout` for an auto lease) longer than
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (24 hours). Waits are never refused: they saturate at
-    /// [`MAX_WAIT`](crate::MAX_WAIT).
+    /// [`MAX_LEASE`](crate::Lease::MAX) (24 hours). Waits are never refused: they saturate at
+    /// [`MAX_WAIT`](crate::Lock::MAX_WAIT).
     ///
     /// ```
     /// use distlock::{Lease, LockError, Registry};
@@ -431,7 +431,7 @@ pub enum InitError {
         message: String,
     },
     /// A server of a backend runs a Redis version older than distlock needs
-    /// ([`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION)).
+    /// ([`MIN_REDIS_VERSION`](crate::inspect::MIN_REDIS_VERSION)).
     #[error("backend `{backend}`: the server at {address} runs Redis {version}, which is too old: distlock needs Redis {minimum} or later: {needs}")]
     #[non_exhaustive]
     ServerTooOld {
