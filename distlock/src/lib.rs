@@ -197,8 +197,8 @@ pub mod inspect {
     //! ```
     //! # async fn f() -> Result<(), distlock::LockError> {
     //! let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
-    //! let info: Option<distlock::inspect::LockInfo> = registry.inspect("order:42").await?;
-    //! assert!(info.is_none());
+    //! let locks: Vec<distlock::inspect::LockInfo> = registry.inspect("order:42", None).await?;
+    //! assert!(locks.is_empty());
     //! # Ok(()) }
     //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     //! ```

@@ -148,7 +148,7 @@ impl Registry {
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// let config = distlock::Config::from_path("distlock.toml")?;
+    /// let config = distlock::config::Config::from_path("distlock.toml")?;
     /// for backend in distlock::Registry::check(config).await {
     ///     match &backend.servers {
     ///         Ok(servers) => {

@@ -26,7 +26,7 @@ const SCAN_LIMIT: usize = 100_000;
 /// One held (or waited-for) lock, as [`Registry::inspect`] and [`Registry::list`] see it.
 ///
 /// ```
-/// # fn show(info: &distlock::LockInfo) {
+/// # fn show(info: &distlock::inspect::LockInfo) {
 /// for h in &info.holders {
 ///     println!("{} ({}) held by {:?} pid {:?} at {:?}", info.key, info.kind.name(), h.host, h.pid, h.site);
 /// }

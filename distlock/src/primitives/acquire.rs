@@ -78,12 +78,12 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         });
     }
     let start = Instant::now();
-    let deadline = start + wait.min(crate::Lock::MAX_WAIT);
+    let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
     if let Format::Redisson(r) = &mut keys.format {
         // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
         // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
         if !wait.is_zero() {
-            r.allowance = wait.min(crate::Lock::MAX_WAIT);
+            r.allowance = wait.min(crate::lease::terms::MAX_WAIT);
         }
     }
     let kind = keys.shape.lock_kind();

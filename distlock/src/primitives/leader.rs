@@ -170,7 +170,7 @@ impl Leader {
     }
 
     /// Longest [`campaign`](Leader::campaign) waits to be elected (`Timeout` after it;
-    /// `Duration::ZERO` tries once). Default: until elected (at most [`Lock::MAX_WAIT`](crate::Lock::MAX_WAIT));
+    /// `Duration::ZERO` tries once). Default: until elected (at most [`Lock::MAX_WAIT`](crate::lease::terms::MAX_WAIT));
     /// a campaign is cancelled by dropping its future at any time.
     ///
     /// ```
@@ -271,7 +271,7 @@ impl Leader {
         let guard = Lock::with_registry(keys.user.clone(), registry)
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
-            .wait(self.wait.unwrap_or(crate::Lock::MAX_WAIT))
+            .wait(self.wait.unwrap_or(crate::lease::terms::MAX_WAIT))
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
