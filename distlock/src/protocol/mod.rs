@@ -728,7 +728,10 @@ impl Call {
             rw.info_key(),
             r.fence.clone(),
         ];
-        Ok(Call::raw(Script::Inspect, keys, Vec::new()))
+        let channels = [&r.channel, &fair.channel, &rw.channel]
+            .map(|c| c.as_bytes().to_vec())
+            .to_vec();
+        Ok(Call::raw(Script::Inspect, keys, channels))
     }
 
     /// Append the holder information hash as the last key, when it is recorded.
