@@ -58,7 +58,7 @@
 //! | `docs/configuration.md` | every configuration field (also [below](#configuration-reference)); a backend down at start-up; Redis coming back |
 //! | `docs/operations.md` | the `distlock` command (`distlock unlock` and what its holder sees), holder information, metrics with the matching Prometheus exporter ([`metrics`]) |
 //! | `docs/design.md` | how it works: Redis keys, scripts safe to run twice, waiting, leases, reentrancy, connections; the source layout |
-//! | `docs/fault-testing.md` | fencing ([`fence`]) and the torture run's results |
+//! | `docs/fault-testing.md` | fencing ([`fence`](mod@fence)) and the torture run's results |
 //! | `docs/performance.md` | the benchmark against Redisson's protocol sent raw |
 //! | `docs/redisson.md` | sharing locks with Java services using Redisson |
 //!
