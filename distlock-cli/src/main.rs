@@ -496,6 +496,7 @@ fn lock_json(l: &LockInfo) -> serde_json::Value {
             "owner": w.owner,
             "wait_left_ms": w.wait_left.as_millis() as u64,
         })).collect::<Vec<_>>(),
+        "waiting_processes": l.waiting_processes,
     })
 }
 
@@ -548,10 +549,23 @@ fn print_locks(locks: &[LockInfo], as_json: bool) {
             } else {
                 holders.join("; ")
             },
-            l.waiters.len().to_string(),
+            waiters_cell(l),
         ]);
     }
     table.print();
+}
+
+/// The WAITERS cell: the queue's length for a fair or write lock (its waiters are recorded
+/// one by one); for a reentrant or read lock the processes waiting for it (`2 proc`; `?`
+/// when the ACL user may not run PUBSUB).
+fn waiters_cell(l: &LockInfo) -> String {
+    match (l.kind, l.waiting_processes) {
+        (LockKind::Fair | LockKind::Write, _) => l.waiters.len().to_string(),
+        (_, Some(0)) => "0".to_owned(),
+        (_, Some(n)) => format!("{n} proc"),
+        (_, None) if !l.waiters.is_empty() => l.waiters.len().to_string(),
+        (_, None) => "?".to_owned(),
+    }
 }
 
 async fn unlock(
