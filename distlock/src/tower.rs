@@ -67,8 +67,9 @@
 //!             .registry(registry.clone()),
 //!     )
 //!     .service(service_fn(|_req: http::Request<()>| async {
-//!         let token = distlock::fencing_token().expect("the request's lock is held");
-//!         Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(token.to_string()))))
+//!         // `Some` inside the request's lock (the handler runs in its context).
+//!         let token = distlock::fencing_token();
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(format!("{token:?}")))))
 //!     }));
 //!
 //! let request = || http::Request::builder().header("x-account", "42").body(()).unwrap();
