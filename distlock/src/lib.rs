@@ -15,7 +15,7 @@
 //! | feature | what it adds |
 //! |---------|--------------|
 //! | `axum`  | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
-//! | `tower` | [`tower::LockLayer`](crate::tower::LockLayer): a lock per request in any tower stack (axum, tonic, hyper), keyed by the request's path, a header or a closure, answering as `distlock::web` does |
+//! | `tower` | `distlock::tower::LockLayer`: a lock per request in any tower stack (axum, tonic, hyper), keyed by the request's path, a header or a closure, answering as `distlock::web` does |
 //!
 //! ```
 //! use distlock::{Lease, Lock};

@@ -7,7 +7,7 @@
 //! same key re-enter), and releases it when the inner service's response future has
 //! completed, or when the request's future is dropped (a client gone, a timeout layer).
 //!
-//! A request whose lock is not taken gets the response of [`distlock::web`](crate::web),
+//! A request whose lock is not taken gets the response of `distlock::web`,
 //! without calling the inner service: **409 Conflict with `Retry-After`** when another
 //! holder kept the key for the whole wait, **503 with `Retry-After: 1`** when the backend
 //! is down, **400** when the key is unusable (over 1024 bytes), 500 for configuration
@@ -512,7 +512,7 @@ fn grpc_message(text: &str) -> String {
 
 pin_project_lite::pin_project! {
     /// The body of a response through a [`LockService`]: the inner service's body, or
-    /// the JSON body of a lock error (see [`distlock::web`](crate::web)).
+    /// the JSON body of a lock error (see `distlock::web`).
     pub struct LockBody<B> {
         #[pin]
         kind: Kind<B>,
