@@ -16,6 +16,8 @@
 //! |---------|---------|--------------|
 //! | `tls`   | on      | `rediss://` URLs: TLS through rustls (ring), the platform's root certificates by default; `tls_ca`, `tls_cert`/`tls_key` and `tls_insecure_skip_verify` per backend. No OpenSSL needed. `default-features = false` leaves it out (a `rediss://` URL then fails `init`, naming the feature) |
 //! | `axum`  | off     | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
+//! | `tower` | off     | `distlock::tower::LockLayer`: a lock per request in any tower stack (axum, tonic, hyper), keyed by the request's path, a header or a closure, answering as `distlock::web` does |
+//! | `test-support` | off | hooks for tests and benchmarks that wait for an event instead of sleeping: `Registry::waiting`, `Registry::subscriber_connections`, `Registry::watched_leases` |
 //!
 //! ```
 //! use distlock::{Lease, Lock};

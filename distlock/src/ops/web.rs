@@ -126,7 +126,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 60;
 impl LockError {
     /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
     /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
-    /// (the outcome is unknown) and the rest (see the [module docs](crate::ops::web)).
+    /// (the outcome is unknown) and the rest (see the module `distlock::web`).
     ///
     /// ```
     /// use http::StatusCode; // also `axum::http::StatusCode`
