@@ -197,12 +197,18 @@ pub mod inspect {
     //! the binary ([`sites`]) and a leader's published information ([`LeaderInfo`]).
     //!
     //! ```
+    //! // The `#[distributed_lock]` sites linked into this binary: none in this example.
+    //! assert_eq!(distlock::inspect::sites().count(), 0);
+    //! ```
+    //!
+    //! ```no_run
     //! # async fn f() -> Result<(), distlock::LockError> {
-    //! let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    //! let registry = distlock::Registry::from_str("[backends.main]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"").await.unwrap();
     //! let locks: Vec<distlock::inspect::LockInfo> = registry.inspect("order:42", None).await?;
-    //! assert!(locks.is_empty());
+    //! for lock in locks {
+    //!     println!("{:?}: {} holder(s)", lock.kind, lock.holders.len());
+    //! }
     //! # Ok(()) }
-    //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     //! ```
     pub use crate::ops::inspect::{Holder, LockInfo, Waiter};
     pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
