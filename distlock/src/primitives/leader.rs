@@ -232,12 +232,6 @@ impl Leader {
     /// the guard, or a loss). A waiting candidate is woken by the leader's release, or
     /// tries again when the leader's lease ends.
     ///
-    /// Dropping this future at any point leaves nothing held. Errors: `Timeout` when
-    /// [`wait`](Leader::wait) ran out; `Backend` when Redis failed (at once on the first
-    /// attempt; while waiting, retried within the wait); `Unsupported` on a redlock, multi
-    /// or `protocol = "redisson"` backend; `InvalidKey` for an empty name, a name over 1017
-    /// bytes or info over [`Leader::MAX_INFO`] bytes; `NotInitialized`, `NoSuchBackend`.
-    ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
     /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();

@@ -143,11 +143,6 @@ impl MultiLock {
 
     /// Acquire every key, waiting at most the configured wait for all of them together.
     ///
-    /// Errors: `InvalidKey` for an empty list of keys; `Timeout` naming the first key not
-    /// taken in time (the keys taken before it are released again); otherwise what
-    /// [`Lock::acquire`] returns for that key. On every error nothing stays held, and so
-    /// when this future is dropped.
-    ///
     /// # Errors
     ///
     /// `InvalidKey` for an empty list; `LockOrder` when this task holds one of the keys out

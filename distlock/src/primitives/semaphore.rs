@@ -180,13 +180,6 @@ impl Semaphore {
 
     /// Take `n` permits, waiting at most the configured wait.
     ///
-    /// Errors: `Timeout` when too few permits came free in time; `InvalidPermits` for a
-    /// semaphore of 0 permits, or `n` of 0 or above its permits; `InvalidDuration` for a
-    /// lease over `MAX_LEASE`; `Unsupported` on redlock, multi or a Redisson-format
-    /// backend; `Backend` when Redis failed (once waiting, transient failures are retried
-    /// within the wait); `NotInitialized`, `NoSuchBackend`, `InvalidKey`. When this future
-    /// is dropped, or fails, nothing stays held.
-    ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
     /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
