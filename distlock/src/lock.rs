@@ -381,19 +381,29 @@ async fn acquire(
                 ),
             });
         }
-        let limit = if auto { crate::MAX_LEASE } else { lease_len };
-        if hold > limit {
-            return Err(LockError::InvalidDuration {
-                key: keys.user,
-                backend: backend.name.to_string(),
-                what: if auto {
-                    "hold_at_least"
-                } else {
-                    "hold_at_least (longer than the fixed lease)"
-                },
-                value: hold,
-                limit,
-            });
+        if !hold.is_zero() {
+            let label = if auto {
+                "hold_at_least"
+            } else {
+                "hold_at_least (longer than the fixed lease)"
+            };
+            crate::lease::check_duration(
+                distlock_config::DurationUse::HoldAtLeast,
+                label,
+                hold,
+                &keys.user,
+                &backend.name,
+            )?;
+            if !auto && hold > lease_len {
+                return Err(LockError::InvalidDuration {
+                    key: keys.user,
+                    backend: backend.name.to_string(),
+                    what: label,
+                    value: hold,
+                    min: distlock_config::DurationUse::HoldAtLeast.range().0,
+                    limit: lease_len,
+                });
+            }
         }
         keys.hold_at_least = Some(hold).filter(|h| !h.is_zero());
     }
@@ -402,21 +412,10 @@ async fn acquire(
     } else if backend.holder_info {
         keys = keys.with_holder(crate::inspect::holder_text(label));
     }
-    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
-    // held for longer than a day without renewal is a wedge waiting to happen.
-    if lease_len > crate::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::MAX_LEASE,
-        });
-    }
+    // Checked before anything is sent: Redis cannot expire a key that far out, a lock held
+    // for longer than a day without renewal is a wedge waiting to happen, and a lease under
+    // a millisecond is over before its grant arrives.
+    crate::lease::check_lease(lease, lease_len, &keys.user, &backend.name)?;
     let start = Instant::now();
     let deadline = start + wait.min(crate::MAX_WAIT);
     if let Some(r) = keys.redisson.as_mut() {

@@ -352,19 +352,7 @@ async fn acquire(
         Lease::Fixed(d) => (d, false),
     };
     let keys = LockKeys::semaphore(&backend.prefix, key, n, permits)?;
-    if lease_len > crate::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::MAX_LEASE,
-        });
-    }
+    crate::lease::check_lease(lease, lease_len, &keys.user, &backend.name)?;
     let start = Instant::now();
     let deadline = start + wait.min(crate::MAX_WAIT);
     // One holder id for the whole acquisition: a retry after an error sends the same one,

@@ -537,6 +537,7 @@ mod tests {
                 backend: "main".into(),
                 what: "lease",
                 value: Duration::MAX,
+                min: Duration::from_millis(1),
                 limit: crate::MAX_LEASE,
             },
             LockError::InvalidPermits {
