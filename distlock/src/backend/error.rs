@@ -258,7 +258,11 @@ impl std::error::Error for DriverError {
 
 /// What to do about a TLS failure the TLS library describes as `text`.
 fn tls_hint(text: &str) -> Option<&'static str> {
-    if text.contains("UnknownIssuer") {
+    // redis-rs builds its TLS client config (with our client certificate) per connection:
+    // a refusal there is about `tls_cert`/`tls_key`, whatever certificate error it quotes.
+    if text.contains("InvalidClientConfig") {
+        Some("TLS: the client certificate or key (`tls_cert`, `tls_key`) was refused")
+    } else if text.contains("UnknownIssuer") {
         Some("TLS: the server's certificate is not signed by a CA of `tls_ca` (or, without it, of the platform's roots)")
     } else if text.contains("certificate expired") || text.contains("not valid yet") {
         Some("TLS: the server's certificate is outside its validity period")

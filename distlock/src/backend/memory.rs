@@ -588,7 +588,9 @@ impl MemoryDriver {
         }
         st.fenced.insert(
             key.to_owned(),
-            (value.to_vec(), token, ttl.map(|t| now + t)),
+            // The ttl was checked (at most 365 days); a later Instant that cannot be
+            // represented is "never".
+            (value.to_vec(), token, ttl.and_then(|t| now.checked_add(t))),
         );
         true
     }

@@ -62,21 +62,10 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
-    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
-    // held for longer than a day without renewal is a wedge waiting to happen.
-    if lease_len > crate::lease::terms::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::lease::terms::MAX_LEASE,
-        });
-    }
+    // Checked before anything is sent: Redis cannot expire a key that far out, a lock held
+    // for longer than a day without renewal is a wedge waiting to happen, and a lease under
+    // a millisecond is over before its grant arrives.
+    crate::lease::terms::check_lease(lease, lease_len, &keys.user, &backend.name)?;
     let start = Instant::now();
     let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
     if let Format::Redisson(r) = &mut keys.format {

@@ -420,23 +420,29 @@ async fn acquire(
                 ),
             });
         }
-        let limit = if auto {
-            crate::lease::terms::MAX_LEASE
-        } else {
-            lease_len
-        };
-        if hold > limit {
-            return Err(LockError::InvalidDuration {
-                key: keys.user,
-                backend: backend.name.to_string(),
-                what: if auto {
-                    "hold_at_least"
-                } else {
-                    "hold_at_least (longer than the fixed lease)"
-                },
-                value: hold,
-                limit,
-            });
+        if !hold.is_zero() {
+            let label = if auto {
+                "hold_at_least"
+            } else {
+                "hold_at_least (longer than the fixed lease)"
+            };
+            crate::lease::terms::check_duration(
+                distlock_config::DurationUse::HoldAtLeast,
+                label,
+                hold,
+                &keys.user,
+                &backend.name,
+            )?;
+            if !auto && hold > lease_len {
+                return Err(LockError::InvalidDuration {
+                    key: keys.user,
+                    backend: backend.name.to_string(),
+                    what: label,
+                    value: hold,
+                    min: distlock_config::DurationUse::HoldAtLeast.range().0,
+                    limit: lease_len,
+                });
+            }
         }
         keys.hold_at_least = Some(hold).filter(|h| !h.is_zero());
     }
