@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::format_duration;
 
-/// The longest lease: 24 hours (see `distlock::MAX_LEASE`).
+/// The longest lease: 24 hours (see `distlock::Lease::MAX`).
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
 /// The longest fence ttl: 365 days (Redis stores it as an absolute time in milliseconds;
@@ -25,7 +25,7 @@ pub enum DurationUse {
     /// third of it: a shorter one leaves no time for a renewal's round trip).
     WatchdogTimeout,
     /// How long to wait for a lock: any value; `0s` tries once, and a value over
-    /// `distlock::MAX_WAIT` (365 days, `Duration::MAX` included) waits that long.
+    /// `distlock::Lock::MAX_WAIT` (365 days, `Duration::MAX` included) waits that long.
     Wait,
     /// `Fence::ttl`: 1 ms to 365 days ([`MAX_FENCE_TTL`]).
     FenceTtl,
