@@ -1394,3 +1394,82 @@ async fn single_fair_and_rw_watchdog_renews_and_signals_a_lost_lease() {
     }
     r.crash();
 }
+
+/// Issue 23 item 1 in Redisson's format: a nested `Write` or `Read` in the task of an
+/// outer `Write` whose hash was deleted fails with `LeaseLost`, tells the outer guard and
+/// re-creates nothing; sibling futures under one outer `Write` take the nested write lock
+/// in turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_rw_nested_rules() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    for inner in [Kind::Write, Kind::Read] {
+        let name = unique("rw-nested");
+        let outer = reg
+            .lock(&name)
+            .kind(Kind::Write)
+            .lease(Lease::Fixed(Duration::from_secs(10)))
+            .acquire()
+            .await
+            .unwrap();
+        let again = outer
+            .scope(reg.lock(&name).kind(inner).try_acquire())
+            .await
+            .unwrap()
+            .expect("re-entered while held");
+        again.release().await.unwrap();
+        assert!(outer.is_held(), "{inner:?}");
+        int(&addr, &["DEL", &name]);
+        match outer.scope(reg.lock(&name).kind(inner).acquire()).await {
+            Err(LockError::LeaseLost { .. }) => {}
+            other => panic!(
+                "{inner:?}: expected LeaseLost, got {:?}",
+                other.map(|g| g.fencing_token())
+            ),
+        }
+        assert!(!outer.is_held(), "{inner:?}: the outer guard heard of it");
+        assert_eq!(
+            int(&addr, &["EXISTS", &name]),
+            0,
+            "{inner:?}: nothing re-created"
+        );
+        drop(outer);
+        int(&addr, &["DEL", &token_name(&name)]);
+    }
+    let name = unique("rw-siblings");
+    let outer = reg.lock(&name).kind(Kind::Write).acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let section = || {
+        let (reg, name, inside, most) = (reg.clone(), name.clone(), inside.clone(), most.clone());
+        async move {
+            let g = reg
+                .lock(&name)
+                .kind(Kind::Write)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .expect("nested write");
+            most.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            // the section's work (not a synchronisation)
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            g.release().await.unwrap();
+        }
+    };
+    outer
+        .scope(async { tokio::join!(section(), section()) })
+        .await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two siblings inside at once"
+    );
+    outer.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "freed");
+    int(&addr, &["DEL", &token_name(&name)]);
+}
