@@ -148,14 +148,23 @@ impl DriverError {
     }
 
     /// Whether the server said it cannot serve the command *now* (a failover or a restart
-    /// under way): `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`.
+    /// under way): `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`; and a
+    /// cluster redirect (`MOVED`, `ASK`) that reached the caller (the connection that never
+    /// sends twice does not follow redirects): the command did not run, the slot map is
+    /// being refreshed, and the next attempt goes to the new owner.
     fn is_server_busy_with_failover(&self) -> bool {
         use redis::ServerErrorKind as S;
         self.redis_error().is_some_and(|e| {
             matches!(
                 e.kind(),
                 redis::ErrorKind::Server(
-                    S::ReadOnly | S::BusyLoading | S::MasterDown | S::TryAgain | S::ClusterDown
+                    S::ReadOnly
+                        | S::BusyLoading
+                        | S::MasterDown
+                        | S::TryAgain
+                        | S::ClusterDown
+                        | S::Moved
+                        | S::Ask
                 )
             )
         })

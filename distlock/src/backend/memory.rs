@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
+use crate::lease::owner::{Hold, OwnerId, Under};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
@@ -200,7 +200,7 @@ impl MemoryDriver {
                 return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
             }
             Shape::Read | Shape::Write => {
-                return Self::rw_acquire(&mut st, keys, owner, lease, wait, now)
+                return Self::rw_acquire(&mut st, keys, hold, lease, wait, now)
             }
             Shape::Fair => {
                 let (held, reentrant) = match Self::live(&mut st, &keys.hash, now) {
@@ -317,17 +317,34 @@ impl MemoryDriver {
     fn rw_acquire(
         st: &mut State,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
         now: Instant,
     ) -> Attempt {
+        let owner = hold.owner;
         let rw = st.rw.entry(keys.hash.clone()).or_default();
         rw.purge(now);
         let held = |until: Instant| Attempt::Held {
             ttl: Some((until - now).max(Duration::from_millis(1))),
         };
         let writer = rw.writer;
+        // A nested acquisition requires the owner's enclosing hold (as rw_acquire.lua's
+        // ARGV[6]); without it the outer is lost and nothing is created.
+        let writes = writer.is_some_and(|(w, _, _)| w == owner);
+        let reads = rw.readers.contains_key(&owner);
+        let enclosing = match (hold.nested, hold.under, keys.shape.is(LockKind::Read)) {
+            (false, _, _) => true,
+            (true, Under::Same, true) => reads,
+            (true, Under::Same, false) | (true, Under::Write, _) => writes,
+            (true, Under::Read, _) => writes || reads,
+        };
+        if !enclosing {
+            if rw.is_empty() {
+                st.rw.remove(&keys.hash);
+            }
+            return Attempt::OuterLost;
+        }
         if keys.shape.is(LockKind::Read) {
             if let Some((count, until)) = rw.readers.get_mut(&owner) {
                 *count += 1;

@@ -143,15 +143,6 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    /// Whether a nested acquisition of this kind counts a level of the enclosing hold
-    /// (reentrant and fair locks; a read-write lock counts its own holds per mode).
-    pub(crate) fn counts_levels(self) -> bool {
-        match self {
-            LockKind::Reentrant | LockKind::Fair => true,
-            LockKind::Read | LockKind::Write => false,
-        }
-    }
-
     /// Whether a waiter of this kind queues in the backend (fair and write locks), and so
     /// must leave the queue when it gives up.
     pub(crate) fn queues(self) -> bool {

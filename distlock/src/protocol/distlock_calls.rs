@@ -13,7 +13,7 @@ use crate::LockKind;
 /// queue for that long).
 pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
     let wait = wait.as_millis().min(i64::MAX as u128).to_string();
-    let nested = if hold.nested { "1" } else { "0" };
+    let nested = hold.nested_arg();
     let mut call = match &keys.shape {
         Shape::Semaphore(sem) => return sem_acquire(keys, sem, hold, lease),
         Shape::Reentrant => Call::on(Script::Acquire, keys)
