@@ -159,12 +159,12 @@ pub use distlock_config::{Config, ConfigError};
 pub use distlock_macros::distributed_lock;
 pub use error::{InitError, LockError, LockResult};
 pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
-pub use primitives::call_wait::with_wait;
 pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
 pub use ops::fence::fence;
 pub use ops::inspect::{Holder, LockInfo, Waiter};
 pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
 pub use ops::sites::{sites, Site};
+pub use primitives::call_wait::with_wait;
 pub use primitives::guard::LockGuard;
 pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
 pub use primitives::lock::Lock;
@@ -216,8 +216,11 @@ pub mod __private {
             include_str!("protocol/rw_prologue.lua"),
             include_str!("protocol/rw_renew.lua")
         );
-        /// Redisson's format: `redisson/fair_lock.lua`.
-        pub const REDISSON_FAIR_LOCK: &str = include_str!("protocol/redisson/fair_lock.lua");
+        /// Redisson's format: `redisson/fair_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_FAIR_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/fair_lock.lua")
+        );
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`

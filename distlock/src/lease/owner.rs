@@ -63,6 +63,11 @@ pub(crate) struct Hold {
     pub(crate) owner: OwnerId,
     pub(crate) level: u64,
     pub(crate) nested: bool,
+    /// Set on the release that undoes this acquisition, whose outcome its caller never
+    /// learned (the reply lost, the future dropped, a failed quorum): no guard was handed
+    /// out, so nothing ran under it, and what it set for after its holder (a run-once
+    /// job's `hold:until`) goes with it. See [`Hold::undoing`].
+    pub(crate) undo: bool,
 }
 
 impl Hold {
@@ -72,6 +77,7 @@ impl Hold {
             owner: OwnerId::random(),
             level: rand::random(),
             nested: false,
+            undo: false,
         }
     }
 
@@ -81,7 +87,13 @@ impl Hold {
             owner,
             level: rand::random(),
             nested: true,
+            undo: false,
         }
+    }
+
+    /// This acquisition, as the release that undoes it sees it (`undo` set).
+    pub(crate) fn undoing(self) -> Hold {
+        Hold { undo: true, ..self }
     }
 
     /// The level id as the scripts take it.

@@ -13,8 +13,10 @@
 -- ARGV[6] '1' when the owner holds the lock already (a nested acquisition), else '0'
 -- KEYS[5], ARGV[7] (optional) holder information: the info hash gets one entry per holder
 --   (`host\tpid\tsite\tsince_ms\ttoken`) and the expiry of the rw hash
--- Returns: as acquire.lua; run again (the level's mark found), the same answer, with the
---   owner's lease end raised to a full lease from now.
+-- Returns: as acquire.lua; run again (the level's mark found), the same answer (the token
+--   the first run drew, kept as rt:<owner> or wt; should it be gone, a new one is drawn and
+--   kept: never the counter's current value), with the owner's lease end raised to a full
+--   lease from now.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
@@ -30,10 +32,16 @@ end
 if not level or level == '' or string.find(level, ',', 1, true) then
   return redis.error_reply('ERR distlock: bad level id: ' .. tostring(level))
 end
-local function again()
+local function again(field)
   if nested then return {2, 0} end
-  return {1, tonumber(redis.call('get', KEYS[4]))}
+  local token = tonumber(redis.call('hget', rw, field))
+  if not token then
+    token = next_token(KEYS[4])
+    redis.call('hset', rw, field, string.format('%.0f', token))
+  end
+  return {1, token}
 end
+forget(KEYS[5])
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
   if not KEYS[5] then return end
@@ -48,7 +56,7 @@ if mode == 'read' then
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
     note(nil)
-    return again()
+    return again('rt:' .. owner)
   end
   if redis.call('hexists', rw, rc) == 1 then
     redis.call('hincrby', rw, rc, 1)
@@ -65,7 +73,7 @@ if mode == 'read' then
     if w[2] then return {0, left(tonumber(w[2]))} end
   end
   local token = next_token(KEYS[4])
-  redis.call('hset', rw, rc, 1)
+  redis.call('hset', rw, rc, 1, 'rt:' .. owner, string.format('%.0f', token))
   mark(mr, level)
   redis.call('zadd', readers, now + lease, owner)
   touch()
@@ -80,7 +88,7 @@ if writer == owner and marked(mw, level) then
   end
   touch()
   note(nil)
-  return again()
+  return again('wt')
 end
 if writer == owner then
   redis.call('hincrby', rw, 'wcount', 1)
@@ -104,7 +112,7 @@ if busy then
 end
 local token = next_token(KEYS[4])
 writer, wexp = owner, now + lease
-redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, mw, ',' .. level .. ',')
+redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, 'wt', string.format('%.0f', token), mw, ',' .. level .. ',')
 redis.call('zrem', writers, owner)
 touch()
 note(token)
