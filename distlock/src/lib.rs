@@ -216,6 +216,21 @@ pub mod __private {
             include_str!("protocol/rw_prologue.lua"),
             include_str!("protocol/rw_renew.lua")
         );
+        /// Redisson's format: `redisson/lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/lock.lua")
+        );
+        /// Redisson's format: `redisson/read_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_READ_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/read_lock.lua")
+        );
+        /// Redisson's format: `redisson/write_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_WRITE_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/write_lock.lua")
+        );
         /// Redisson's format: `redisson/fair_lock.lua`, after `redisson/token_prologue.lua`.
         pub const REDISSON_FAIR_LOCK: &str = concat!(
             include_str!("protocol/redisson/token_prologue.lua"),
