@@ -244,6 +244,42 @@ pub mod __private {
             include_str!("protocol/sem_prologue.lua"),
             include_str!("protocol/sem_release.lua")
         );
+        /// `fair_acquire.lua`, after `fence_prologue.lua`.
+        pub const FAIR_ACQUIRE: &str = concat!(
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/fair_acquire.lua")
+        );
+        /// `rw_acquire.lua`, after `rw_prologue.lua` and `fence_prologue.lua`.
+        pub const RW_ACQUIRE: &str = concat!(
+            include_str!("protocol/rw_prologue.lua"),
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/rw_acquire.lua")
+        );
+        /// `rw_renew.lua`, after `rw_prologue.lua`.
+        pub const RW_RENEW: &str = concat!(
+            include_str!("protocol/rw_prologue.lua"),
+            include_str!("protocol/rw_renew.lua")
+        );
+        /// Redisson's format: `redisson/lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/lock.lua")
+        );
+        /// Redisson's format: `redisson/read_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_READ_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/read_lock.lua")
+        );
+        /// Redisson's format: `redisson/write_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_WRITE_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/write_lock.lua")
+        );
+        /// Redisson's format: `redisson/fair_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_FAIR_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/fair_lock.lua")
+        );
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`

@@ -83,7 +83,7 @@ struct State {
     locks: HashMap<String, Held>,
     /// Fencing counters (and id sequences): value and last use. Like the Redis counters
     /// (`protocol/fence_prologue.lua`) they are forgotten after `FENCE_RETENTION` unused,
-    /// and a new one starts from the clock (ms × 1000), above every token it gave before.
+    /// and a new one starts from the clock (in µs, + 1), above every token it gave before.
     fences: HashMap<String, (u64, Instant)>,
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
@@ -131,12 +131,13 @@ impl State {
 /// How long an unused fencing counter is kept (as on Redis).
 const FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Where a new fencing counter starts: the clock in milliseconds × 1000.
+/// Where a new fencing counter starts: the clock in microseconds (its first token is one
+/// more), as `protocol/fence_prologue.lua` seeds a lost counter on Redis.
 fn clock_seed() -> u64 {
-    let ms = std::time::SystemTime::now()
+    let us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    u64::try_from(ms.saturating_mul(1000)).unwrap_or(u64::MAX / 2)
+        .map_or(0, |d| d.as_micros());
+    u64::try_from(us).unwrap_or(u64::MAX / 2)
 }
 
 /// Locks held in this process only.
@@ -473,7 +474,9 @@ impl MemoryDriver {
         if *count > 0 {
             return Released::StillHeld;
         }
-        if let Some(until) = held.hold_until.filter(|u| *u > now) {
+        // Kept unless this release undoes the acquisition that set it (`Hold::undo`).
+        let undo = hold.undo && !hold.nested;
+        if let Some(until) = held.hold_until.filter(|u| *u > now && !undo) {
             // Kept, without owners, until `hold_at_least` has passed: nothing to wake.
             held.owners.clear();
             held.holder = None;

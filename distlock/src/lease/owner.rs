@@ -63,6 +63,11 @@ pub(crate) struct Hold {
     pub(crate) owner: OwnerId,
     pub(crate) level: u64,
     pub(crate) nested: bool,
+    /// Set on the release that undoes this acquisition, whose outcome its caller never
+    /// learned (the reply lost, the future dropped, a failed quorum): no guard was handed
+    /// out, so nothing ran under it, and what it set for after its holder (a run-once
+    /// job's `hold:until`) goes with it. See [`Hold::undoing`].
+    pub(crate) undo: bool,
     /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
     /// (a read-write lock) of the other mode.
     pub(crate) under: Under,
@@ -89,6 +94,7 @@ impl Hold {
             level: rand::random(),
             nested: false,
             under: Under::Same,
+            undo: false,
         }
     }
 
@@ -103,6 +109,7 @@ impl Hold {
             owner,
             level: rand::random(),
             nested: true,
+            undo: false,
             under,
         }
     }
@@ -116,6 +123,11 @@ impl Hold {
             (true, Under::Write) => "w",
             (true, Under::Read) => "r",
         }
+    }
+
+    /// This acquisition, as the release that undoes it sees it (`undo` set).
+    pub(crate) fn undoing(self) -> Hold {
+        Hold { undo: true, ..self }
     }
 
     /// The level id as the scripts take it.

@@ -148,7 +148,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // error, it is released in the background. A retry after an error sends the same
         // level, so a first run whose reply was lost is found, not counted again.
         if pending.is_none() && !ambiguous_is_kept {
-            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
+            pending = Some(ReleaseOnDrop::undo(&backend, &keys, hold));
         }
         let attempt = match crate::rt::runtime::entered(
             backend.acquire(&keys, hold, lease_len, left),

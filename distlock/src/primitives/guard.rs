@@ -203,6 +203,13 @@ impl ReleaseOnDrop {
         }
     }
 
+    /// Undoes the acquisition `hold` in the background when dropped armed: sent, its
+    /// outcome unknown, no guard handed out (see `Hold::undo`: a run-once job's slot is
+    /// freed, not kept until its `hold:until`).
+    pub(crate) fn undo(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
+        ReleaseOnDrop::new(backend, keys, hold.undoing())
+    }
+
     /// The outcome is known: nothing to undo.
     pub(crate) fn disarm(mut self) {
         self.armed = None;

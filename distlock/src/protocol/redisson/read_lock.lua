@@ -7,7 +7,8 @@
 --          the name already holds a "{", no braces are added: "name:<uuid>:<n>:rwlock_timeout");
 --          hold i of the reader has the string key "<prefix>:<i>" expiring with that hold
 -- KEYS[3]  (optional) the token counter "redisson_lock_token:{name}": an owner's first
---          read hold INCRs it (distlock's fencing token; Redisson's rwlock has none)
+--          read hold INCRs it (distlock's fencing token; Redisson's rwlock has none; a
+--          lost counter starts again above its tokens: token_prologue.lua)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  reader's owner field "<client uuid>:<n>"
 -- ARGV[3]  the same owner's writer field "<client uuid>:<n>:write"
@@ -42,7 +43,7 @@ if not mode then
   redis.call('set', prefix .. ':1', 1, 'px', lease)
   redis.call('pexpire', lock, lease)
   if KEYS[3] ~= nil then
-    return {1, redis.call('incr', KEYS[3])}
+    return {1, next_token(KEYS[3])}
   end
   return {1, 0}
 end
@@ -54,7 +55,7 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', lock, writer) ==
   end
   if n == 1 then
     if KEYS[3] ~= nil then
-      return {1, redis.call('incr', KEYS[3])}
+      return {1, next_token(KEYS[3])}
     end
     return {1, 0}
   end

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  the read-write lock hash (the name itself)
 -- KEYS[2]  (optional) the token counter "redisson_lock_token:{name}": a new acquisition
---          INCRs it (distlock's fencing token; Redisson's rwlock has none)
+--          INCRs it (distlock's fencing token; Redisson's rwlock has none; a lost
+--          counter starts again above its tokens: token_prologue.lua)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  writer's owner field "<client uuid>:<n>:write"
 -- ARGV[3]  (optional) distlock's nested acquisition, which creates nothing without the
@@ -35,7 +36,7 @@ if not mode then
   redis.call('hset', lock, 'mode', 'write', owner, 1)
   redis.call('pexpire', lock, lease)
   if KEYS[2] ~= nil then
-    return {1, redis.call('incr', KEYS[2])}
+    return {1, next_token(KEYS[2])}
   end
   return {1, 0}
 end
