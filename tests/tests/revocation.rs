@@ -76,7 +76,9 @@ where
     F: Future<Output = Result<bool, LockError>>,
 {
     let lost = std::pin::pin!(lost);
-    let freed = force.await.unwrap_or_else(|e| panic!("{what}: force_unlock: {e}"));
+    let freed = force
+        .await
+        .unwrap_or_else(|e| panic!("{what}: force_unlock: {e}"));
     assert!(freed, "{what}: force_unlock found no lock");
     let start = Instant::now();
     let e = tokio::time::timeout(HEARD_WITHIN, lost)
@@ -152,7 +154,12 @@ async fn force_and_hear(mode: &str, kind: &str, holder: &Registry, admin: &Regis
                 .acquire()
                 .await
                 .unwrap_or_else(|e| panic!("{what}: acquire: {e}"));
-            let took = heard(&what, g.lost(), admin.lock(key.as_str()).kind(k).force_unlock()).await;
+            let took = heard(
+                &what,
+                g.lost(),
+                admin.lock(key.as_str()).kind(k).force_unlock(),
+            )
+            .await;
             assert!(!g.is_held(), "{what}");
             took
         }
@@ -217,7 +224,12 @@ async fn a_fixed_lease_is_heard_of_at_once_and_not_extended() {
         .acquire()
         .await
         .expect("acquire");
-    heard("single/fixed", g.lost(), admin.lock(key.as_str()).force_unlock()).await;
+    heard(
+        "single/fixed",
+        g.lost(),
+        admin.lock(key.as_str()).force_unlock(),
+    )
+    .await;
     // A new holder of the same name is not disturbed by the revocation of the old one.
     let again = holder
         .lock(key.as_str())
@@ -289,6 +301,9 @@ async fn a_restarted_server_is_heard_of_on_the_reconnect() {
         panic!("the holder did not hear of the restart within {bound:?} of the server answering again (its next renewal is 10 s away)")
     });
     assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
-    eprintln!("restart: lost() resolved {:?} after the server answered again", back.elapsed());
+    eprintln!(
+        "restart: lost() resolved {:?} after the server answered again",
+        back.elapsed()
+    );
     assert!(!g.is_held());
 }

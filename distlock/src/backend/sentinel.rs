@@ -284,7 +284,11 @@ impl SentinelMaster {
         self.checked(self.current().server.cancel(keys, owner).await)
     }
 
-    pub(crate) async fn force_release(&self, keys: &LockKeys, to: &str) -> Result<bool, DriverError> {
+    pub(crate) async fn force_release(
+        &self,
+        keys: &LockKeys,
+        to: &str,
+    ) -> Result<bool, DriverError> {
         self.checked(self.current().server.force_release(keys, to).await)
     }
 

@@ -228,7 +228,9 @@ async fn run(
                 c.confirm();
             }
         }
-        let revocation = hub.upgrade().and_then(|h| h.revocation().map(str::to_owned));
+        let revocation = hub
+            .upgrade()
+            .and_then(|h| h.revocation().map(str::to_owned));
         if let Some(name) = &revocation {
             if let Err(e) = answered(connect_timeout, sink.subscribe(name)).await {
                 tracing::warn!(backend = %backend, channel = %name, error = %e,

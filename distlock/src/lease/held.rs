@@ -65,7 +65,11 @@ impl Leases {
 
     /// Every lease held now, auto or fixed, that `matches`.
     pub(crate) fn held(&self, matches: impl Fn(&LeaseState) -> bool) -> Vec<Arc<LeaseState>> {
-        self.map().values().filter(|l| matches(l)).cloned().collect()
+        self.map()
+            .values()
+            .filter(|l| matches(l))
+            .cloned()
+            .collect()
     }
 
     /// How many auto leases there are (for tests and metrics).
@@ -250,7 +254,12 @@ impl LeaseState {
 
     /// Stop watching the lock's channel (no longer held).
     fn unwatch(&self) {
-        drop(self.channel.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.channel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 
     /// Lost (reported, or past its end) and not released.
