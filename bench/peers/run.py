@@ -253,6 +253,7 @@ def main():
     contenders = [c for c in CONTENDERS if not args.only or c[0] in args.only]
     res = [{w: {} for w, *_ in WORKLOADS} for _ in range(args.runs)]
     started = time.time()
+    load0 = os.getloadavg()[0]
     for k in range(args.runs):
         for i, (w, *_rest) in enumerate(WORKLOADS):
             # A B A B: the order turns every workload and every run.
@@ -263,6 +264,7 @@ def main():
                 shown = r.get("error") or f"{fmt(w, r)}  ({r['cmds_per_op']:.1f} cmds/op)"
                 print(f"run {k + 1}  {w:<10}  {label:<30}  {shown}", flush=True)
     took = time.time() - started
+    load1 = os.getloadavg()[0]
     md = tables(res, args.runs)
     print()
     print("\n".join(md))
@@ -277,7 +279,8 @@ def main():
             f"Written by `scripts/bench.sh peers` on {when}: {versions(args)}. One loopback "
             f"redis-server for everyone; {args.runs} runs, the contenders' order turned every workload "
             "and run; every contender a fresh process per workload. How each workload is measured: "
-            "[bench/peers/README.md](../../bench/peers/README.md). Chart: [peers.svg](peers.svg).",
+            "[bench/peers/README.md](../../bench/peers/README.md). Chart: [peers.svg](peers.svg). "
+            f"Load average (1 min) {load0:.1f} at the start, {load1:.1f} at the end, {took:.0f} s in all.",
             "",
             *md,
             "",

@@ -31,7 +31,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{InitError, Lease, LockError, LockInfo, LockKind, Registry};
+use distlock::inspect::LockInfo;
+use distlock::{InitError, Lease, LockError, LockKind, Registry};
 use distlock_config::{parse_duration, Config};
 use serde_json::json;
 
@@ -292,7 +293,7 @@ struct CheckRow {
 }
 
 impl CheckRow {
-    fn of(backend: &distlock::BackendReport) -> CheckRow {
+    fn of(backend: &distlock::inspect::BackendReport) -> CheckRow {
         CheckRow {
             backend: backend.backend.clone(),
             mode: backend.mode.clone(),
@@ -407,7 +408,7 @@ async fn check(path: &PathBuf, as_json: bool) -> Result<ExitCode, String> {
             if let Some(why) = &s.too_old {
                 row = row.failed(format!(
                     "too old: distlock needs Redis {} or later: {why}",
-                    distlock::MIN_REDIS_VERSION
+                    distlock::inspect::MIN_REDIS_VERSION
                 ));
             }
             if s.missing_rights.as_ref().is_some_and(|m| !m.is_empty()) {
@@ -495,11 +496,12 @@ fn lock_json(l: &LockInfo) -> serde_json::Value {
             "owner": w.owner,
             "wait_left_ms": w.wait_left.as_millis() as u64,
         })).collect::<Vec<_>>(),
+        "waiting_processes": l.waiting_processes,
     })
 }
 
 /// `host pid site since(age) xN token` of one holder, for tables.
-fn holder_line(h: &distlock::Holder) -> String {
+fn holder_line(h: &distlock::inspect::Holder) -> String {
     let mut s = format!(
         "{}:{}",
         h.host.as_deref().unwrap_or("?"),
@@ -547,10 +549,23 @@ fn print_locks(locks: &[LockInfo], as_json: bool) {
             } else {
                 holders.join("; ")
             },
-            l.waiters.len().to_string(),
+            waiters_cell(l),
         ]);
     }
     table.print();
+}
+
+/// The WAITERS cell: the queue's length for a fair or write lock (its waiters are recorded
+/// one by one); for a reentrant or read lock the processes waiting for it (`2 proc`; `?`
+/// when the ACL user may not run PUBSUB).
+fn waiters_cell(l: &LockInfo) -> String {
+    match (l.kind, l.waiting_processes) {
+        (LockKind::Fair | LockKind::Write, _) => l.waiters.len().to_string(),
+        (_, Some(0)) => "0".to_owned(),
+        (_, Some(n)) => format!("{n} proc"),
+        (_, None) if !l.waiters.is_empty() => l.waiters.len().to_string(),
+        (_, None) => "?".to_owned(),
+    }
 }
 
 async fn unlock(

@@ -372,6 +372,58 @@ fn list_and_show_locks_of_every_kind_held_by_another_process() {
     }
 }
 
+/// Waiters of the kinds that are not queued in Redis count too: two processes waiting for
+/// a reentrant lock, one reader process waiting behind a write lock (`waiting_processes`,
+/// and `2 proc` in the table).
+#[test]
+fn list_and_show_count_waiting_processes_of_every_kind() {
+    let setup = Setup::new("waiting");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let held = rt.block_on(registry.lock("wait:r").acquire()).unwrap();
+    let writing = rt
+        .block_on(registry.lock("wait:w").kind(LockKind::Write).acquire())
+        .unwrap();
+    let mut children = vec![
+        setup.hold("reentrant", "wait:r", false).0,
+        setup.hold("reentrant", "wait:r", false).0,
+        setup.hold("read", "wait:w", false).0,
+    ];
+    let processes =
+        |key: &str| setup.json(&["show", key, "--json"])[0]["waiting_processes"].as_u64();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while processes("wait:r") != Some(2) || processes("wait:w") != Some(1) {
+        assert!(
+            Instant::now() < deadline,
+            "waiting processes never showed: {:?} {:?}",
+            setup.json(&["show", "wait:r", "--json"]),
+            setup.json(&["show", "wait:w", "--json"])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let list = setup.json(&["list", "wait:*", "--json"]);
+    let r = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["key"] == "wait:r")
+        .unwrap_or_else(|| panic!("wait:r listed: {list:#}"));
+    assert_eq!(r["waiting_processes"], 2, "{r:#}");
+    let out = setup.output(&["show", "wait:r"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("2 proc"), "{table}");
+
+    rt.block_on(held.release()).unwrap();
+    rt.block_on(writing.release()).unwrap();
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for key in ["wait:r", "wait:w"] {
+        assert!(setup.output(&["unlock", key, "--yes"]).status.success());
+    }
+}
+
 #[test]
 fn unlock_frees_the_lock_and_the_holder_finds_it_lost() {
     let setup = Setup::new("unlock");

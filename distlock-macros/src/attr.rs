@@ -620,6 +620,18 @@ fn is_keyword(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The README's table of the attribute's arguments names every argument it knows.
+    #[test]
+    fn the_readme_lists_every_argument() {
+        let readme = include_str!("../../README.md");
+        for name in KNOWN {
+            assert!(
+                readme.contains(&format!("| `{name}` | `{name} = ")),
+                "README.md's table of the attribute's arguments lacks `{name}`"
+            );
+        }
+    }
+
     fn ph(root: &str, fields: &[&str]) -> Piece {
         Piece::Placeholder {
             root: root.into(),

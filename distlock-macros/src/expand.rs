@@ -9,12 +9,12 @@
 //! becomes
 //! ```text
 //! async fn place_order(user_id: u64) -> Result<Id, AppError> {
-//!     ::distlock::__private::inventory::submit! { ::distlock::Site { function, key, backend, file, line, kind, permits } }
+//!     ::distlock::__private::inventory::submit! { ::distlock::inspect::Site { function, key, backend, file, line, kind, permits } }
 //!     let lock = ::distlock::Lock::new(format!("order:{}", user_id)).wait(Duration::from_millis(5000));
 //!     let lock = match ::distlock::__private::wait_override() { Some(w) => lock.wait(w), None => lock };
 //!     match lock.run(without_wait_override(typed::<Result<Id, AppError>, _>(async move { BODY }))).await {
 //!         Ok(out) => out,
-//!         Err(e) => <Result<Id, AppError> as ::distlock::LockResult>::from_lock_error(e),
+//!         Err(e) => <Result<Id, AppError> as ::distlock::error::LockResult>::from_lock_error(e),
 //!     }
 //! }
 //! ```
@@ -373,7 +373,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     };
     let site = quote! {
         ::distlock::__private::inventory::submit! {
-            ::distlock::Site {
+            ::distlock::inspect::Site {
                 function: ::core::concat!(::core::module_path!(), "::", #function),
                 key: #key_lit,
                 backend: #backend,
@@ -450,7 +450,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     };
     let err = Ident::new("__distlock_err", Span::mixed_site());
     let convert = quote_spanned! {ret.span()=>
-        <#ret as ::distlock::LockResult>::from_lock_error(#err)
+        <#ret as ::distlock::error::LockResult>::from_lock_error(#err)
     };
 
     // A semaphore's section takes one permit.

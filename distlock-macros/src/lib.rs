@@ -171,14 +171,14 @@ use proc_macro::TokenStream;
 /// - Inside the body, `distlock::fencing_token()` is the lock's fencing token (with `keys`,
 ///   that of the last key taken: use `distlock::fencing_token_of(key)` for each).
 /// - Before `distlock::init`, the function returns `Err(LockError::NotInitialized.into())`.
-/// - Every annotated function is registered (`distlock::sites()`), and `init` fails when one
+/// - Every annotated function is registered (`distlock::inspect::sites()`), and `init` fails when one
 ///   names a backend the configuration does not have.
 ///
 /// # Requirements, checked at compile time
 ///
 /// - An `async fn` (also a method: `self`, `&self`, `&mut self`; generic functions; under
 ///   `#[async_trait]` too), returning `Result<T, E>` with `E: From<distlock::LockError>`
-///   (`distlock::LockResult`). Any `Result<..>` alias works (`anyhow::Result<T>`, ...) when
+///   (`distlock::error::LockResult`). Any `Result<..>` alias works (`anyhow::Result<T>`, ...) when
 ///   its error type converts. `String` does not, and cannot be made to in your crate (the
 ///   orphan rule): return an error type of your own that wraps it.
 /// - `on_lost` is `"cancel"` or `"signal"`.

@@ -16,6 +16,8 @@
 //! |---------|---------|--------------|
 //! | `tls`   | on      | `rediss://` URLs: TLS through rustls (ring), the platform's root certificates by default; `tls_ca`, `tls_cert`/`tls_key` and `tls_insecure_skip_verify` per backend. No OpenSSL needed. `default-features = false` leaves it out (a `rediss://` URL then fails `init`, naming the feature) |
 //! | `axum`  | off     | `impl axum::response::IntoResponse for LockError`, and the module `distlock::web` documenting the mapping (409 + `Retry-After` for a busy lock, 503 for Redis down, 400 for an unusable key, 500 without retry for a lost lease) |
+//! | `tower` | off     | `distlock::tower::LockLayer`: a lock per request in any tower stack (axum, tonic, hyper), keyed by the request's path, a header or a closure, answering as `distlock::web` does |
+//! | `test-support` | off | hooks for tests and benchmarks that wait for an event instead of sleeping: `Registry::waiting`, `Registry::subscriber_connections`, `Registry::watched_leases` |
 //!
 //! ```
 //! use distlock::{Lease, Lock};
@@ -58,7 +60,7 @@
 //! | `docs/configuration.md` | every configuration field (also [below](#configuration-reference)); a backend down at start-up; Redis coming back |
 //! | `docs/operations.md` | the `distlock` command (`distlock unlock` and what its holder sees), holder information, metrics with the matching Prometheus exporter ([`metrics`]) |
 //! | `docs/design.md` | how it works: Redis keys, scripts safe to run twice, waiting, leases, reentrancy, connections; the source layout |
-//! | `docs/fault-testing.md` | fencing ([`fence`]) and the torture run's results |
+//! | `docs/fault-testing.md` | fencing ([`fence()`]) and the torture run's results |
 //! | `docs/performance.md` | the benchmark against Redisson's protocol sent raw |
 //! | `docs/redisson.md` | sharing locks with Java services using Redisson |
 //!
@@ -132,13 +134,13 @@
 //!
 //! The TOML that [`init`] (from `$DISTLOCK_CONFIG`, else `./distlock.toml`),
 //! [`init_from_path`], [`init_from_str`] and [`Registry::from_str`] read; parsed as a
-//! [`Config`] (module [`config`]).
+//! [`Config`](config::Config) (module [`config`]).
 //!
 
 #![doc = include_str!("../docs/configuration.md")]
 
 mod backend;
-mod error;
+mod errors;
 mod lease;
 mod ops;
 mod primitives;
@@ -146,31 +148,67 @@ mod protocol;
 mod registry;
 mod rt;
 
+// The everyday API: 25 names (the attribute, the primitives and their guards, the lease
+// terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).
+pub use distlock_macros::distributed_lock;
+pub use errors::{InitError, LockError};
+pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
+pub use lease::terms::{Lease, LockKind, OnLost};
+pub use ops::fence::fence;
+pub use primitives::call_wait::with_wait;
+pub use primitives::guard::LockGuard;
+pub use primitives::leader::{Leader, LeaderGuard};
+pub use primitives::lock::Lock;
+pub use primitives::multi::{MultiLock, MultiLockGuard};
+pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
+pub use registry::{init, init_from_path, init_from_str, init_with, Registry};
+
+// Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
+#[doc(inline)]
+pub use distlock_config as config;
 #[cfg(feature = "tower")]
 pub use ops::tower;
 #[cfg(feature = "axum")]
 pub use ops::web;
 pub use ops::{fence, ids, metrics};
 
-pub use backend::{BackendError, BackendErrorKind};
-#[doc(inline)]
-pub use distlock_config as config;
-pub use distlock_config::{Config, ConfigError};
-pub use distlock_macros::distributed_lock;
-pub use error::{InitError, LockError, LockResult};
-pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost, LeaseLost};
-pub use primitives::call_wait::with_wait;
-pub use lease::terms::{Lease, LockKind, OnLost, MAX_LEASE, MAX_WAIT};
-pub use ops::fence::fence;
-pub use ops::inspect::{Holder, LockInfo, Waiter};
-pub use ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
-pub use ops::sites::{sites, Site};
-pub use primitives::guard::LockGuard;
-pub use primitives::leader::{Leader, LeaderGuard, LeaderInfo, MAX_LEADER_INFO, OBSERVE_POLL};
-pub use primitives::lock::Lock;
-pub use primitives::multi::{MultiLock, MultiLockGuard};
-pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
-pub use registry::{init, init_from_path, init_from_str, init_with, registry, Registry};
+pub mod error {
+    //! The errors in full: [`LockError`] and [`InitError`] (also at the crate root), the
+    //! opaque [`BackendError`] inside them with its [`BackendErrorKind`], the [`LockResult`]
+    //! bound of `#[distributed_lock]` functions, and [`LeaseLost`], what
+    //! [`lease_lost()`](crate::lease_lost) returns.
+    //!
+    //! ```
+    //! use distlock::error::{BackendErrorKind, LockError};
+    //! fn retry_later(e: &LockError) -> bool {
+    //!     matches!(e, LockError::Backend { source, .. } if source.kind() == BackendErrorKind::TimedOut)
+    //! }
+    //! assert!(!retry_later(&LockError::NotInitialized));
+    //! ```
+    pub use crate::backend::{BackendError, BackendErrorKind};
+    pub use crate::errors::{InitError, LockError, LockResult};
+    pub use crate::lease::context::LeaseLost;
+}
+
+pub mod inspect {
+    //! Diagnostics: what a lock looks like on the server ([`LockInfo`], its [`Holder`]s and
+    //! [`Waiter`]s, from [`Registry::inspect`](crate::Registry)), a backend's self-check
+    //! ([`BackendReport`], [`ServerReport`]), the `#[distributed_lock]` sites linked into
+    //! the binary ([`sites`]) and a leader's published information ([`LeaderInfo`]).
+    //!
+    //! ```
+    //! # async fn f() -> Result<(), distlock::LockError> {
+    //! let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    //! let locks: Vec<distlock::inspect::LockInfo> = registry.inspect("order:42", None).await?;
+    //! assert!(locks.is_empty());
+    //! # Ok(()) }
+    //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    //! ```
+    pub use crate::ops::inspect::{Holder, LockInfo, Waiter};
+    pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+    pub use crate::ops::sites::{sites, Site};
+    pub use crate::primitives::leader::LeaderInfo;
+}
 
 /// Used by the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use distlock_config::{Config, Defaults};
 
 use crate::backend::Backend;
-use crate::{BackendError, InitError, LockError};
+use crate::backend::BackendError;
+use crate::{InitError, LockError};
 
 /// Connected backends by name, with the configuration's defaults.
 ///
@@ -120,6 +121,11 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// The global registry, once `init` (or [`init_with`]) has completed.
+    pub fn global() -> Option<&'static Registry> {
+        GLOBAL.get()
+    }
+
     /// Connect to every backend of `config` (in parallel). Fails naming the first backend
     /// and address that could not be reached.
     ///
@@ -142,7 +148,7 @@ impl Registry {
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// let config = distlock::Config::from_path("distlock.toml")?;
+    /// let config = distlock::config::Config::from_path("distlock.toml")?;
     /// for backend in distlock::Registry::check(config).await {
     ///     match &backend.servers {
     ///         Ok(servers) => {
@@ -298,8 +304,8 @@ impl Registry {
     }
 
     /// How many tasks are asleep waiting for a lock on the backend now (for tests and
-    /// benchmarks that wait for waiters instead of sleeping).
-    #[doc(hidden)]
+    /// benchmarks that wait for waiters instead of sleeping). Feature `test-support`.
+    #[cfg(feature = "test-support")]
     pub fn waiting(&self, backend: &str) -> Option<usize> {
         self.inner
             .backends
@@ -309,8 +315,8 @@ impl Registry {
     }
 
     /// How many times the backend's subscriber connection(s) were made (for tests that
-    /// wait for a reconnect instead of sleeping).
-    #[doc(hidden)]
+    /// wait for a reconnect instead of sleeping). Feature `test-support`.
+    #[cfg(feature = "test-support")]
     pub fn subscriber_connections(&self, backend: &str) -> Option<u64> {
         self.inner
             .backends
@@ -320,7 +326,8 @@ impl Registry {
     }
 
     /// How many auto-leases the backend's watchdog renews now (for tests and benchmarks).
-    #[doc(hidden)]
+    /// Feature `test-support`.
+    #[cfg(feature = "test-support")]
     pub fn watched_leases(&self, backend: &str) -> Option<usize> {
         self.inner
             .backends
@@ -471,11 +478,6 @@ pub(crate) fn current() -> Result<Registry, LockError> {
         return Ok(r);
     }
     GLOBAL.get().cloned().ok_or(LockError::NotInitialized)
-}
-
-/// The global registry, once `init` has completed.
-pub fn registry() -> Option<&'static Registry> {
-    GLOBAL.get()
 }
 
 /// Set up the global registry from `$DISTLOCK_CONFIG`, else `./distlock.toml`.

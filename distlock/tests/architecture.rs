@@ -207,6 +207,9 @@ fn absolute(module: &ModPath, is_mod_rs: bool, path: &[String]) -> Option<Vec<St
 
 struct Crate {
     modules: BTreeMap<ModPath, Module>,
+    /// (file's module, name) of the inline modules (`pub mod error { pub use ...; }` in
+    /// `lib.rs`): transparent, their re-exports are read as the file's own.
+    inline: BTreeSet<(ModPath, String)>,
     /// (module, name) -> the absolute path it re-exports.
     reexports: BTreeMap<(ModPath, String), Vec<String>>,
 }
@@ -215,7 +218,21 @@ impl Crate {
     fn load() -> Crate {
         let modules = modules();
         let mut reexports = BTreeMap::new();
+        let mut inline = BTreeSet::new();
         for (m, module) in &modules {
+            let code = code_only(&module.text);
+            let mut rest = code.as_str();
+            while let Some(at) = find_word(rest, "mod") {
+                let after = rest[at + 3..].trim_start();
+                let name: String = after
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if after[name.len()..].trim_start().starts_with('{') {
+                    inline.insert((m.clone(), name.clone()));
+                }
+                rest = &rest[at + 3..];
+            }
             let is_mod_rs = module.file.ends_with("mod.rs") || module.file.ends_with("lib.rs");
             for stmt in use_statements(&code_only(&module.text)) {
                 if !stmt.public {
@@ -235,7 +252,11 @@ impl Crate {
                 }
             }
         }
-        Crate { modules, reexports }
+        Crate {
+            modules,
+            inline,
+            reexports,
+        }
     }
 
     /// The module whose file defines what `path` names.
@@ -246,6 +267,9 @@ impl Crate {
             next.push(seg.clone());
             if self.modules.contains_key(&next) {
                 cur = next;
+                continue;
+            }
+            if self.inline.contains(&(cur.clone(), seg.clone())) {
                 continue;
             }
             if let Some(target) = self.reexports.get(&(cur.clone(), seg.clone())) {
@@ -491,8 +515,8 @@ fn the_graph_reader_sees_the_imports_it_must() {
     let lock: ModPath = vec!["primitives".into(), "lock".into()];
     let edges = &g[&lock];
     assert!(
-        edges.contains_key(&vec!["error".to_string()]),
-        "primitives/lock.rs uses crate::LockError (re-exported from error.rs): {:?}",
+        edges.contains_key(&vec!["errors".to_string()]),
+        "primitives/lock.rs uses crate::LockError (re-exported from errors.rs): {:?}",
         edges.keys().collect::<Vec<_>>()
     );
     assert!(edges.contains_key(&vec!["backend".to_string()]));

@@ -600,7 +600,7 @@ fn works_under_async_trait() {
 
         // Held by another owner: times out at once (wait = "0s").
         let name = {
-            let site = distlock::sites()
+            let site = distlock::inspect::sites()
                 .find(|s| s.function.ends_with("::deposit"))
                 .expect("the deposit site");
             assert_eq!(site.key, "attr:bank:<self.name>:<id>");
@@ -660,7 +660,7 @@ fn backend_argument_picks_the_backend() {
         }
         held.release().await.expect("release");
 
-        let site = distlock::sites()
+        let site = distlock::inspect::sites()
             .find(|s| s.function == "attribute::on_memory")
             .expect("the on_memory site");
         assert_eq!(site.backend, Some("mem"));

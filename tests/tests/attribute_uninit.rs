@@ -36,6 +36,6 @@ fn calling_before_init_returns_not_initialized() {
             other => panic!("expected NotInitialized, got {other:?}"),
         }
         assert!(!RAN.load(SeqCst), "the body ran without a lock");
-        assert!(distlock::registry().is_none());
+        assert!(distlock::Registry::global().is_none());
     });
 }

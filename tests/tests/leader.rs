@@ -13,7 +13,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::unique;
-use distlock::{LeaderInfo, LockError, Registry};
+use distlock::inspect::LeaderInfo;
+use distlock::{LockError, Registry};
 use distlock_tests::history::now_ns;
 use distlock_tests::{cluster_urls, redlock_urls, sentinel_master_name, sentinel_urls, single_url};
 use tokio::sync::{mpsc, watch};
@@ -255,7 +256,7 @@ async fn bad_input_and_unsupported_modes() {
     ));
     let big = reg
         .leader(unique("big"))
-        .info("x".repeat(distlock::MAX_LEADER_INFO + 1))
+        .info("x".repeat(distlock::Leader::MAX_INFO + 1))
         .campaign()
         .await;
     assert!(matches!(big, Err(LockError::InvalidKey { .. })), "{big:?}");
@@ -618,7 +619,7 @@ async fn observers_fall_back_to_polling_without_pub_sub() {
         .changes()
         .await
         .expect("observe");
-    let bound = distlock::OBSERVE_POLL + Duration::from_millis(1500);
+    let bound = distlock::Leader::OBSERVE_POLL + Duration::from_millis(1500);
     for round in 0..2 {
         let info = format!("p{round}");
         let g = reg

@@ -352,3 +352,63 @@ fn opposite_orders_in_two_processes_cluster() {
     assert_ne!(slot(&a), slot(&b));
     run_workers("cluster", &urls.join(","), [&a, &b], 4, 40);
 }
+
+/// A task that holds one key of a multi-key lock and asks for the whole set, when that set
+/// needs a key sorting before one it holds, could deadlock with another task that holds the
+/// earlier key and waits for the later one (each waiting out its `wait`): refused at once,
+/// naming the keys and the order, on every mode. Asking for keys that sort after all the
+/// held ones (or that re-enter every one of them) is in order and works.
+#[tokio::test]
+async fn a_multi_key_lock_out_of_order_with_a_held_key_is_refused_at_once() {
+    for (name, reg) in registries().await {
+        let (a, b) = (unique("order-a"), unique("order-b"));
+        // Another task holds `a` and waits for `b`.
+        let other_a = reg.lock(a.as_str()).acquire().await.expect("hold a");
+        let held_b = reg.lock(b.as_str()).acquire().await.expect("hold b");
+        let waiter = {
+            let reg = reg.clone();
+            let b = b.clone();
+            tokio::spawn(async move {
+                let _a = other_a;
+                reg.lock(b.as_str())
+                    .wait(Duration::from_secs(3))
+                    .acquire()
+                    .await
+                    .map(drop)
+            })
+        };
+        let start = Instant::now();
+        let err = held_b
+            .scope(
+                reg.lock_all([a.as_str(), b.as_str()])
+                    .wait(Duration::from_secs(3))
+                    .acquire(),
+            )
+            .await
+            .expect_err("out of order");
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{name}: refused at once, not after the wait ({:?})",
+            start.elapsed()
+        );
+        match &err {
+            LockError::LockOrder { held, needs, .. } => {
+                assert_eq!(held, &b, "{name}");
+                assert_eq!(needs, &a, "{name}");
+            }
+            other => panic!("{name}: expected LockOrder, got {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(msg.contains(&a) && msg.contains(&b), "{name}: {msg}");
+        // In order: holding `a`, the set [a, b] re-enters `a` and takes `b` once it is free.
+        held_b.release().await.expect("release b");
+        waiter.await.expect("join").expect("the other task got b");
+        let held_a = reg.lock(a.as_str()).acquire().await.expect("hold a again");
+        let both = held_a
+            .scope(reg.lock_all([a.as_str(), b.as_str()]).acquire())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: in order: {e}"));
+        both.release().await.expect("release both");
+        held_a.release().await.expect("release a");
+    }
+}

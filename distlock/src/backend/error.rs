@@ -307,7 +307,7 @@ pub(crate) async fn bounded<T>(
 /// "#).await.unwrap_err();
 /// match err {
 ///     distlock::InitError::Connect { source, .. } => {
-///         assert_eq!(source.kind(), distlock::BackendErrorKind::Connection)
+///         assert_eq!(source.kind(), distlock::error::BackendErrorKind::Connection)
 ///     }
 ///     other => panic!("{other}"),
 /// }

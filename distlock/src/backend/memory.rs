@@ -613,6 +613,6 @@ impl MemoryDriver {
 /// the backend itself from panicking whatever it is given).
 fn later(now: Instant, d: Duration) -> Instant {
     now.checked_add(d)
-        .or_else(|| now.checked_add(crate::MAX_WAIT))
+        .or_else(|| now.checked_add(crate::lease::terms::MAX_WAIT))
         .unwrap_or(now)
 }

@@ -17,6 +17,7 @@ mod link;
 mod memory;
 mod quorum;
 mod sentinel;
+mod sentinel_resolve;
 mod server;
 mod single;
 mod subscriber;

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use super::conn::Settings;
 use super::error::{bounded, DriverError};
+use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
 use crate::lease::owner::{Hold, OwnerId};
@@ -65,13 +66,6 @@ struct Current {
     server: Server,
     /// With `sync_replicas`: acquire + WAIT go here (WAIT blocks its connection).
     sync_conn: Option<ConnectionManager>,
-}
-
-/// One sentinel.
-struct Sentinel {
-    /// `host:port`.
-    address: String,
-    client: redis::Client,
 }
 
 /// The master of one Sentinel-monitored group, kept current by a monitor task.
@@ -481,81 +475,6 @@ impl SentinelMaster {
     }
 }
 
-/// Asks the sentinels, in turn, where the master is.
-struct Resolver<'a> {
-    master_name: &'a str,
-    sentinels: &'a [Sentinel],
-    settings: Settings,
-    start: usize,
-}
-
-impl Resolver<'_> {
-    /// `(host:port, host, port)` of the master, from the first sentinel that knows it.
-    async fn resolve(&mut self) -> Result<(String, String, u16), DriverError> {
-        let n = self.sentinels.len();
-        let mut failures = Vec::new();
-        for i in 0..n {
-            let s = &self.sentinels[(self.start + i) % n];
-            match self.ask(s).await {
-                Ok(Some(found)) => return Ok(found),
-                Ok(None) => failures.push(format!(
-                    "{}: knows no master named {:?}",
-                    s.address, self.master_name
-                )),
-                Err(e) => failures.push(format!("{}: {e}", s.address)),
-            }
-        }
-        Err(DriverError::NoMaster {
-            addresses: self
-                .sentinels
-                .iter()
-                .map(|s| s.address.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            detail: failures.join("; "),
-        })
-    }
-
-    async fn ask(&self, s: &Sentinel) -> Result<Option<(String, String, u16)>, DriverError> {
-        let mut conn = bounded(
-            &s.address,
-            "connect timed out",
-            self.settings.connect_timeout,
-            s.client.get_multiplexed_async_connection(),
-        )
-        .await?;
-        let mut cmd = redis::cmd("SENTINEL");
-        cmd.arg("get-master-addr-by-name").arg(self.master_name);
-        let reply: Option<(String, u16)> = bounded(
-            &s.address,
-            "SENTINEL timed out",
-            self.settings.response_timeout,
-            cmd.query_async(&mut conn),
-        )
-        .await?;
-        Ok(reply.map(|(host, port)| (join_address(&host, port), host, port)))
-    }
-}
-
-fn join_address(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-fn split_address(address: &str) -> Result<(String, u16), DriverError> {
-    let bad = || DriverError::NotMaster {
-        address: address.to_owned(),
-        role: "an address that does not parse as host:port".into(),
-    };
-    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
-    let port = port.parse().map_err(|_| bad())?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Ok((host.to_owned(), port))
-}
-
 /// Connect to the master at `address` (loading the scripts) and check that it is one.
 async fn open_master(
     settings: &Settings,
@@ -587,18 +506,6 @@ async fn open_master(
         None => None,
     };
     Ok(Current { server, sync_conn })
-}
-
-/// `<name> <old-ip> <old-port> <new-ip> <new-port>` for our master: the new address.
-fn parse_switch(payload: &str, master_name: &str) -> Option<(String, String, u16)> {
-    let parts: Vec<&str> = payload.split_whitespace().collect();
-    match parts.as_slice() {
-        [name, _, _, host, port] if *name == master_name => {
-            let port: u16 = port.parse().ok()?;
-            Some((join_address(host, port), (*host).to_owned(), port))
-        }
-        _ => None,
-    }
 }
 
 /// The monitor task: follows the master until the backend is dropped (`alive` closes).

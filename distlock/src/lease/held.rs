@@ -73,6 +73,7 @@ impl Leases {
     }
 
     /// How many auto leases there are (for tests and metrics).
+    #[cfg(feature = "test-support")]
     pub(crate) fn len(&self) -> usize {
         self.map().values().filter(|l| l.auto).count()
     }

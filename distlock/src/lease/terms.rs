@@ -2,24 +2,11 @@
 
 use std::time::Duration;
 
-/// The longest lease accepted (a fixed lease, or `watchdog_timeout` for `Lease::Auto`):
-/// 24 hours. A longer one is refused with [`LockError::InvalidDuration`](crate::LockError)
-/// before anything is sent: a lock that outlives a crashed holder by more than a day is a
-/// wedge, not a lease (use `Lease::Auto` for long work: it is renewed while held). The
-/// scripts check the same bound before their first write.
-///
-/// ```
-/// assert_eq!(distlock::MAX_LEASE, std::time::Duration::from_secs(24 * 3600));
-/// ```
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// [`Lease::MAX`].
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
 
-/// The longest wait: a longer one (`Duration::MAX` included) is treated as this, 365 days,
-/// so "wait forever" can be written without overflowing a deadline.
-///
-/// ```
-/// assert_eq!(distlock::MAX_WAIT, std::time::Duration::from_secs(365 * 86_400));
-/// ```
-pub const MAX_WAIT: Duration = Duration::from_secs(365 * 86_400);
+/// [`Lock::MAX_WAIT`](crate::Lock::MAX_WAIT).
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(365 * 86_400);
 
 /// How long a lock is held before it expires on its own.
 ///
@@ -38,6 +25,19 @@ pub enum Lease {
     Auto,
     /// A fixed lease, never renewed: the lock expires this long after it was acquired.
     Fixed(Duration),
+}
+
+impl Lease {
+    /// The longest lease accepted (a fixed lease, or `watchdog_timeout` for `Lease::Auto`):
+    /// 24 hours. A longer one is refused with [`LockError::InvalidDuration`](crate::LockError)
+    /// before anything is sent: a lock that outlives a crashed holder by more than a day is a
+    /// wedge, not a lease (use `Lease::Auto` for long work: it is renewed while held). The
+    /// scripts check the same bound before their first write.
+    ///
+    /// ```
+    /// assert_eq!(distlock::Lease::MAX, std::time::Duration::from_secs(24 * 3600));
+    /// ```
+    pub const MAX: Duration = MAX_LEASE;
 }
 
 impl From<distlock_config::LeaseSpec> for Lease {

@@ -26,7 +26,7 @@ const SCAN_LIMIT: usize = 100_000;
 /// One held (or waited-for) lock, as [`Registry::inspect`] and [`Registry::list`] see it.
 ///
 /// ```
-/// # fn show(info: &distlock::LockInfo) {
+/// # fn show(info: &distlock::inspect::LockInfo) {
 /// for h in &info.holders {
 ///     println!("{} ({}) held by {:?} pid {:?} at {:?}", info.key, info.kind.name(), h.host, h.pid, h.site);
 /// }
@@ -51,6 +51,13 @@ pub struct LockInfo {
     pub holders: Vec<Holder>,
     /// Who waits, in order (fair locks: the queue; write locks: waiting writers).
     pub waiters: Vec<Waiter>,
+    /// How many processes have a task waiting for this lock, of any kind: reentrant,
+    /// fair, read or write (each such process subscribes to the lock's release channel,
+    /// and these are counted on the server; a read-write lock's count is on its write
+    /// row, else its read row). A process that stopped waiting may still count for up to
+    /// 10 s (its subscription is dropped by a periodic sweep). `None` when the ACL user
+    /// may not run `PUBSUB NUMSUB`/`SHARDNUMSUB`.
+    pub waiting_processes: Option<u64>,
 }
 
 /// One holder of a lock.
@@ -342,9 +349,14 @@ fn is_level_mark(field: &str) -> bool {
 
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
     let a = array(v)?;
-    if a.len() != 12 {
+    if a.len() != 13 {
         return None;
     }
+    let waiting_on: Vec<Option<u64>> = array(&a[12])?
+        .iter()
+        .map(|v| int(v).and_then(|n| u64::try_from(n).ok()))
+        .collect();
+    let waiting_on = |i: usize| waiting_on.get(i).copied().flatten();
     let now = int(&a[0])?;
     let token = int(&a[1]).and_then(|t| u64::try_from(t).ok());
     let info = |kind, ttl, holders, waiters| LockInfo {
@@ -356,24 +368,23 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         token,
         holders,
         waiters,
+        waiting_processes: None,
     };
     let count = |s: &str| s.parse::<u64>().unwrap_or(0);
     let mut out = Vec::new();
     // Reentrant.
     let (pttl, fields) = hash(&a[2])?;
     let rinfo = pairs(&a[3])?;
-    if !fields.is_empty() {
+    if !fields.is_empty() || waiting_on(0).is_some_and(|n| n > 0) {
         let holders = fields
             .iter()
             .filter(|(o, _)| !is_level_mark(o))
             .map(|(o, c)| holder(o, count(c), &rinfo, now))
             .collect();
-        out.push(info(
-            LockKind::Reentrant,
-            positive_ms(pttl),
-            holders,
-            Vec::new(),
-        ));
+        out.push(LockInfo {
+            waiting_processes: waiting_on(0),
+            ..info(LockKind::Reentrant, positive_ms(pttl), holders, Vec::new())
+        });
     }
     // Fair.
     let (pttl, fields) = hash(&a[4])?;
@@ -396,7 +407,10 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             .filter(|(o, _)| !is_level_mark(o))
             .map(|(o, c)| holder(o, count(c), &finfo, now))
             .collect();
-        out.push(info(LockKind::Fair, positive_ms(pttl), holders, waiters));
+        out.push(LockInfo {
+            waiting_processes: waiting_on(1),
+            ..info(LockKind::Fair, positive_ms(pttl), holders, waiters)
+        });
     }
     // Read-write: the state hash, the readers' lease ends, the waiting writers' deadlines.
     let (_, fields) = hash(&a[8])?;
@@ -428,13 +442,17 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     if let Some(writer) = field("writer").filter(|_| wexp > now) {
         let count = field("wcount").map_or(0, count);
         let holders = vec![holder(writer, count, &wrinfo, now)];
-        out.push(info(
-            LockKind::Write,
-            positive_ms(wexp - now),
-            holders,
-            std::mem::take(&mut waiting),
-        ));
+        out.push(LockInfo {
+            waiting_processes: waiting_on(2),
+            ..info(
+                LockKind::Write,
+                positive_ms(wexp - now),
+                holders,
+                std::mem::take(&mut waiting),
+            )
+        });
     }
+    let rw_counted = out.iter().any(|l| l.kind == LockKind::Write);
     let mut last = 0;
     let live: Vec<Holder> = readers
         .iter()
@@ -449,7 +467,10 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         })
         .collect();
     if !live.is_empty() || !waiting.is_empty() {
-        out.push(info(LockKind::Read, positive_ms(last - now), live, waiting));
+        out.push(LockInfo {
+            waiting_processes: waiting_on(2).filter(|_| !rw_counted),
+            ..info(LockKind::Read, positive_ms(last - now), live, waiting)
+        });
     }
     Some(out)
 }

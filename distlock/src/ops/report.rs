@@ -6,7 +6,7 @@
 /// `Registry::probe` (`distlock check`) reports.
 ///
 /// ```
-/// # fn show(s: &distlock::ServerReport) {
+/// # fn show(s: &distlock::inspect::ServerReport) {
 /// if let Some(why) = &s.too_old {
 ///     println!("{} runs Redis {:?}: too old: {why}", s.address, s.version);
 /// }
@@ -90,7 +90,7 @@ impl ServerReport {
 /// `redis.acl_check_cmd`, ACL users, `TIME` in scripts that write).
 ///
 /// ```
-/// assert_eq!(distlock::MIN_REDIS_VERSION, "7.0");
+/// assert_eq!(distlock::inspect::MIN_REDIS_VERSION, "7.0");
 /// ```
 pub const MIN_REDIS_VERSION: &str = "7.0";
 

@@ -4,7 +4,7 @@
 /// One `#[distributed_lock]` function.
 ///
 /// ```
-/// for site in distlock::sites() {
+/// for site in distlock::inspect::sites() {
 ///     println!("{} at {}:{} locks {:?}", site.function, site.file, site.line, site.key);
 /// }
 /// ```
@@ -50,7 +50,7 @@ inventory::collect!(Site);
 ///     Ok(())
 /// }
 ///
-/// let site = distlock::sites()
+/// let site = distlock::inspect::sites()
 ///     .find(|s| s.function.ends_with("::settle"))
 ///     .expect("registered");
 /// assert_eq!(site.key, "invoice:<id>");

@@ -7,7 +7,7 @@
 //! same key re-enter), and releases it when the inner service's response future has
 //! completed, or when the request's future is dropped (a client gone, a timeout layer).
 //!
-//! A request whose lock is not taken gets the response of [`distlock::web`](crate::ops::web),
+//! A request whose lock is not taken gets the response of `distlock::web`,
 //! without calling the inner service: **409 Conflict with `Retry-After`** when another
 //! holder kept the key for the whole wait, **503 with `Retry-After: 1`** when the backend
 //! is down, **400** when the key is unusable (over 1024 bytes), 500 for configuration
@@ -67,8 +67,9 @@
 //!             .registry(registry.clone()),
 //!     )
 //!     .service(service_fn(|_req: http::Request<()>| async {
-//!         let token = distlock::fencing_token().expect("the request's lock is held");
-//!         Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(token.to_string()))))
+//!         // `Some` inside the request's lock (the handler runs in its context).
+//!         let token = distlock::fencing_token();
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from(format!("{token:?}")))))
 //!     }));
 //!
 //! let request = || http::Request::builder().header("x-account", "42").body(()).unwrap();
@@ -511,7 +512,7 @@ fn grpc_message(text: &str) -> String {
 
 pin_project_lite::pin_project! {
     /// The body of a response through a [`LockService`]: the inner service's body, or
-    /// the JSON body of a lock error (see [`distlock::web`](crate::ops::web)).
+    /// the JSON body of a lock error (see `distlock::web`).
     pub struct LockBody<B> {
         #[pin]
         kind: Kind<B>,

@@ -126,7 +126,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 60;
 impl LockError {
     /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
     /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
-    /// (the outcome is unknown) and the rest (see the [module docs](crate::ops::web)).
+    /// (the outcome is unknown) and the rest (see the module `distlock::web`).
     ///
     /// ```
     /// use http::StatusCode; // also `axum::http::StatusCode`
@@ -146,6 +146,7 @@ impl LockError {
             | LockError::NoDefaultBackend { .. }
             | LockError::InvalidDuration { .. }
             | LockError::InvalidPermits { .. }
+            | LockError::LockOrder { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -205,6 +206,7 @@ impl LockError {
             LockError::InvalidKey { .. } => "lock_invalid_key",
             LockError::InvalidDuration { .. } => "lock_invalid_duration",
             LockError::InvalidPermits { .. } => "lock_invalid_permits",
+            LockError::LockOrder { .. } => "lock_order",
         }
     }
 
@@ -378,8 +380,8 @@ mod tests {
         }
     }
 
-    fn redis_error() -> crate::BackendError {
-        crate::BackendError::new(crate::backend::DriverError::redis(
+    fn redis_error() -> crate::error::BackendError {
+        crate::error::BackendError::new(crate::backend::DriverError::redis(
             "10.1.2.3:6379",
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,
@@ -558,7 +560,7 @@ mod tests {
                 backend: "main".into(),
                 what: "lease",
                 value: Duration::MAX,
-                limit: crate::MAX_LEASE,
+                limit: crate::lease::terms::MAX_LEASE,
             },
             LockError::InvalidPermits {
                 key: "export".into(),

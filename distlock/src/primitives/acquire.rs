@@ -64,7 +64,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     };
     // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
     // held for longer than a day without renewal is a wedge waiting to happen.
-    if lease_len > crate::MAX_LEASE {
+    if lease_len > crate::lease::terms::MAX_LEASE {
         return Err(LockError::InvalidDuration {
             key: keys.user,
             backend: backend.name.to_string(),
@@ -74,16 +74,16 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                 "lease"
             },
             value: lease_len,
-            limit: crate::MAX_LEASE,
+            limit: crate::lease::terms::MAX_LEASE,
         });
     }
     let start = Instant::now();
-    let deadline = start + wait.min(crate::MAX_WAIT);
+    let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
     if let Format::Redisson(r) = &mut keys.format {
         // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
         // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
         if !wait.is_zero() {
-            r.allowance = wait.min(crate::MAX_WAIT);
+            r.allowance = wait.min(crate::lease::terms::MAX_WAIT);
         }
     }
     let kind = keys.shape.lock_kind();

@@ -23,7 +23,7 @@ tokio::task_local! {
 /// - Task-scoped like [`Registry::scope`](crate::Registry::scope): a task spawned inside
 ///   `fut` does not inherit it.
 ///
-/// A wait longer than [`MAX_WAIT`](crate::MAX_WAIT) is cut to it, as the attribute's.
+/// A wait longer than [`MAX_WAIT`](crate::Lock::MAX_WAIT) is cut to it, as the attribute's.
 ///
 /// ```
 /// use distlock::{distributed_lock, with_wait, LockError};

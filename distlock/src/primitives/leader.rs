@@ -13,7 +13,7 @@
 //! A change of leader is announced on the channel `PREFIX{leader:NAME}:leader` (the new
 //! leader after it is elected, the old one after it resigns or is dropped); a leader that
 //! crashed is seen gone when its lease ends. Observers also read the state every
-//! [`OBSERVE_POLL`], in case a message was lost.
+//! [`Leader::OBSERVE_POLL`], in case a message was lost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,21 +34,15 @@ use crate::{Lease, LockError, LockKind};
 /// on how late it sees a change whose message was lost, or while pub/sub is down. A leader
 /// that crashed is seen gone when its lease ends (at most this much later).
 ///
-/// ```
-/// assert_eq!(distlock::OBSERVE_POLL, std::time::Duration::from_secs(1));
-/// ```
-pub const OBSERVE_POLL: Duration = Duration::from_secs(1);
+/// See [`Leader::OBSERVE_POLL`].
+pub(crate) const OBSERVE_POLL: Duration = Duration::from_secs(1);
 
 /// How long an observer waits for its channel's subscription to be confirmed before it
 /// reads anyway (after a reconnect of the subscriber, or while it is down).
 const RESUBSCRIBE_WAIT: Duration = Duration::from_millis(50);
 
-/// The longest [`Leader::info`] accepted, in bytes.
-///
-/// ```
-/// assert_eq!(distlock::MAX_LEADER_INFO, 4096);
-/// ```
-pub const MAX_LEADER_INFO: usize = 4096;
+/// See [`Leader::MAX_INFO`].
+pub(crate) const MAX_LEADER_INFO: usize = 4096;
 
 /// The lock site of a leader's lock beyond [`crate::metrics::MAX_NAME_LABELS`] election
 /// names (metrics label their elections by name up to then).
@@ -111,6 +105,23 @@ pub struct LeaderInfo {
 }
 
 impl Leader {
+    /// The longest an observer ([`Leader::observe`], [`Leader::changes`]) goes without
+    /// reading the leader's state again, even when no change was announced: the bound (plus
+    /// one read) on how late it sees a change whose message was lost, or while pub/sub is
+    /// down. A leader that crashed is seen gone when its lease ends (at most this much later).
+    ///
+    /// ```
+    /// assert_eq!(distlock::Leader::OBSERVE_POLL, std::time::Duration::from_secs(1));
+    /// ```
+    pub const OBSERVE_POLL: Duration = OBSERVE_POLL;
+
+    /// The longest [`Leader::info`] accepted, in bytes.
+    ///
+    /// ```
+    /// assert_eq!(distlock::Leader::MAX_INFO, 4096);
+    /// ```
+    pub const MAX_INFO: usize = MAX_LEADER_INFO;
+
     /// An election named `name` (not empty; the lock `leader:NAME`), on the default backend
     /// of the registry in force.
     ///
@@ -146,7 +157,7 @@ impl Leader {
         self
     }
 
-    /// What observers see while this candidate leads (at most [`MAX_LEADER_INFO`] bytes;
+    /// What observers see while this candidate leads (at most [`Leader::MAX_INFO`] bytes;
     /// more fails the campaign with `InvalidKey`). Default: `host:pid`.
     ///
     /// ```
@@ -159,7 +170,7 @@ impl Leader {
     }
 
     /// Longest [`campaign`](Leader::campaign) waits to be elected (`Timeout` after it;
-    /// `Duration::ZERO` tries once). Default: until elected (at most [`crate::MAX_WAIT`]);
+    /// `Duration::ZERO` tries once). Default: until elected (at most [`Lock::MAX_WAIT`](crate::lease::terms::MAX_WAIT));
     /// a campaign is cancelled by dropping its future at any time.
     ///
     /// ```
@@ -225,7 +236,7 @@ impl Leader {
     /// [`wait`](Leader::wait) ran out; `Backend` when Redis failed (at once on the first
     /// attempt; while waiting, retried within the wait); `Unsupported` on a redlock, multi
     /// or `protocol = "redisson"` backend; `InvalidKey` for an empty name, a name over 1017
-    /// bytes or info over [`MAX_LEADER_INFO`] bytes; `NotInitialized`, `NoSuchBackend`.
+    /// bytes or info over [`Leader::MAX_INFO`] bytes; `NotInitialized`, `NoSuchBackend`.
     ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
@@ -260,7 +271,7 @@ impl Leader {
         let guard = Lock::with_registry(keys.user.clone(), registry)
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
-            .wait(self.wait.unwrap_or(crate::MAX_WAIT))
+            .wait(self.wait.unwrap_or(crate::lease::terms::MAX_WAIT))
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
@@ -299,7 +310,7 @@ impl Leader {
     /// `borrow()` for the latest; like every watch channel it keeps the latest value only,
     /// so changes in quick succession may be seen as one. A background task keeps it up to
     /// date: woken by the change messages (see the module docs), at the end of the
-    /// leader's lease, and at least every [`OBSERVE_POLL`]; a failed read is retried (with
+    /// leader's lease, and at least every [`Leader::OBSERVE_POLL`]; a failed read is retried (with
     /// backoff, within that bound) and keeps the last value. The task ends when the last
     /// receiver is dropped.
     ///
@@ -419,7 +430,7 @@ pub struct LeaderGuard {
 impl LeaderGuard {
     /// The epoch: a fencing token that grows strictly with every new leader of this
     /// election (the token of the lock `leader:NAME`). Pass it to
-    /// [`distlock::fence`](crate::ops::fence()) or a `WHERE fence < $epoch` to refuse a former
+    /// [`distlock::fence`](crate::fence()) or a `WHERE fence < $epoch` to refuse a former
     /// leader's late writes.
     ///
     /// ```
@@ -630,7 +641,7 @@ async fn observe_task(
 }
 
 /// When to read again without a message: at the end of the leader's lease (a crashed
-/// leader is gone then), at most [`OBSERVE_POLL`].
+/// leader is gone then), at most [`Leader::OBSERVE_POLL`].
 fn wake_after(ttl: Option<Duration>) -> Duration {
     ttl.map_or(OBSERVE_POLL, |t| {
         (t + Duration::from_millis(1)).min(OBSERVE_POLL)

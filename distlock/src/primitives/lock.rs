@@ -58,6 +58,14 @@ pub struct Lock {
 }
 
 impl Lock {
+    /// The longest wait: a longer one (`Duration::MAX` included) is treated as this, 365
+    /// days, so "wait forever" can be written without overflowing a deadline.
+    ///
+    /// ```
+    /// assert_eq!(distlock::Lock::MAX_WAIT, std::time::Duration::from_secs(365 * 86_400));
+    /// ```
+    pub const MAX_WAIT: Duration = crate::lease::terms::MAX_WAIT;
+
     /// A lock on `key`, on the default backend of the registry in force: the innermost
     /// [`Registry::scope`] of this task, else the global one (`distlock::init`). Keys are
     /// at most 1024 bytes (`LockError::InvalidKey` on acquiring beyond that); a key built
@@ -379,7 +387,11 @@ async fn acquire(
                 ),
             });
         }
-        let limit = if auto { crate::MAX_LEASE } else { lease_len };
+        let limit = if auto {
+            crate::lease::terms::MAX_LEASE
+        } else {
+            lease_len
+        };
         if hold > limit {
             return Err(LockError::InvalidDuration {
                 key: keys.user,

@@ -162,6 +162,9 @@ impl MultiLock {
         let mut keys = std::mem::take(&mut self.keys);
         keys.sort_unstable();
         keys.dedup();
+        if let Ok(backend) = registry.backend(self.backend.as_deref()) {
+            out_of_order(&backend.name, &keys)?;
+        }
         let start = Instant::now();
         // Counted once, as the acquisition of every key (the keys' own locks do not count).
         let counted = registry
@@ -192,7 +195,7 @@ impl MultiLock {
         keys: Vec<String>,
         start: Instant,
     ) -> Result<MultiLockGuard, LockError> {
-        let deadline = start + wait.min(crate::MAX_WAIT);
+        let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
         // Taken so far: dropped (released in the background) on an error or if this
         // future is dropped.
         let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
@@ -381,5 +384,23 @@ impl MultiLockGuard {
             self.guards.iter().map(|g| g.held.state.clone()).collect(),
             fut,
         )
+    }
+}
+
+/// Refuses `keys` (sorted) when this task holds one of them while it still needs one that
+/// sorts before it (see [`LockError::LockOrder`]).
+fn out_of_order(backend: &str, keys: &[String]) -> Result<(), LockError> {
+    let held = |k: &String| crate::lease::context::find(backend, k).is_some();
+    let Some(last_held) = keys.iter().rposition(held) else {
+        return Ok(());
+    };
+    match keys[..last_held].iter().find(|k| !held(k)) {
+        Some(needs) => Err(LockError::LockOrder {
+            held: keys[last_held].clone(),
+            needs: needs.clone(),
+            keys: keys.to_vec(),
+            backend: backend.to_owned(),
+        }),
+        None => Ok(()),
     }
 }

@@ -143,7 +143,7 @@ impl Semaphore {
     }
 
     /// The lease of each acquisition. Default: `[defaults].lease`. A lease over
-    /// [`MAX_LEASE`](crate::MAX_LEASE) is refused (`LockError::InvalidDuration`).
+    /// [`MAX_LEASE`](crate::Lease::MAX) is refused (`LockError::InvalidDuration`).
     ///
     /// ```
     /// use distlock::{Lease, Semaphore};

@@ -166,7 +166,10 @@ pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError>
         rw.info_key(),
         r.fence.clone(),
     ];
-    Ok(Call::raw(Script::Inspect, keys, Vec::new()))
+    let channels = [&r.channel, &fair.channel, &rw.channel]
+        .map(|c| c.as_bytes().to_vec())
+        .to_vec();
+    Ok(Call::raw(Script::Inspect, keys, channels))
 }
 
 /// `read` or `write`, as the read-write scripts take it.

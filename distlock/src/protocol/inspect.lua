@@ -6,15 +6,30 @@
 -- KEYS[6] fair holder information  KEYS[7] rw hash           KEYS[8] rw readers zset
 -- KEYS[9] rw waiting writers zset  KEYS[10] rw holder information
 -- KEYS[11] fencing counter
+-- ARGV[1], ARGV[2], ARGV[3] the release channels of the reentrant, fair and read-write locks
 -- Returns: {now_ms, fence or false,
 --   {pttl, hgetall lock}, hgetall info,
 --   {pttl, hgetall fair}, lrange queue, zrange waiters withscores, hgetall fair info,
---   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores, hgetall rw info}
+--   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores, hgetall rw info,
+--   {waiting processes on each channel of ARGV}}
+-- A waiting process is a subscriber connection to the lock's release channel (PUBSUB NUMSUB
+-- plus SHARDNUMSUB on this server): every process with a task waiting for the lock has
+-- one. -1 when the user may not run PUBSUB (the rest of the reply does not need it).
 -- Expired read-write and fair entries are not purged here: the caller compares their
 -- deadlines with now_ms.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function hash(k) return {redis.call('pttl', k), redis.call('hgetall', k)} end
+local function waiting(channel)
+  if not channel then return -1 end
+  local n = 0
+  for _, verb in ipairs({'numsub', 'shardnumsub'}) do
+    local r = redis.pcall('pubsub', verb, channel)
+    if type(r) ~= 'table' or r.err then return -1 end
+    n = n + tonumber(r[2])
+  end
+  return n
+end
 return {
   now, redis.call('get', KEYS[11]),
   hash(KEYS[1]), redis.call('hgetall', KEYS[2]),
@@ -22,4 +37,5 @@ return {
   redis.call('zrange', KEYS[5], 0, -1, 'withscores'), redis.call('hgetall', KEYS[6]),
   hash(KEYS[7]), redis.call('zrange', KEYS[8], 0, -1, 'withscores'),
   redis.call('zrange', KEYS[9], 0, -1, 'withscores'), redis.call('hgetall', KEYS[10]),
+  {waiting(ARGV[1]), waiting(ARGV[2]), waiting(ARGV[3])},
 }

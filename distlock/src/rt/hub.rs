@@ -248,6 +248,7 @@ impl Hub {
     }
 
     /// How many times [`Hub::connected`] was called.
+    #[cfg(feature = "test-support")]
     pub(crate) fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
     }

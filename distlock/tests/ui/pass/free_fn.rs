@@ -91,13 +91,13 @@ fn main() {
         assert_eq!(handle.await.unwrap().unwrap(), 5005);
 
         // Sites are registered.
-        let site = distlock::sites()
+        let site = distlock::inspect::sites()
             .find(|s| s.function.ends_with("::every_argument"))
             .expect("site of every_argument");
         assert_eq!(site.key, "every:<a>:<b>");
         assert_eq!(site.backend, Some("local"));
         assert!(site.file.ends_with("free_fn.rs"), "{}", site.file);
         assert_eq!(site.line, 28);
-        assert_eq!(distlock::sites().count(), 6);
+        assert_eq!(distlock::inspect::sites().count(), 6);
     });
 }

@@ -24,7 +24,7 @@ fn main() {
         let (a, b) = transfer(2, 1).await.unwrap();
         assert!(a.is_some() && b.is_some());
         assert_eq!(one(3).await.unwrap(), 3);
-        let site = distlock::sites().find(|s| s.function.ends_with("transfer")).unwrap();
+        let site = distlock::inspect::sites().find(|s| s.function.ends_with("transfer")).unwrap();
         assert_eq!(site.key, "account:<from>, account:<to>");
     });
 }

@@ -190,8 +190,8 @@ pub enum LockError {
     },
     /// A duration out of the range distlock accepts, refused before anything is sent: a
     /// lease (fixed, or `watchdog_timeout` for an auto lease) longer than
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (24 hours). Waits are never refused: they saturate at
-    /// [`MAX_WAIT`](crate::MAX_WAIT).
+    /// [`MAX_LEASE`](crate::Lease::MAX) (24 hours). Waits are never refused: they saturate at
+    /// [`MAX_WAIT`](crate::Lock::MAX_WAIT).
     ///
     /// ```
     /// use distlock::{Lease, LockError, Registry};
@@ -244,6 +244,34 @@ pub enum LockError {
         permits: u32,
         /// Why it was refused.
         reason: &'static str,
+    },
+    /// A multi-key lock asked for by a task that already holds one of its keys, `held`,
+    /// while it still needs `needs`, which sorts before it: taking `needs` after `held`
+    /// breaks the global order every multi-key lock takes its keys in, and can deadlock
+    /// with a task that holds `needs` and waits for `held`. Refused before anything is
+    /// taken. Take the multi-key lock first (or only keys that sort after those held).
+    ///
+    /// ```
+    /// use distlock::{LockError, Registry};
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let b = registry.lock("b").acquire().await.unwrap();
+    /// let err = b.scope(registry.lock_all(["a", "b"]).acquire()).await;
+    /// assert!(matches!(err, Err(LockError::LockOrder { .. })));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("backend `{backend}`: this task holds lock `{held}` and asks for the multi-key lock {keys:?}, which takes `{needs}` first (keys are taken in sorted order); taking `{needs}` after `{held}` can deadlock with a task holding `{needs}`: take the multi-key lock before `{held}`")]
+    #[non_exhaustive]
+    LockOrder {
+        /// The key this task holds.
+        held: String,
+        /// The key it would have to take after it, which sorts before it.
+        needs: String,
+        /// The multi-key lock's keys, in the order they are taken.
+        keys: Vec<String>,
+        /// The backend's name.
+        backend: String,
     },
 }
 
@@ -307,6 +335,7 @@ impl LockError {
             | LockError::InvalidKey { key, .. }
             | LockError::InvalidDuration { key, .. }
             | LockError::InvalidPermits { key, .. } => Some(key),
+            LockError::LockOrder { needs, .. } => Some(needs),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
             | LockError::NoSuchBackend { .. }
@@ -328,6 +357,7 @@ impl LockError {
             | LockError::Unsupported { backend, .. }
             | LockError::InvalidDuration { backend, .. }
             | LockError::InvalidPermits { backend, .. }
+            | LockError::LockOrder { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }
@@ -401,7 +431,7 @@ pub enum InitError {
         message: String,
     },
     /// A server of a backend runs a Redis version older than distlock needs
-    /// ([`MIN_REDIS_VERSION`](crate::MIN_REDIS_VERSION)).
+    /// ([`MIN_REDIS_VERSION`](crate::inspect::MIN_REDIS_VERSION)).
     #[error("backend `{backend}`: the server at {address} runs Redis {version}, which is too old: distlock needs Redis {minimum} or later: {needs}")]
     #[non_exhaustive]
     ServerTooOld {
