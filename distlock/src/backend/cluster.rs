@@ -545,7 +545,32 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::masters;
+    use super::{masters, masters_changed};
+
+    #[test]
+    fn a_master_restarted_or_replaced_is_a_change() {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let before = map(&[("a:1", "x"), ("b:2", "y")]);
+        assert!(!masters_changed(Some(&before), &before));
+        assert!(masters_changed(
+            Some(&before),
+            &map(&[("a:1", "x"), ("b:2", "z")])
+        ));
+        assert!(masters_changed(
+            Some(&before),
+            &map(&[("a:1", "x"), ("c:3", "w")])
+        ));
+        assert!(
+            !masters_changed(Some(&before), &map(&[("a:1", "x")])),
+            "one fewer: nothing lost here"
+        );
+        assert!(masters_changed(None, &before), "not known before");
+    }
 
     #[test]
     fn live_masters_from_cluster_nodes() {

@@ -335,3 +335,19 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RunId;
+
+    #[test]
+    fn a_new_or_unknown_run_id_is_a_change() {
+        let seen = RunId::default();
+        assert!(!seen.changed(Some("a".into())), "the first only records");
+        assert!(!seen.changed(Some("a".into())));
+        assert!(seen.changed(Some("b".into())), "restarted");
+        assert!(seen.changed(None), "not known");
+        assert!(seen.changed(Some("b".into())), "not known before");
+        assert!(!seen.changed(Some("b".into())));
+    }
+}

@@ -436,6 +436,33 @@ mod tests {
     }
 
     #[test]
+    fn revocations_reach_the_callback_through_relays_and_held_watches() {
+        let (backend_hub, _requests) = Hub::subscribed(Some("lock:__revoked".into()));
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let s = seen.clone();
+        backend_hub.on_revoked(OnRevoked(Arc::new(move |r| {
+            s.lock().unwrap().push(match r {
+                Revoked::Key(k) => k.to_owned(),
+                Revoked::All => "*".into(),
+            })
+        })));
+        let (node_hub, _node_requests) = Hub::relaying_to(&backend_hub);
+        assert_eq!(node_hub.revocation(), Some("lock:__revoked"));
+        node_hub.deliver_message("lock:__revoked", b"lock:{a}");
+        node_hub.revoked(Revoked::All);
+        // A release on a channel no holder watches is a release only.
+        backend_hub.deliver_message("lock:{b}:released", b"");
+        let held = backend_hub.watch_held("lock:{c}:released");
+        backend_hub.deliver_message("lock:{c}:released", b"0");
+        drop(held);
+        backend_hub.deliver_message("lock:{c}:released", b"0");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["lock:{a}", "*", "lock:{c}:released"]
+        );
+    }
+
+    #[test]
     fn subscribed_hub_keeps_idle_channels_until_swept() {
         let (hub, _requests) = Hub::subscribed(None);
         drop(hub.watch("a"));
