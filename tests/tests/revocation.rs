@@ -268,14 +268,77 @@ async fn redissons_own_force_unlock_is_heard_at_once() {
     heard("redisson/forceUnlock by Redisson", g.lost(), force).await;
 }
 
-/// A port of 17450..17499 nothing listens on.
-fn private_port() -> u16 {
-    (17450..17500)
-        .find(|p| {
+/// `n` ports of 17450..17499 nothing listens on (nor on +10000).
+fn private_ports(n: usize) -> Vec<u16> {
+    let ports: Vec<u16> = (17450..17500)
+        .filter(|p| {
             std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", *p + 10000)).is_ok()
         })
-        .expect("a free port in 17450..17499")
+        .take(n)
+        .collect();
+    assert_eq!(ports.len(), n, "{n} free ports in 17450..17499");
+    ports
+}
+
+fn private_port() -> u16 {
+    private_ports(1)[0]
+}
+
+/// A sentinel failover to a replica that lacks the lock (deleted on the replica alone,
+/// made writable for it) is heard at once: `+switch-master` moves the subscriber to the new
+/// master, whose new run id makes every lease be checked, seconds before the next renewal.
+#[tokio::test]
+async fn a_sentinel_failover_to_a_master_without_the_lock_is_heard_of_at_once() {
+    let ports = private_ports(5);
+    let mut group =
+        distlock_tests::topology::PrivateSentinel::start_on_ports(ports[0], ports[1], &ports[2..]);
+    let reg = registry_for(&format!(
+        "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
+        distlock_tests::topology::PrivateSentinel::MASTER_NAME,
+        quoted(&group.sentinel_urls())
+    ))
+    .await;
+    let key = unique("revoke-failover");
+    let acquired = Instant::now();
+    let g = reg
+        .lock(key.as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire");
+    let replica = group.replica.addr();
+    let hash = format!("lock:{{{key}}}");
+    distlock_tests::wait_until(
+        Duration::from_secs(5),
+        "the lock to reach the replica",
+        || {
+            matches!(
+                resp_command(&replica, &["EXISTS", &hash]),
+                Ok(RespValue::Integer(1))
+            )
+        },
+    );
+    let local = |args: &[&str]| resp_command(&replica, args).expect("replica command");
+    assert!(local(&["CONFIG", "SET", "replica-read-only", "no"]).is_ok());
+    assert_eq!(local(&["DEL", &hash]), RespValue::Integer(1));
+    let old = group.master.addr();
+    group.master.stop();
+    let lost = std::pin::pin!(g.lost());
+    // The renewal is 10 s after the acquisition; the failover takes about 3 s.
+    let e = tokio::time::timeout(Duration::from_secs(8), lost)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the holder did not hear of the failover to a master without its lock within 8 s (master now {:?})", group.master_addr())
+        });
+    let took = acquired.elapsed();
+    assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
+    assert_ne!(group.master_addr().as_deref(), Some(old.as_str()));
+    assert!(
+        took < Duration::from_secs(9),
+        "heard {took:?} after the acquisition: that is the renewal, not the failover"
+    );
+    eprintln!("sentinel failover: lost() resolved {took:?} after the acquisition (the renewal is at 10 s)");
 }
 
 /// A server shut down without saving and started again (empty) is noticed on the
