@@ -472,6 +472,40 @@ fn unlock_frees_the_lock_and_the_holder_finds_it_lost() {
     assert!(again.is_some());
 }
 
+/// `distlock unlock leader:NAME --yes` is heard by the leader at once (issue: two leaders
+/// for 5 s): its `lost()` resolves within 1 s of the command's exit, while its next renewal
+/// (`watchdog_timeout = "30s"`) is 10 s away.
+#[test]
+fn unlock_is_heard_by_the_holder_at_once() {
+    let setup = Setup::new("unlock-at-once");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let holder_toml = setup
+        .toml
+        .replace("watchdog_timeout = \"1s\"", "watchdog_timeout = \"30s\"");
+    let registry = rt.block_on(Registry::from_str(&holder_toml)).unwrap();
+    let leader = rt
+        .block_on(registry.leader("auditor").campaign())
+        .expect("campaign");
+    let out = setup.output(&["unlock", "leader:auditor", "--yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exited = std::time::Instant::now();
+    let lost =
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(1), leader.lost()).await });
+    assert!(
+        matches!(lost, Ok(distlock::LockError::LeaseLost { .. })),
+        "the leader did not hear of `distlock unlock` within 1 s: {lost:?}"
+    );
+    eprintln!(
+        "distlock unlock: the leader heard {:?} after the command exited",
+        exited.elapsed()
+    );
+    assert!(!leader.is_leader());
+}
+
 #[test]
 fn run_passes_exit_code_and_token_and_refuses_when_busy() {
     let setup = Setup::new("run");

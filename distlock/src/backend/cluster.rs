@@ -163,7 +163,7 @@ pub(crate) async fn connect(
     {
         tracing::warn!(backend = %backend, error = %e, "distlock: SCRIPT LOAD failed on some cluster node; scripts will be sent with EVAL there");
     }
-    let (hub, requests) = Hub::subscribed();
+    let (hub, requests) = Hub::subscribed(settings.revocation.clone());
     spawn_subscriber(
         backend.clone(),
         &hub,
@@ -386,13 +386,25 @@ async fn spawn_subscriber(
         .push_sender(push_tx)
         .build()
         .map_err(|e| DriverError::redis(address, e))?;
-    let conn = bounded(
+    let mut conn = bounded(
         address,
         "connect timed out",
         settings.connect_timeout * 2,
         client.get_async_connection(),
     )
     .await?;
+    // The revocation channel is a plain one (a forced release of a lock in any slot
+    // PUBLISHes on it; the cluster bus carries it to every node): subscribed once, on any
+    // node; redis-rs subscribes again after a reconnection.
+    if let Some(name) = hub.revocation() {
+        let subscribed =
+            tokio::time::timeout(settings.response_timeout, conn.subscribe(name)).await;
+        if !matches!(subscribed, Ok(Ok(()))) {
+            tracing::warn!(backend = %backend, channel = name,
+                "distlock: cannot subscribe the revocation channel; a forced release is heard at the next renewal");
+        }
+    }
+    let run_ids = run_ids(&mut conn, settings.response_timeout).await.ok();
     tokio::spawn(run(
         backend,
         Arc::downgrade(hub),
@@ -401,8 +413,47 @@ async fn spawn_subscriber(
         conn,
         settings.response_timeout,
         sharded,
+        run_ids,
     ));
     Ok(())
+}
+
+/// The run id of every master, by address (`INFO server` on all of them).
+async fn run_ids(
+    conn: &mut ClusterConnection,
+    limit: Duration,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+    let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let asked = conn.route_command(redis::cmd("INFO").arg("server").clone(), routing);
+    let reply = match tokio::time::timeout(limit, asked).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {limit:?}")),
+    };
+    let Value::Map(pairs) = reply else {
+        return Err("INFO on every master did not answer a map by node".into());
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (addr, v) in pairs {
+        let (Value::BulkString(a), Ok(text)) = (addr, redis::from_redis_value::<String>(v)) else {
+            return Err("a master did not answer INFO".into());
+        };
+        let id = crate::protocol::version::info_field(&text, "run_id").unwrap_or_default();
+        out.insert(String::from_utf8_lossy(&a).into_owned(), id.to_owned());
+    }
+    Ok(out)
+}
+
+/// Whether the masters changed between two [`run_ids`] answers: a master with a new run
+/// id (restarted), or at a new address (a replica took over). Not known before: changed.
+fn masters_changed(
+    before: Option<&std::collections::BTreeMap<String, String>>,
+    now: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let Some(before) = before else { return true };
+    now.iter()
+        .any(|(addr, id)| before.get(addr).is_none_or(|b| b != id))
 }
 
 /// The channel a push is about (its first element), when it names one.
@@ -413,6 +464,7 @@ fn channel_of(push: &PushInfo) -> Option<&str> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     backend: Arc<str>,
     hub: Weak<Hub>,
@@ -421,7 +473,14 @@ async fn run(
     mut conn: ClusterConnection,
     response_timeout: Duration,
     sharded: bool,
+    mut known: Option<std::collections::BTreeMap<String, String>>,
 ) {
+    // After a node connection dropped: when to ask every master's run id, and the pauses
+    // between tries (a restarted or failed-over master lost the locks held there; the
+    // masters answer once the cluster is whole again). At most `RECHECK_TRIES` tries.
+    const RECHECK_TRIES: u32 = 60;
+    let mut recheck: Option<(tokio::time::Instant, u32)> = None;
+    let mut backoff = crate::rt::backoff::Backoff::reconnect();
     let mut sweep = tokio::time::interval(SWEEP_EVERY);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     sweep.tick().await;
@@ -433,6 +492,12 @@ async fn run(
             push = pushes.recv() => {
                 let Some(push) = push else { return };
                 let Some(h) = hub.upgrade() else { return };
+                if push.kind == PushKind::Message && channel_of(&push) == h.revocation() {
+                    if let Some(Value::BulkString(payload)) = push.data.get(1) {
+                        h.deliver_message(channel_of(&push).unwrap_or_default(), payload);
+                    }
+                    continue;
+                }
                 // Plain pub/sub (a Redisson backend with shardedSubscriptionMode off):
                 // the same handling under the plain kinds.
                 let kind = match (sharded, push.kind.clone()) {
@@ -470,6 +535,8 @@ async fn run(
                         tracing::warn!(backend = %backend, "distlock: a cluster node connection of the subscriber dropped; waking every waiter");
                         h.unconfirm_all();
                         h.wake_all();
+                        backoff.reset();
+                        recheck = Some((tokio::time::Instant::now() + backoff.pause(), 0));
                     }
                     _ => {}
                 }
@@ -491,6 +558,29 @@ async fn run(
                     }
                 }
                 let _ = r.done.send(());
+            }
+            _ = tokio::time::sleep_until(recheck.map_or_else(tokio::time::Instant::now, |r| r.0)), if recheck.is_some() => {
+                let tries = recheck.map_or(0, |r| r.1) + 1;
+                match run_ids(&mut conn, response_timeout).await {
+                    Ok(now) => {
+                        recheck = None;
+                        if masters_changed(known.as_ref(), &now) {
+                            tracing::warn!(backend = %backend, "distlock: a cluster master restarted or was replaced; checking every lease");
+                            if let Some(h) = hub.upgrade() {
+                                h.revoked(crate::rt::hub::Revoked::All);
+                            }
+                        }
+                        known = Some(now);
+                    }
+                    Err(e) if tries < RECHECK_TRIES => {
+                        tracing::debug!(backend = %backend, error = %e, "distlock: the masters' run ids are not known yet");
+                        recheck = Some((tokio::time::Instant::now() + backoff.pause(), tries));
+                    }
+                    Err(e) => {
+                        tracing::warn!(backend = %backend, error = %e, "distlock: cannot ask the masters' run ids; the renewals find lost leases");
+                        recheck = None;
+                    }
+                }
             }
             _ = sweep.tick() => {
                 // Confirmations not seen by now are not coming (or not forwarded).
@@ -517,7 +607,32 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::masters;
+    use super::{masters, masters_changed};
+
+    #[test]
+    fn a_master_restarted_or_replaced_is_a_change() {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let before = map(&[("a:1", "x"), ("b:2", "y")]);
+        assert!(!masters_changed(Some(&before), &before));
+        assert!(masters_changed(
+            Some(&before),
+            &map(&[("a:1", "x"), ("b:2", "z")])
+        ));
+        assert!(masters_changed(
+            Some(&before),
+            &map(&[("a:1", "x"), ("c:3", "w")])
+        ));
+        assert!(
+            !masters_changed(Some(&before), &map(&[("a:1", "x")])),
+            "one fewer: nothing lost here"
+        );
+        assert!(masters_changed(None, &before), "not known before");
+    }
 
     #[test]
     fn live_masters_from_cluster_nodes() {

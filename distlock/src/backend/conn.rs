@@ -39,6 +39,9 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Duration,
     /// `Some` when the backend's URLs are `rediss://`.
     tls: Option<Arc<Tls>>,
+    /// The backend-wide revocation channel its subscribers listen on
+    /// (`crate::lease::revoke`); set by the backend before it connects.
+    pub(crate) revocation: Option<String>,
 }
 
 /// The TLS options of a backend, files read.
@@ -76,6 +79,7 @@ impl Settings {
             connect_timeout: cfg.connect_timeout,
             response_timeout: cfg.response_timeout,
             tls,
+            revocation: None,
         })
     }
 

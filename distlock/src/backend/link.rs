@@ -130,9 +130,14 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         call.done(&v).map_err(|r| self.unexpected(r))
     }
 
-    /// Delete the lock whoever holds it. Returns whether there was one.
-    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
-        let call = crate::protocol::force_release(keys, self.publish);
+    /// Delete the lock whoever holds it, telling the holders on `revocation`. Returns
+    /// whether there was one.
+    pub(crate) async fn force_release(
+        &self,
+        keys: &LockKeys,
+        revocation: &str,
+    ) -> Result<bool, DriverError> {
+        let call = crate::protocol::force_release(keys, self.publish, revocation);
         let v = self.run(&call, "force release timed out").await?;
         self.warn_unannounced(&keys.user, &v);
         call.done(&v).map_err(|r| self.unexpected(r))

@@ -576,6 +576,10 @@ impl MemoryDriver {
         st.locks.remove(&keys.hash);
         existed |= st.rw.remove(&keys.hash).is_some();
         existed |= st.queues.remove(&keys.hash).is_some();
+        existed |= st
+            .sems
+            .remove(&keys.hash)
+            .is_some_and(|h| h.values().any(|s| s.expires_at > now));
         drop(st);
         if existed {
             self.hub.deliver(&keys.channel);

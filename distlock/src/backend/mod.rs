@@ -175,10 +175,11 @@ impl Backend {
     ) -> Result<Arc<Backend>, InitError> {
         protocol_fits(cfg)?;
         let name: Arc<str> = Arc::from(cfg.name.as_str());
-        let settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
+        let mut settings = conn::Settings::of(cfg).map_err(|e| InitError::Unsupported {
             backend: cfg.name.clone(),
             message: e.0,
         })?;
+        settings.revocation = Some(crate::protocol::revocation_channel(&defaults.key_prefix));
         if settings.uses_tls() && cfg.tls_insecure_skip_verify {
             tracing::warn!(backend = %cfg.name, address = %conn::addresses(&cfg.mode.urls().into_iter().cloned().collect::<Vec<_>>()),
                 "distlock: tls_insecure_skip_verify = true: the server's certificate is NOT verified; anyone on the path can impersonate the server");
@@ -260,13 +261,20 @@ impl Backend {
                 (Driver::Quorum(driver), hub, address)
             }
         };
+        // Redisson's forceUnlock publishes on the lock's channel only: in its format every
+        // held lease listens there too.
+        let leases = Arc::new(if cfg.protocol == Protocol::Redisson {
+            Leases::watching_channels(hub.clone())
+        } else {
+            Leases::default()
+        });
         let backend = Backend {
             name,
             address,
             prefix: defaults.key_prefix.clone(),
             watchdog_timeout: defaults.watchdog_timeout,
             hub,
-            leases: Arc::new(Leases::default()),
+            leases,
             waiting: AtomicUsize::new(0),
             runtime: tokio::runtime::Handle::current(),
             holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
@@ -459,13 +467,24 @@ impl Backend {
             .collect()
     }
 
+    /// Delete a lock whoever holds it; its holders are told at once (on a Redis backend by
+    /// the revocation message the script publishes, in memory directly), and their
+    /// processes check their leases (`crate::lease::revoke`).
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
+        let to = crate::protocol::revocation_channel(&self.prefix);
         let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.force_release(keys)),
-            Driver::Single(s) => s.force_release(keys).await,
-            Driver::Cluster(c) => c.force_release(keys).await,
-            Driver::Sentinel(m) => m.force_release(keys).await,
-            Driver::Quorum(q) => q.force_release(keys).await,
+            // Every holder is in this process: each is marked lost before this returns.
+            Driver::Memory(m) => {
+                let freed = m.force_release(keys);
+                for lease in self.leases.held(|l| l.keys.hash == keys.hash) {
+                    lease.mark_lost("the lock was force-released".into());
+                }
+                Ok(freed)
+            }
+            Driver::Single(s) => s.force_release(keys, &to).await,
+            Driver::Cluster(c) => c.force_release(keys, &to).await,
+            Driver::Sentinel(m) => m.force_release(keys, &to).await,
+            Driver::Quorum(q) => q.force_release(keys, &to).await,
         };
         r.map_err(self.fail(Some(&keys.user)))
     }

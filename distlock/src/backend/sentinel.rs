@@ -125,7 +125,7 @@ pub(crate) async fn connect(
         settings,
     )
     .await?;
-    let (hub, requests) = Hub::subscribed();
+    let (hub, requests) = Hub::subscribed(settings.revocation.clone());
     subscriber::spawn(
         backend.clone(),
         &hub,
@@ -278,8 +278,12 @@ impl SentinelMaster {
         self.checked(self.current().server.cancel(keys, owner).await)
     }
 
-    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
-        self.checked(self.current().server.force_release(keys).await)
+    pub(crate) async fn force_release(
+        &self,
+        keys: &LockKeys,
+        to: &str,
+    ) -> Result<bool, DriverError> {
+        self.checked(self.current().server.force_release(keys, to).await)
     }
 
     pub(crate) async fn renew_each(
@@ -329,14 +333,17 @@ impl SentinelMaster {
     }
 
     /// The subscriber's reconnect hook: refresh the current master's command connection.
+    /// It answers whether the master changed (a new run id: a failover, or a restart).
     fn refresher(self: &Arc<Self>) -> super::subscriber::Reconnected {
         let weak = Arc::downgrade(self);
+        let seen = Arc::new(super::subscriber::RunId::default());
         Arc::new(move || {
             let server = weak.upgrade().map(|m| m.current().server.clone());
+            let seen = seen.clone();
             Box::pin(async move {
-                if let Some(server) = server {
-                    super::subscriber::refresh(server)().await;
-                }
+                let Some(server) = server else { return false };
+                let _ = super::subscriber::refresh_now(&server).await;
+                seen.changed(server.run_id().await.ok().flatten())
             })
         })
     }

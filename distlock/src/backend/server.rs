@@ -71,6 +71,19 @@ impl Server {
         .await
     }
 
+    /// The server's run id (`INFO server`), bounded by the response timeout.
+    pub(crate) async fn run_id(&self) -> Result<Option<String>, DriverError> {
+        let mut conn = self.conn.clone();
+        let info: String = bounded(
+            &self.address,
+            "INFO timed out",
+            self.response_timeout,
+            redis::cmd("INFO").arg("server").query_async(&mut conn),
+        )
+        .await?;
+        Ok(crate::protocol::version::info_field(&info, "run_id").map(str::to_owned))
+    }
+
     /// The connection, for commands outside the protocol (`ROLE`).
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.conn.clone()

@@ -19,7 +19,7 @@ pub(crate) async fn connect(
 ) -> Result<(Server, Arc<Hub>), DriverError> {
     let client = settings.client_for(url)?;
     let server = Server::connect(settings, &url.address, client.clone()).await?;
-    let (hub, requests) = Hub::subscribed();
+    let (hub, requests) = Hub::subscribed(settings.revocation.clone());
     subscriber::spawn(
         backend.clone(),
         &hub,

@@ -37,20 +37,48 @@ pub(crate) type Connector = Arc<
         + Sync,
 >;
 
-/// Run after the subscriber connected again (not the first time): it knows the server is
+/// Run every time the subscriber connected (the first time too): it knows the server is
 /// back, so the command connection is made to reconnect now, before the waiters are woken
-/// and before the next request, instead of failing that request first.
+/// and before the next request, instead of failing that request first. Answers whether
+/// the server may have changed since the last connection ([`RunId`]): then the leases
+/// held there are checked at once (`Revoked::All`).
 pub(crate) type Reconnected =
-    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync>;
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, bool> + Send + Sync>;
+
+/// The run id (`INFO server`'s `run_id`) a server had at the last connection: a new one
+/// means the server restarted (without persistence it lost every lock) or another server
+/// answers now (a failover).
+#[derive(Debug, Default)]
+pub(crate) struct RunId(std::sync::Mutex<(bool, Option<String>)>);
+
+impl RunId {
+    /// Record `now` (`None`: not known, e.g. `INFO` refused); whether the server may have
+    /// changed since the last call. The first call only records.
+    pub(crate) fn changed(&self, now: Option<String>) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (called, before) = &mut *seen;
+        let changed = match (&*before, &now) {
+            _ if !*called => false,
+            (Some(a), Some(b)) => a != b,
+            // Not known: a check costs one renewal round, a miss a lease.
+            _ => true,
+        };
+        *called = true;
+        *before = now;
+        changed
+    }
+}
 
 /// A [`Reconnected`] hook for the command connection of `server`: PING it until it answers
 /// (the first PING may get the error of a reconnect attempt made while the server was
-/// down; that error starts a new attempt), at most three times.
+/// down; that error starts a new attempt), at most three times; then compare its run id.
 pub(crate) fn refresh(server: super::server::Server) -> Reconnected {
+    let seen = Arc::new(RunId::default());
     Arc::new(move || {
-        let server = server.clone();
+        let (server, seen) = (server.clone(), seen.clone());
         Box::pin(async move {
             let _ = refresh_now(&server).await;
+            seen.changed(server.run_id().await.ok().flatten())
         })
     })
 }
@@ -84,8 +112,10 @@ pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
 /// Spawn the subscriber of one backend (or one node). It ends when the hub is dropped.
 /// With `reset`, every change of it drops the connection and connects again (through
 /// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
-/// After every reconnect, `reconnected` runs (bounded by `connect_timeout`) before the
-/// waiters are woken.
+/// After every connection, `reconnected` runs (bounded by `connect_timeout`) before the
+/// waiters are woken; when it finds the server changed, the hub is told (`Revoked::All`).
+/// Every connection also subscribes the hub's revocation channel (a refusal, e.g. an ACL
+/// user without the channel right, is logged and leaves revocations to the renewals).
 pub(crate) fn spawn(
     backend: Arc<str>,
     hub: &Arc<Hub>,
@@ -198,12 +228,28 @@ async fn run(
                 c.confirm();
             }
         }
-        if !std::mem::replace(&mut first, false) {
-            if let Some(hook) = &reconnected {
-                let _ = tokio::time::timeout(connect_timeout, hook()).await;
+        let revocation = hub
+            .upgrade()
+            .and_then(|h| h.revocation().map(str::to_owned));
+        if let Some(name) = &revocation {
+            if let Err(e) = answered(connect_timeout, sink.subscribe(name)).await {
+                tracing::warn!(backend = %backend, channel = %name, error = %e,
+                    "distlock: cannot subscribe the revocation channel; a forced release is heard at the next renewal");
             }
         }
+        let was_first = std::mem::replace(&mut first, false);
+        let changed = match &reconnected {
+            // Not answered in time: not known either.
+            Some(hook) => tokio::time::timeout(connect_timeout, hook())
+                .await
+                .unwrap_or(!was_first),
+            None => false,
+        };
         if let Some(h) = hub.upgrade() {
+            if changed && !was_first {
+                tracing::warn!(backend = %backend, "distlock: the server restarted or another one took over; checking every lease held there");
+                h.revoked(crate::rt::hub::Revoked::All);
+            }
             h.connected();
             h.wake_all();
         }
@@ -236,7 +282,7 @@ async fn run(
                 biased;
                 msg = stream.next() => match msg {
                     Some(m) => match hub.upgrade() {
-                        Some(h) => h.deliver(m.get_channel_name()),
+                        Some(h) => h.deliver_message(m.get_channel_name(), m.get_payload_bytes()),
                         None => return,
                     },
                     None => break 'connected,
@@ -287,5 +333,21 @@ async fn run(
         if let Some(h) = hub.upgrade() {
             h.unconfirm_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunId;
+
+    #[test]
+    fn a_new_or_unknown_run_id_is_a_change() {
+        let seen = RunId::default();
+        assert!(!seen.changed(Some("a".into())), "the first only records");
+        assert!(!seen.changed(Some("a".into())));
+        assert!(seen.changed(Some("b".into())), "restarted");
+        assert!(seen.changed(None), "not known");
+        assert!(seen.changed(Some("b".into())), "not known before");
+        assert!(!seen.changed(Some("b".into())));
     }
 }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::LockKeys;
 use crate::rt::clock::{from_nanos, to_nanos};
+use crate::rt::hub::{Hub, Watch};
 use crate::LockError;
 
 /// How long before a lease can run out on the server its loss is signalled (`is_held()`
@@ -31,11 +32,16 @@ pub(crate) fn lost_margin(lease: Duration) -> Duration {
     (lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(2))
 }
 
-/// The auto leases held on one backend, by id: what its watchdog renews.
+/// The leases held on one backend, by id: the auto ones are what its watchdog renews;
+/// all of them are what a revocation checks (`crate::lease::revoke`).
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     map: Mutex<HashMap<u64, Arc<LeaseState>>>,
     next_id: AtomicU64,
+    /// `Some` on a backend in Redisson's format: each held lease watches its lock's
+    /// channel there, where Redisson's own `forceUnlock` publishes (it knows nothing of
+    /// the revocation channel).
+    channels: Option<Arc<Hub>>,
 }
 
 impl Leases {
@@ -44,15 +50,32 @@ impl Leases {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The leases held now.
-    pub(crate) fn all(&self) -> Vec<Arc<LeaseState>> {
-        self.map().values().cloned().collect()
+    /// Leases that each watch their lock's channel on `hub` while held (see the field).
+    pub(crate) fn watching_channels(hub: Arc<Hub>) -> Leases {
+        Leases {
+            channels: Some(hub),
+            ..Leases::default()
+        }
     }
 
-    /// How many there are (for tests and metrics).
+    /// The auto leases held now (the watchdog's).
+    pub(crate) fn all(&self) -> Vec<Arc<LeaseState>> {
+        self.map().values().filter(|l| l.auto).cloned().collect()
+    }
+
+    /// Every lease held now, auto or fixed, that `matches`.
+    pub(crate) fn held(&self, matches: impl Fn(&LeaseState) -> bool) -> Vec<Arc<LeaseState>> {
+        self.map()
+            .values()
+            .filter(|l| matches(l))
+            .cloned()
+            .collect()
+    }
+
+    /// How many auto leases there are (for tests and metrics).
     #[cfg(feature = "test-support")]
     pub(crate) fn len(&self) -> usize {
-        self.map().len()
+        self.map().values().filter(|l| l.auto).count()
     }
 }
 
@@ -115,6 +138,8 @@ pub(crate) struct LeaseState {
     /// Made on the first nested acquisition (most holds have none; every held lease keeps
     /// this).
     nested: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
+    /// The watch of the lock's channel while held (`Leases::watching_channels`).
+    channel: Mutex<Option<Watch>>,
 }
 
 impl LeaseState {
@@ -136,6 +161,10 @@ impl LeaseState {
             site,
         } = granted;
         let id = leases.next_id.fetch_add(1, Ordering::Relaxed);
+        let channel = leases
+            .channels
+            .as_ref()
+            .map(|hub| hub.watch_held(&keys.channel));
         let state = Arc::new(LeaseState {
             id,
             backend,
@@ -154,10 +183,9 @@ impl LeaseState {
             reason: Mutex::new(None),
             changed: Notify::new(),
             nested: std::sync::OnceLock::new(),
+            channel: Mutex::new(channel),
         });
-        if auto {
-            leases.map().insert(id, state.clone());
-        }
+        leases.map().insert(id, state.clone());
         state
     }
 
@@ -202,6 +230,7 @@ impl LeaseState {
         crate::ops::metrics::lost(&self.backend, self.site);
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
+        self.unwatch();
         self.changed.notify_waiters();
         true
     }
@@ -218,11 +247,20 @@ impl LeaseState {
             crate::lease::holds::record(&self.backend, held);
             crate::ops::metrics::held(&self.backend, self.site, held);
         }
-        if self.auto {
-            self.leases.map().remove(&self.id);
-        }
+        self.leases.map().remove(&self.id);
+        self.unwatch();
         self.changed.notify_waiters();
         true
+    }
+
+    /// Stop watching the lock's channel (no longer held).
+    fn unwatch(&self) {
+        drop(
+            self.channel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 
     /// Lost (reported, or past its end) and not released.

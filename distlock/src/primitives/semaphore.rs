@@ -300,6 +300,31 @@ impl Semaphore {
     pub async fn run<F: Future>(&self, n: u32, body: F) -> Result<F::Output, LockError> {
         self.acquire(n).await?.held.run(body, true).await
     }
+
+    /// Administration: give back every permit of this semaphore, whoever holds them.
+    /// Returns whether some were held. The holders' processes are told at once: their
+    /// guards find the lease lost (`lost()` resolves) without waiting for a renewal.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.semaphore("export:acme", 2).acquire(1).await?;
+    /// assert!(registry.semaphore("export:acme", 2).force_unlock().await?);
+    /// assert!(!g.is_held());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub async fn force_unlock(self) -> Result<bool, LockError> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => crate::registry::current()?,
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        backend.supports_semaphore()?;
+        let permits = self.permits.max(1);
+        let keys = LockKeys::semaphore(&backend.prefix, self.key, permits, permits)?;
+        crate::rt::runtime::entered(backend.force_release(&keys)).await
+    }
 }
 
 impl Registry {

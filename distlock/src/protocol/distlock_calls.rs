@@ -133,7 +133,11 @@ pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Optio
 pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
     let mut call = Call::on(Script::ForceRelease, keys)
         .arg(&keys.channel)
-        .arg(publish.verb());
+        .arg(publish.verb())
+        .arg("");
+    if let Shape::Semaphore(sem) = &keys.shape {
+        call.keys.push(sem.counts.clone());
+    }
     call.keys.push(keys.info_key());
     call
 }

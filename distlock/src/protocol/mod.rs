@@ -75,12 +75,21 @@ pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Optio
     }
 }
 
-/// Delete a lock whoever holds it.
-pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
+/// Delete a lock whoever holds it, and publish its name on the backend-wide `revocation`
+/// channel (see [`revocation_channel`]).
+pub(crate) fn force_release(keys: &LockKeys, publish: Publish, revocation: &str) -> Call {
     match redisson(keys) {
-        Some((kind, _)) => redisson_calls::force_release(keys, kind, publish),
-        None => distlock_calls::force_release(keys, publish),
+        Some((kind, _)) => redisson_calls::force_release(keys, kind, publish).arg(revocation),
+        None => distlock_calls::force_release(keys, publish).arg(revocation),
     }
+}
+
+/// The backend-wide revocation channel of the backends with key prefix `prefix`: a forced
+/// release publishes the name of the lock it deleted there, and every backend's
+/// subscriber listens (`crate::lease::revoke`). A plain channel (not sharded): on a
+/// cluster one subscription on any node hears the forced releases of every slot.
+pub(crate) fn revocation_channel(prefix: &str) -> String {
+    format!("{prefix}__revoked")
 }
 
 /// The read-only call that returns everything about the locks of every kind on `key`.
@@ -227,9 +236,10 @@ mod tests {
         assert_eq!(w.script, Script::RedissonRenew);
         assert_eq!(w.keys, vec!["order:42"]);
         assert_eq!(w.args[1], field.as_bytes());
-        let f = force_release(&keys, Publish::Plain);
+        let f = force_release(&keys, Publish::Plain, "lock:__revoked");
         assert_eq!(f.keys, vec!["order:42"]);
         assert_eq!(f.args[2], b"0");
+        assert_eq!(f.args[3], b"lock:__revoked");
     }
 
     #[test]
@@ -267,10 +277,17 @@ mod tests {
         assert_eq!(c.args[1], b"5000", "the same allowance as queued with");
         assert_eq!(c.args[3], b"spublish");
         assert_eq!(renew(&fair, hold.owner, d).script, Script::RedissonRenew);
-        let f = force_release(&fair, Publish::Sharded);
+        let f = force_release(&fair, Publish::Sharded, "lock:__revoked");
         assert_eq!(f.script, Script::RedissonFairForceUnlock);
         assert_eq!(f.keys[3], "redisson_lock__channel:{o}");
-        assert_eq!(f.args, vec![b"0".to_vec(), b"spublish".to_vec()]);
+        assert_eq!(
+            f.args,
+            vec![
+                b"0".to_vec(),
+                b"spublish".to_vec(),
+                b"lock:__revoked".to_vec()
+            ]
+        );
 
         let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
         let a = acquire(&read, hold, d, Duration::ZERO);

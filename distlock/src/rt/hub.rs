@@ -3,6 +3,12 @@
 //!
 //! For Redis backends the channels are subscribed on one subscriber connection per backend
 //! (see `subscriber.rs`); for the memory backend a release notifies directly.
+//!
+//! The hub also carries revocations to the backend (`crate::lease::revoke`): a message on
+//! the backend-wide revocation channel (a forced release names the lock it deleted), a
+//! message on the channel of a lock this process holds (a channel watched with
+//! [`Hub::watch_held`]), or a subscriber that found its server changed (a restart, a
+//! failover) are handed to the callback set with [`Hub::on_revoked`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,6 +27,9 @@ pub(crate) struct Channel {
     notify: Notify,
     /// Live `Watch`es; changed from 0 only under the hub's map lock.
     users: AtomicUsize,
+    /// Live `Watch`es of holders ([`Hub::watch_held`]): a message here is a revocation
+    /// to check, too.
+    held: AtomicUsize,
     /// Subscribed on the current subscriber connection (always true without one).
     confirmed: AtomicBool,
     /// A release wakes one waiter (a lock only one can take next), not all of them: each
@@ -50,6 +59,30 @@ pub(crate) struct Hub {
     /// How many times a subscriber connection of this hub (or of a node hub relaying to
     /// it) was made, the command connection refreshed and the waiters woken.
     connections: std::sync::atomic::AtomicU64,
+    /// The backend-wide revocation channel, which every subscriber of this hub subscribes
+    /// on each connection (`None`: memory; revocations are handed over directly).
+    revocation: Option<String>,
+    /// Where revocations go (the backend's checker); a relaying hub passes them on.
+    on_revoked: std::sync::OnceLock<OnRevoked>,
+}
+
+/// What a revocation asks the backend to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Revoked<'a> {
+    /// The lock with this Redis key (its hash), or with this release channel, may be gone.
+    Key(&'a str),
+    /// The server may have lost every lock (it restarted, or another one took over).
+    All,
+}
+
+/// The callback revocations are handed to.
+#[derive(Clone)]
+pub(crate) struct OnRevoked(pub(crate) Arc<dyn Fn(Revoked<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for OnRevoked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnRevoked")
+    }
 }
 
 impl Hub {
@@ -60,12 +93,17 @@ impl Hub {
             subscriber: None,
             relay: None,
             connections: std::sync::atomic::AtomicU64::new(0),
+            revocation: None,
+            on_revoked: std::sync::OnceLock::new(),
         })
     }
 
-    /// A hub fed by a subscriber task, which receives the other end.
-    pub(crate) fn subscribed() -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
-        Hub::with_relay(None)
+    /// A hub fed by a subscriber task, which receives the other end; its subscribers
+    /// listen on `revocation` (the backend-wide revocation channel) too.
+    pub(crate) fn subscribed(
+        revocation: Option<String>,
+    ) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
+        Hub::with_relay(None, revocation)
     }
 
     /// A hub fed by a subscriber task (as [`Hub::subscribed`]) that passes every delivery
@@ -73,11 +111,12 @@ impl Hub {
     pub(crate) fn relaying_to(
         target: &Arc<Hub>,
     ) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
-        Hub::with_relay(Some(Arc::downgrade(target)))
+        Hub::with_relay(Some(Arc::downgrade(target)), target.revocation.clone())
     }
 
     fn with_relay(
         relay: Option<Weak<Hub>>,
+        revocation: Option<String>,
     ) -> (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
@@ -85,8 +124,48 @@ impl Hub {
             subscriber: Some(tx),
             relay,
             connections: std::sync::atomic::AtomicU64::new(0),
+            revocation,
+            on_revoked: std::sync::OnceLock::new(),
         });
         (hub, rx)
+    }
+
+    /// The backend-wide revocation channel its subscribers listen on.
+    pub(crate) fn revocation(&self) -> Option<&str> {
+        self.revocation.as_deref()
+    }
+
+    /// Hand revocations to `f` from now on (once; later calls are ignored).
+    pub(crate) fn on_revoked(&self, f: OnRevoked) {
+        let _ = self.on_revoked.set(f);
+    }
+
+    /// A revocation to check: to the callback, or on to the hub this one relays to.
+    pub(crate) fn revoked(&self, what: Revoked<'_>) {
+        if let Some(f) = self.on_revoked.get() {
+            (f.0)(what);
+        } else if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
+            target.revoked(what);
+        }
+    }
+
+    /// A message arrived on `name` with `payload`: a revocation (on the revocation channel,
+    /// or on a channel a holder watches), and a release for the waiters.
+    pub(crate) fn deliver_message(&self, name: &str, payload: &[u8]) {
+        if self.revocation.as_deref() == Some(name) {
+            if let Ok(key) = std::str::from_utf8(payload) {
+                self.revoked(Revoked::Key(key));
+            }
+            return;
+        }
+        let held = self
+            .map()
+            .get(name)
+            .is_some_and(|c| c.held.load(Ordering::Acquire) > 0);
+        if held {
+            self.revoked(Revoked::Key(name));
+        }
+        self.deliver(name);
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Channel>>> {
@@ -103,6 +182,19 @@ impl Hub {
     /// Start waiting on `name`; with `one`, a release wakes one waiter (reentrant locks:
     /// only one can take it next), else all (readers share; a fair queue's head must hear).
     pub(crate) fn watch_with(self: &Arc<Self>, name: &str, one: bool) -> Watch {
+        self.watch_as(name, one, false)
+    }
+
+    /// A holder's watch of its lock's channel `name`: while it lives, a message there is
+    /// handed to the revocation callback (to check the lock is still held). The
+    /// subscription is asked for at once, without waiting for it.
+    pub(crate) fn watch_held(self: &Arc<Self>, name: &str) -> Watch {
+        let w = self.watch_as(name, false, true);
+        w.request();
+        w
+    }
+
+    fn watch_as(self: &Arc<Self>, name: &str, one: bool, held: bool) -> Watch {
         let mut map = self.map();
         let channel = match map.get(name) {
             Some(c) => c.clone(),
@@ -111,6 +203,7 @@ impl Hub {
                     name: name.to_owned(),
                     notify: Notify::new(),
                     users: AtomicUsize::new(0),
+                    held: AtomicUsize::new(0),
                     confirmed: AtomicBool::new(self.subscriber.is_none()),
                     one,
                 });
@@ -119,10 +212,14 @@ impl Hub {
             }
         };
         channel.users.fetch_add(1, Ordering::AcqRel);
+        if held {
+            channel.held.fetch_add(1, Ordering::AcqRel);
+        }
         drop(map);
         Watch {
             hub: self.clone(),
             channel,
+            held,
         }
     }
 
@@ -220,6 +317,8 @@ impl Channel {
 pub(crate) struct Watch {
     hub: Arc<Hub>,
     channel: Arc<Channel>,
+    /// A holder's watch ([`Hub::watch_held`]).
+    held: bool,
 }
 
 impl Watch {
@@ -232,6 +331,20 @@ impl Watch {
     /// Whether releases on this channel reach us now.
     pub(crate) fn is_live(&self) -> bool {
         self.channel.is_confirmed()
+    }
+
+    /// Ask the subscriber to subscribe, without waiting for it.
+    pub(crate) fn request(&self) {
+        if self.channel.is_confirmed() {
+            return;
+        }
+        if let Some(tx) = &self.hub.subscriber {
+            let (done, _) = oneshot::channel();
+            let _ = tx.send(SubscribeRequest {
+                channel: self.channel.clone(),
+                done,
+            });
+        }
     }
 
     /// Ask the subscriber to subscribe, and wait for it (at most until `until`).
@@ -260,6 +373,9 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
+        if self.held {
+            self.channel.held.fetch_sub(1, Ordering::AcqRel);
+        }
         let last = self.channel.users.fetch_sub(1, Ordering::AcqRel) == 1;
         // A local hub has no subscription to keep warm: forget the channel at once. (The
         // subscriber of a Redis hub sweeps idle channels itself, to spare SUBSCRIBE churn.)
@@ -302,7 +418,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_node_hub_relays_deliveries_and_wake_ups() {
-        let (backend_hub, _requests) = Hub::subscribed();
+        let (backend_hub, _requests) = Hub::subscribed(None);
         let (node_hub, _node_requests) = Hub::relaying_to(&backend_hub);
         let w = backend_hub.watch("a");
         for wake in [&(|h: &Hub| h.deliver("a")) as &dyn Fn(&Hub), &|h: &Hub| {
@@ -320,8 +436,35 @@ mod tests {
     }
 
     #[test]
+    fn revocations_reach_the_callback_through_relays_and_held_watches() {
+        let (backend_hub, _requests) = Hub::subscribed(Some("lock:__revoked".into()));
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let s = seen.clone();
+        backend_hub.on_revoked(OnRevoked(Arc::new(move |r| {
+            s.lock().unwrap().push(match r {
+                Revoked::Key(k) => k.to_owned(),
+                Revoked::All => "*".into(),
+            })
+        })));
+        let (node_hub, _node_requests) = Hub::relaying_to(&backend_hub);
+        assert_eq!(node_hub.revocation(), Some("lock:__revoked"));
+        node_hub.deliver_message("lock:__revoked", b"lock:{a}");
+        node_hub.revoked(Revoked::All);
+        // A release on a channel no holder watches is a release only.
+        backend_hub.deliver_message("lock:{b}:released", b"");
+        let held = backend_hub.watch_held("lock:{c}:released");
+        backend_hub.deliver_message("lock:{c}:released", b"0");
+        drop(held);
+        backend_hub.deliver_message("lock:{c}:released", b"0");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec!["lock:{a}", "*", "lock:{c}:released"]
+        );
+    }
+
+    #[test]
     fn subscribed_hub_keeps_idle_channels_until_swept() {
-        let (hub, _requests) = Hub::subscribed();
+        let (hub, _requests) = Hub::subscribed(None);
         drop(hub.watch("a"));
         assert_eq!(hub.len(), 1);
         assert_eq!(hub.sweep(), vec!["a".to_string()]);

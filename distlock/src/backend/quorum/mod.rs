@@ -265,7 +265,8 @@ pub(crate) async fn connect(
             settings.clone(),
         );
     }
-    let (hub, requests): (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) = Hub::subscribed();
+    let (hub, requests): (Arc<Hub>, mpsc::UnboundedReceiver<SubscribeRequest>) =
+        Hub::subscribed(settings.revocation.clone());
     fanout::spawn(
         backend,
         &hub,

@@ -94,17 +94,22 @@ impl Node {
 
 /// The node subscriber's reconnect hook: the node is back, so refresh its command
 /// connection (if it has one yet) and take it into acquisitions again.
+/// Answers whether the node's server may have changed (a new run id: see
+/// `subscriber::RunId`); then the backend checks every lease at once (the quorum renewal
+/// finds which of them still hold on enough nodes).
 pub(super) fn refresher(node: Weak<Node>) -> super::super::subscriber::Reconnected {
+    let seen = Arc::new(super::super::subscriber::RunId::default());
     Arc::new(move || {
-        let node = node.clone();
+        let (node, seen) = (node.clone(), seen.clone());
         Box::pin(async move {
             let Some(server) = node.upgrade().and_then(|n| n.server().ok().cloned()) else {
-                return;
+                return false;
             };
             let r = super::super::subscriber::refresh_now(&server).await;
             if let Some(n) = node.upgrade() {
                 n.answered(&r);
             }
+            seen.changed(server.run_id().await.ok().flatten())
         })
     })
 }

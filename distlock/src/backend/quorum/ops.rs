@@ -401,12 +401,17 @@ impl QuorumDriver {
             .collect()
     }
 
-    /// Delete the lock on every node, whoever holds it. `Ok(true)` when some node had it.
-    pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, DriverError> {
+    /// Delete the lock on every node, whoever holds it (each node tells the holders on
+    /// `revocation`). `Ok(true)` when some node had it.
+    pub(crate) async fn force_release(
+        &self,
+        keys: &LockKeys,
+        revocation: &str,
+    ) -> Result<bool, DriverError> {
         let (replies, _) = self
             .on_nodes(
                 0..self.nodes.len(),
-                |node| async move { node.server()?.force_release(keys).await },
+                |node| async move { node.server()?.force_release(keys, revocation).await },
                 |_| Settle::Wait,
             )
             .await;

@@ -7,6 +7,9 @@
 -- KEYS[4]  the channel stem "redisson_lock__channel:{name}"
 -- ARGV[1]  the message: 0 (UNLOCK_MESSAGE)
 -- ARGV[2]  "publish" or "spublish"
+-- ARGV[3]  (optional) distlock's backend-wide revocation channel: the lock's name is
+--          PUBLISHed there, so that a distlock holder's process hears at once that its
+--          lease is gone (a refused publish is ignored)
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. Running it twice deletes
 -- nothing the second time. The queue stays (its waiters keep their places).
@@ -34,6 +37,7 @@ end
 if redis.call('del', lock) == 0 then
   return 0
 end
+if ARGV[3] and ARGV[3] ~= '' then redis.pcall('publish', ARGV[3], lock) end
 local head = redis.call('lindex', queue, 0)
 if head then
   redis.pcall(ARGV[2], stem .. ':' .. head, ARGV[1])
