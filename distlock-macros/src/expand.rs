@@ -453,12 +453,23 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         <#ret as ::distlock::error::LockResult>::from_lock_error(#err)
     };
 
+    // `distlock::with_wait(..)` around the call wins over the attribute's wait: read when
+    // the call's future runs (under `#[async_trait]` the function is called, building the
+    // boxed future, before that future is awaited inside the `with_wait` scope).
+    let wait_override = quote! {
+        let #lock = match ::distlock::__private::wait_override() {
+            ::core::option::Option::Some(#wait) => #lock.wait(#wait),
+            ::core::option::Option::None => #lock,
+        };
+    };
+
     // A semaphore's section takes one permit.
     let take = if semaphore { quote!(1u32,) } else { quote!() };
     let run = match shape {
         Shape::Async(_) => {
             // `typed` makes the body's `return` and `?` see the function's return type.
             quote! {
+                #wait_override
                 match #lock.run(#take ::distlock::__private::without_wait_override(
                     ::distlock::__private::typed::<#ret, _>(async move #block),
                 )).await {
@@ -470,6 +481,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         Shape::Boxed(_) => quote! {
             let #body = #block;
             ::std::boxed::Box::pin(async move {
+                #wait_override
                 match #lock.run(#take ::distlock::__private::without_wait_override(#body)).await {
                     ::core::result::Result::Ok(#out) => #out,
                     ::core::result::Result::Err(#err) => #convert,
@@ -485,11 +497,6 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
             #site
             // Rendered before the body takes the parameters.
             let #lock = #builder;
-            // `distlock::with_wait(..)` around this call wins over the attribute's wait.
-            let #lock = match ::distlock::__private::wait_override() {
-                ::core::option::Option::Some(#wait) => #lock.wait(#wait),
-                ::core::option::Option::None => #lock,
-            };
             #run
         }
     }

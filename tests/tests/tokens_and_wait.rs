@@ -223,3 +223,38 @@ async fn with_wait_does_not_reach_the_calls_inside_the_annotated_body() {
         out.unwrap_or_else(|e| panic!("{name}: the inner call must wait: {e}"));
     }
 }
+
+#[async_trait::async_trait]
+trait Orders {
+    async fn place(&self, key: &str) -> Result<u64, LockError>;
+}
+
+struct Shop;
+
+#[async_trait::async_trait]
+impl Orders for Shop {
+    #[distributed_lock(key = "<key>", wait = "30s")]
+    async fn place(&self, key: &str) -> Result<u64, LockError> {
+        Ok(distlock::fencing_token().expect("held"))
+    }
+}
+
+/// The override reaches an annotated method under `#[async_trait]` too (its boxed shape).
+#[tokio::test]
+async fn with_wait_under_async_trait() {
+    for (name, reg) in registries().await {
+        let key = unique("with-wait-trait");
+        let held = reg.lock(key.as_str()).acquire().await.expect("hold");
+        let start = Instant::now();
+        let err = reg
+            .scope(with_wait(Duration::ZERO, Shop.place(&key)))
+            .await
+            .expect_err("held elsewhere");
+        assert!(matches!(err, LockError::Timeout { .. }), "{name}: {err:?}");
+        assert!(start.elapsed() < Duration::from_secs(5), "{name}");
+        held.release().await.expect("release");
+        reg.scope(with_wait(Duration::ZERO, Shop.place(&key)))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: free: {e}"));
+    }
+}
