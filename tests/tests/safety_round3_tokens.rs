@@ -280,6 +280,70 @@ async fn an_undone_run_once_acquisition_frees_its_slot() {
     assert!(ran, "the job runs once, here");
 }
 
+/// Item 6 on redlock: a run-once attempt that wins only a minority of the nodes (another
+/// owner holds the others) is undone on the nodes it won before `Skipped` is returned; the
+/// job never ran, so those nodes must be freed, not kept until `hold:until` (which would
+/// keep the next quorum from forming once the other owner is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_redlock_run_once_attempt_frees_the_nodes_it_won() {
+    let urls = distlock_tests::redlock_urls();
+    let reg = Registry::from_str(&format!(
+        "[backends.main]\nmode = \"redlock\"\nnodes = [{}]\nnode_timeout = \"500ms\"\n",
+        common::quoted(&urls)
+    ))
+    .await
+    .expect("redlock");
+    let key = unique("undo-redlock");
+    let hash = format!("lock:{{{key}}}");
+    let fence = format!("{hash}:fence");
+    let on = |url: &String, args: &[&str]| {
+        resp_command(&addr_of(url), args).unwrap_or_else(|e| panic!("{url}: {e}"))
+    };
+    // Another owner holds it on three of the five nodes.
+    for url in &urls[..3] {
+        let r = on(
+            url,
+            &[
+                "EVAL",
+                scripts::ACQUIRE,
+                "2",
+                &hash,
+                &fence,
+                A,
+                "20000",
+                "x1",
+                "0",
+            ],
+        );
+        assert_eq!(pair(r).0, 1, "{url}: held by the other owner");
+    }
+    let mut ran = false;
+    let r = reg
+        .lock(key.as_str())
+        .wait(Duration::ZERO)
+        .lease(Lease::Fixed(Duration::from_secs(20)))
+        .hold_at_least(Duration::from_secs(15))
+        .run(async { ran = true })
+        .await;
+    assert!(!ran && r.as_ref().is_err_and(|e| e.is_skipped()), "{r:?}");
+    for url in &urls[3..] {
+        let undone = eventually(Duration::from_secs(5), || {
+            on(url, &["HLEN", &hash]).as_int() <= Some(1)
+        })
+        .await;
+        assert!(undone, "{url}: the undo ran");
+        let left = on(url, &["HGETALL", &hash]);
+        assert_eq!(
+            on(url, &["EXISTS", &hash]).as_int(),
+            Some(0),
+            "{url}: the node the failed attempt won is freed; left: {left:?}"
+        );
+    }
+    for url in &urls {
+        on(url, &["DEL", &hash]);
+    }
+}
+
 /// Item 10, both formats: the token counter lost (deleted, evicted, a failover to a replica
 /// that never got it) must not make tokens go back: the next token is still larger.
 #[tokio::test]

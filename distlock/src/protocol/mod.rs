@@ -185,6 +185,22 @@ mod tests {
     }
 
     #[test]
+    fn an_undo_releases_with_its_hold_until() {
+        let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
+        keys.hold_at_least = Some(Duration::from_secs(5));
+        let hold = Hold::fresh();
+        let flag = |h: Hold| release(&keys, h, Publish::Plain).args[4].clone();
+        assert_eq!(flag(hold), b"1", "a release keeps hold:until");
+        assert_eq!(flag(hold.undoing()), b"undo", "an undo frees the slot");
+        let nested = Hold::nested(hold.owner);
+        assert_eq!(
+            flag(nested.undoing()),
+            b"1",
+            "a nested undo keeps the outer's"
+        );
+    }
+
+    #[test]
     fn redisson_calls_use_redissons_keys_and_fields() {
         let keys = LockKeys::redisson(
             "order:42".into(),
