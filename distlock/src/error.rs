@@ -211,7 +211,8 @@ pub enum LockError {
         /// The backend's name.
         backend: String,
         /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, or `"hold_at_least"`
-        /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`).
+        /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`); a
+        /// Redisson-format read lock's lease over 30 s names Redisson's `lockWatchdogTimeout`.
         what: &'static str,
         /// The value given.
         value: Duration,
