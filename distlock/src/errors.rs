@@ -215,7 +215,8 @@ pub enum LockError {
         backend: String,
         /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, `"hold_at_least"`
         /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`), or
-        /// `"fence ttl"` (then `key` is the fence's).
+        /// `"fence ttl"` (then `key` is the fence's); a Redisson-format read lock's lease
+        /// over 30 s names Redisson's `lockWatchdogTimeout`.
         what: &'static str,
         /// The value given.
         value: Duration,

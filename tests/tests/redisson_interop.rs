@@ -1407,11 +1407,16 @@ async fn single_rw_nested_rules() {
     let url = server.url();
     let addr = server.addr();
     let reg = single_registry(&url, "30s").await;
-    for inner in [Kind::Write, Kind::Read] {
+    for (outer_kind, inner) in [
+        (Kind::Write, Kind::Write),
+        (Kind::Write, Kind::Read),
+        (Kind::Read, Kind::Read),
+        (Kind::Read, Kind::Write),
+    ] {
         let name = unique("rw-nested");
         let outer = reg
             .lock(&name)
-            .kind(Kind::Write)
+            .kind(outer_kind)
             .lease(Lease::Fixed(Duration::from_secs(10)))
             .acquire()
             .await
@@ -1419,15 +1424,19 @@ async fn single_rw_nested_rules() {
         let again = outer
             .scope(reg.lock(&name).kind(inner).try_acquire())
             .await
-            .unwrap()
-            .expect("re-entered while held");
-        again.release().await.unwrap();
+            .unwrap();
+        // re-entered while held; a write inside a read is refused (no upgrade)
+        let upgrade = outer_kind == Kind::Read && inner == Kind::Write;
+        assert_eq!(again.is_some(), !upgrade, "{outer_kind:?} > {inner:?}");
+        if let Some(again) = again {
+            again.release().await.unwrap();
+        }
         assert!(outer.is_held(), "{inner:?}");
         int(&addr, &["DEL", &name]);
         match outer.scope(reg.lock(&name).kind(inner).acquire()).await {
             Err(LockError::LeaseLost { .. }) => {}
             other => panic!(
-                "{inner:?}: expected LeaseLost, got {:?}",
+                "{outer_kind:?} > {inner:?}: expected LeaseLost, got {:?}",
                 other.map(|g| g.fencing_token())
             ),
         }
@@ -1575,4 +1584,136 @@ async fn cluster_acquire_whose_reply_is_lost_is_not_sent_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(proxy);
+}
+
+/// Issue 23 item 5: a Redisson-format read lock refuses a lease over Redisson's
+/// `lockWatchdogTimeout` (30 s), fixed or auto, before anything is sent: a Java reader's
+/// watchdog sets the shared hash's expiry to its own 30 s and could cut a longer lease
+/// short. Other kinds (one holder per hash) keep longer leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_read_lease_over_redissons_watchdog_is_refused() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    let name = unique("read-lease");
+    let long = reg
+        .lock(&name)
+        .kind(Kind::Read)
+        .lease(Lease::Fixed(Duration::from_secs(31)))
+        .try_acquire()
+        .await;
+    match long {
+        Err(LockError::InvalidDuration { limit, .. }) => {
+            assert_eq!(limit, Duration::from_secs(30))
+        }
+        other => panic!(
+            "a 31 s reader lease: expected InvalidDuration, got {:?}",
+            other.map(|g| g.is_some())
+        ),
+    }
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "nothing sent");
+    let auto = single_registry(&url, "45s").await;
+    match auto.lock(&name).kind(Kind::Read).try_acquire().await {
+        Err(LockError::InvalidDuration { .. }) => {}
+        other => panic!(
+            "watchdog_timeout 45 s: expected InvalidDuration, got {:?}",
+            other.map(|g| g.is_some())
+        ),
+    }
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "nothing sent");
+    let r = reg
+        .lock(&name)
+        .kind(Kind::Read)
+        .lease(Lease::Fixed(Duration::from_secs(30)))
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("30 s is Redisson's own lease");
+    r.release().await.unwrap();
+    let w = auto
+        .lock(&name)
+        .kind(Kind::Write)
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a write lock keeps its 45 s lease");
+    w.release().await.unwrap();
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+/// Issue 23 item 5, the documented bound: with distlock's reader lease at most the Java
+/// side's `lockWatchdogTimeout`, a Java reader's renewal (which sets the shared hash's
+/// expiry to its own lease) never cuts the distlock reader short: when that Java reader
+/// dies, a writer gets in only after the distlock reader was told its lease ended. Scaled
+/// down: the emulated Java client's `lockWatchdogTimeout` is 3 s, distlock's reader has a
+/// fixed lease of 3 s (an auto lease whose renewals fail ends likewise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_java_reader_watchdog_never_cuts_a_distlock_reader_short() {
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let watchdog = Duration::from_secs(3);
+    let reg = single_registry(&url, "3s").await;
+    // (within the bound) a 3 s reader; (past it, the documented hazard) a 10 s reader,
+    // which a writer overlaps once the Java reader died
+    for (lease, within) in [
+        (Lease::Fixed(watchdog), true),
+        (Lease::Fixed(Duration::from_secs(10)), false),
+    ] {
+        let name = unique("java-reader");
+        let r = emulator(
+            &url,
+            RedissonConfig {
+                watchdog_timeout: watchdog,
+                ..RedissonConfig::default()
+            },
+        )
+        .await;
+        // the Java reader, renewed every second by its watchdog
+        r.lock(&name, LockKind::Read).lock(1, None).await.unwrap();
+        let reader = reg
+            .lock(&name)
+            .kind(Kind::Read)
+            .lease(lease)
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("readers share");
+        // a Java renewal after the distlock reader's acquisition sets the shared expiry to 3 s
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        let pttl = int(&addr, &["PTTL", &name]);
+        assert!(pttl > 0 && pttl <= 3_000, "{lease:?}: {pttl}");
+        // the Java reader dies
+        r.crash();
+        let crashed = Instant::now();
+        let deadline = crashed + Duration::from_secs(15);
+        let writer = loop {
+            let w = tokio::spawn({
+                let (reg, name) = (reg.clone(), name.clone());
+                async move { reg.lock(&name).kind(Kind::Write).try_acquire().await }
+            })
+            .await
+            .unwrap()
+            .unwrap();
+            if let Some(w) = w {
+                break w;
+            }
+            assert!(Instant::now() < deadline, "{lease:?}: no writer got in");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        eprintln!(
+            "{lease:?}: the writer got in {:?} after the Java reader died",
+            crashed.elapsed()
+        );
+        assert_eq!(
+            reader.is_held(),
+            !within,
+            "{lease:?}: within the bound a writer gets in only after the distlock reader's \
+             lease ended; past it, while the reader still holds"
+        );
+        writer.release().await.unwrap();
+        drop(reader);
+        int(&addr, &["DEL", &token_name(&name)]);
+    }
 }

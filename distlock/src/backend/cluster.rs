@@ -3,7 +3,9 @@
 //! Commands go through redis-rs's async cluster connection, which routes every command by
 //! the slot of its first key (all keys of one lock share a slot), follows `MOVED`/`ASK` and
 //! refreshes its slot map after a failover; requests that meet a failover are retried by
-//! it within `response_timeout`, which bounds every call. Renewals are sent concurrently,
+//! it within `response_timeout`, which bounds every call — except Redisson-format
+//! acquisitions, which go on a second connection that never sends a command twice (see
+//! [`Cluster`]). Renewals are sent concurrently,
 //! one call each (a pipeline must stay in one slot), so a master that is down does not hold
 //! up the leases on the others.
 //!

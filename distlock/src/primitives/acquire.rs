@@ -66,6 +66,22 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     // for longer than a day without renewal is a wedge waiting to happen, and a lease under
     // a millisecond is over before its grant arrives.
     crate::lease::terms::check_lease(lease, lease_len, &keys.user, &backend.name)?;
+    // A Redisson-format reader shares its hash's expiry with Java readers, whose watchdog
+    // sets it to their own lease: a longer lease than theirs could be cut short unheard.
+    if let Some(limit) = keys.lease_limit().filter(|l| lease_len > *l) {
+        return Err(LockError::InvalidDuration {
+            key: keys.user,
+            backend: backend.name.to_string(),
+            what: if auto {
+                "lease (watchdog_timeout) of a Redisson-format read lock (Redisson's lockWatchdogTimeout)"
+            } else {
+                "lease of a Redisson-format read lock (Redisson's lockWatchdogTimeout)"
+            },
+            value: lease_len,
+            min: std::time::Duration::from_millis(1),
+            limit,
+        });
+    }
     let start = Instant::now();
     let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
     if let Format::Redisson(r) = &mut keys.format {

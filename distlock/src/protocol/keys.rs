@@ -107,6 +107,29 @@ impl Format {
     }
 }
 
+/// Redisson's default `lockWatchdogTimeout`: the longest lease a reader may have in
+/// Redisson's format. Readers share one hash, and a Java reader's watchdog sets its expiry
+/// to *its* lease (`pexpire`, not only extending) every third of it; a distlock reader
+/// with a longer lease would see the hash expire under it (a writer getting in) once that
+/// Java reader dies, without being told. With leases of at most this, a Java renewal can
+/// only move the expiry later than any distlock reader's lease end. (A Java client whose
+/// `lockWatchdogTimeout` is shorter shortens the bound to it: give distlock's readers
+/// leases, `watchdog_timeout` or fixed, of at most that.)
+pub(crate) const REDISSON_READ_LEASE_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl LockKeys {
+    /// The longest lease this lock takes, when shorter than `crate::MAX_LEASE`: a
+    /// Redisson-format read lock's [`REDISSON_READ_LEASE_MAX`].
+    pub(crate) fn lease_limit(&self) -> Option<std::time::Duration> {
+        match (&self.format, &self.shape) {
+            (Format::Redisson(_), Shape::Read) => Some(REDISSON_READ_LEASE_MAX),
+            (Format::Redisson(_), Shape::Reentrant | Shape::Fair | Shape::Write)
+            | (Format::Redisson(_), Shape::Semaphore(_))
+            | (Format::Distlock, _) => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct SemKeys {
     /// The hash `PREFIX{KEY}:sem:n`: holder id -> permits, `t:<holder id>` -> token.
