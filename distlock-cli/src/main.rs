@@ -33,7 +33,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use distlock::inspect::LockInfo;
 use distlock::{InitError, Lease, LockError, LockKind, Registry};
-use distlock_config::{parse_duration, Config};
+use distlock_config::{check_duration, parse_duration, Config, DurationUse};
 use serde_json::json;
 
 use crate::table::Table;
@@ -106,7 +106,7 @@ enum Command {
     Run {
         key: String,
         /// Longest wait for the lock (default: the configuration's `wait`); busy → exit 75.
-        #[arg(long, value_parser = duration)]
+        #[arg(long, value_parser = wait)]
         wait: Option<Duration>,
         /// `auto` (watchdog-renewed, the default) or a fixed duration.
         #[arg(long, default_value = "auto", value_parser = lease)]
@@ -145,6 +145,12 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// `--wait`: checked against the one table of valid durations, as everywhere else.
+fn wait(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    check_duration(DurationUse::Wait, d).map_err(|e| e.to_string())
+}
+
 fn interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(3600) {
@@ -173,7 +179,9 @@ fn lease(s: &str) -> Result<Lease, String> {
     if d.is_zero() {
         return Err("the lease must be longer than 0".into());
     }
-    Ok(Lease::Fixed(d))
+    check_duration(DurationUse::Lease, d)
+        .map(Lease::Fixed)
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

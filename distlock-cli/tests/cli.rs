@@ -717,6 +717,18 @@ fn run_stopped_past_its_lease_kills_a_child_that_ignores_sigterm() {
     rt.block_on(other.release()).unwrap();
 }
 
+#[test]
+fn run_refuses_a_lease_out_of_range_before_connecting() {
+    let setup = Setup::new("lease-range");
+    for lease in ["25h", "24h1ms"] {
+        let out = setup.output(&["run", "--lease", lease, "job", "--", "true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // A usage error (2), as clap reports a bad argument, not a failed acquisition (1).
+        assert_eq!(out.status.code(), Some(2), "{lease}: {stderr}");
+        assert!(stderr.contains("between 1ms and 24h"), "{lease}: {stderr}");
+    }
+}
+
 /// Wait (at most `limit`) until process `pid` is gone (or a zombie); whether it went.
 fn gone_within(pid: u32, limit: Duration) -> bool {
     let start = Instant::now();

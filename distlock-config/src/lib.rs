@@ -85,11 +85,15 @@
 mod duration;
 mod error;
 mod interp;
+mod limits;
 mod redis_url;
 mod schema;
 
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
+pub use limits::{
+    check_duration, range_text, DurationOutOfRange, DurationUse, MAX_FENCE_TTL, MAX_LEASE,
+};
 pub use redis_url::DEFAULT_PORT;
 
 use std::fmt;

@@ -7,9 +7,10 @@ use std::time::Duration;
 use toml::de::{DeString, DeTable, DeValue};
 use toml::Spanned;
 
-use crate::duration::{format_duration, parse_duration};
+use crate::duration::parse_duration;
 use crate::error::Locator;
 use crate::interp::{interpolate, EnvLookup};
+use crate::limits::{check_duration, DurationUse};
 use crate::{
     BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, Protocol, QuorumOptions,
     RedisUrl, ShardedSubscriptionMode, Source,
@@ -50,7 +51,6 @@ const BACKEND_FIELDS: &[&str] = &[
 
 const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
 const DEFAULT_KEY_PREFIX: &str = "lock:";
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -349,22 +349,15 @@ impl Cx<'_> {
                 "backend" => {
                     raw.backend = Some((self.string(&field, value)?, value.span().start));
                 }
-                "wait" => raw.wait = Some(self.duration(&field, value)?),
+                "wait" => {
+                    let d = self.duration(&field, value)?;
+                    raw.wait = Some(self.in_range(&field, value, DurationUse::Wait, d)?);
+                }
                 "lease" => raw.lease = Some(self.lease(&field, value)?),
                 "watchdog_timeout" => {
                     let d = self.duration(&field, value)?;
-                    if d < MIN_WATCHDOG_TIMEOUT {
-                        return Err(self.loc.at(
-                            value.span().start,
-                            field,
-                            format!(
-                                "`watchdog_timeout` must be at least {}, got {}",
-                                format_duration(MIN_WATCHDOG_TIMEOUT),
-                                format_duration(d)
-                            ),
-                        ));
-                    }
-                    raw.watchdog_timeout = Some(d);
+                    raw.watchdog_timeout =
+                        Some(self.in_range(&field, value, DurationUse::WatchdogTimeout, d)?);
                 }
                 "key_prefix" => {
                     let prefix = self.string(&field, value)?;
@@ -490,7 +483,11 @@ impl Cx<'_> {
                 }
                 "sync_replicas" => raw.sync_replicas = Some(self.count(&field, value)?),
                 "drift_factor" => raw.drift_factor = Some(self.drift_factor(&field, value)?),
-                "retry_delay" => raw.retry_delay = Some(self.duration(&field, value)?),
+                "retry_delay" => {
+                    let d = self.duration(&field, value)?;
+                    raw.retry_delay =
+                        Some(self.in_range(&field, value, DurationUse::RetryDelay, d)?);
+                }
                 "sync_timeout" => {
                     raw.sync_timeout = Some(self.positive_duration(&field, key_name, value)?)
                 }
@@ -765,6 +762,17 @@ impl Cx<'_> {
         })
     }
 
+    /// `d` (the value of `field`) checked against the range of `what`.
+    fn in_range(
+        &self,
+        field: &str,
+        value: &Val<'_>,
+        what: DurationUse,
+        d: Duration,
+    ) -> Result<Duration, ConfigError> {
+        check_duration(what, d).map_err(|e| self.loc.at(value.span().start, field, e.to_string()))
+    }
+
     fn positive_duration(
         &self,
         field: &str,
@@ -812,7 +820,12 @@ impl Cx<'_> {
                 "a lease must be greater than 0: use \"auto\" (renewed by the watchdog) or a duration such as \"30s\"",
             ));
         }
-        Ok(LeaseSpec::Fixed(d))
+        Ok(LeaseSpec::Fixed(self.in_range(
+            field,
+            value,
+            DurationUse::Lease,
+            d,
+        )?))
     }
 
     fn url(&self, field: &str, value: &Val<'_>) -> Result<RedisUrl, ConfigError> {

@@ -202,7 +202,7 @@ mode = "multi"
 nodes = ["redis://a", "redis://b"]
 node_timeout = "20ms"
 drift_factor = 0.1
-retry_delay = "0s"
+retry_delay = "1ms"
 "#);
     let nodes = |names: &[&str]| -> Vec<RedisUrl> {
         names.iter().map(|n| url(&format!("redis://{n}"))).collect()
@@ -224,7 +224,7 @@ retry_delay = "0s"
     assert_eq!(m_nodes, nodes(&["a", "b"]));
     assert_eq!(
         (m.node_timeout, m.drift_factor, m.retry_delay),
-        (ms(20), 0.1, Duration::ZERO)
+        (ms(20), 0.1, ms(1))
     );
 }
 
@@ -836,7 +836,55 @@ fn watchdog_timeout_too_short() {
         &e,
         2,
         "defaults.watchdog_timeout",
-        &["at least 100ms", "got 50ms"],
+        &["between 100ms and 24h", "got 50ms"],
+    );
+}
+
+/// Durations out of the one table of valid ranges (the builders, the attribute and the
+/// command use the same) are refused with file:line:field.
+#[test]
+fn durations_out_of_range() {
+    let e = err(
+        "[backends.r]\nmode = \"redlock\"\nnodes = [\"redis://a\", \"redis://b\", \"redis://c\"]\nretry_delay = \"0s\"\n",
+    );
+    check(
+        &e,
+        4,
+        "backends.r.retry_delay",
+        &[
+            "`retry_delay` must be between 1ms and 1m",
+            "got 0s",
+            "write e.g. \"250ms\", \"5s\"",
+        ],
+    );
+    let e = err("[backends.r]\nmode = \"multi\"\nnodes = [\"redis://a\", \"redis://b\"]\nretry_delay = \"2m\"\n");
+    check(
+        &e,
+        4,
+        "backends.r.retry_delay",
+        &["between 1ms and 1m", "got 2m"],
+    );
+    let e = err(&format!("[defaults]\nlease = \"25h\"\n{SINGLE}"));
+    check(
+        &e,
+        2,
+        "defaults.lease",
+        &["`lease` must be between 1ms and 24h", "got 25h"],
+    );
+    let e = err(&format!(
+        "[defaults]\nwatchdog_timeout = \"24h1s\"\n{SINGLE}"
+    ));
+    check(
+        &e,
+        2,
+        "defaults.watchdog_timeout",
+        &["between 100ms and 24h", "got 24h1s"],
+    );
+    // In range: accepted.
+    let c = Config::from_str(&format!("[defaults]\nlease = \"24h\"\n{SINGLE}")).unwrap();
+    assert_eq!(
+        c.defaults.lease,
+        distlock_config::LeaseSpec::Fixed(Duration::from_secs(86_400))
     );
 }
 

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use distlock_config::DurationUse;
+
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
@@ -388,12 +390,20 @@ fn parse_keys(value: &Expr) -> syn::Result<Vec<KeyArg>> {
 }
 
 fn parse_wait(lit: LitStr) -> syn::Result<Duration> {
-    distlock_config::parse_duration(&lit.value()).map_err(|why| {
+    let d = distlock_config::parse_duration(&lit.value()).map_err(|why| {
         syn::Error::new_spanned(
             &lit,
             format!("`wait`: {why}; write e.g. \"250ms\", \"5s\" or \"1m30s\" (\"0s\" tries once)"),
         )
-    })
+    })?;
+    in_range(&lit, DurationUse::Wait, d)
+}
+
+/// `d` (written at `lit`) checked against the range of `what`: the one table of valid
+/// durations the builders, the TOML configuration and the `distlock` command use too.
+fn in_range(lit: &LitStr, what: DurationUse, d: Duration) -> syn::Result<Duration> {
+    distlock_config::check_duration(what, d)
+        .map_err(|e| syn::Error::new_spanned(lit, e.to_string()))
 }
 
 fn parse_hold_at_least(lit: LitStr) -> syn::Result<Duration> {
@@ -402,7 +412,7 @@ fn parse_hold_at_least(lit: LitStr) -> syn::Result<Duration> {
             &lit,
             "`hold_at_least` must be greater than 0 (leave it out for a lock released at once)",
         )),
-        Ok(d) => Ok(d),
+        Ok(d) => in_range(&lit, DurationUse::HoldAtLeast, d),
         Err(why) => Err(syn::Error::new_spanned(
             &lit,
             format!("`hold_at_least`: {why}"),
@@ -420,7 +430,7 @@ fn parse_lease(lit: LitStr) -> syn::Result<LeaseArg> {
             &lit,
             "`lease`: a lease must be greater than 0: use \"auto\" (renewed by the watchdog) or a duration such as \"30s\"",
         )),
-        Ok(d) => Ok(LeaseArg::Fixed(d)),
+        Ok(d) => in_range(&lit, DurationUse::Lease, d).map(LeaseArg::Fixed),
         Err(why) => Err(syn::Error::new_spanned(
             &lit,
             format!("`lease`: {why}; a lease is \"auto\" or a duration such as \"30s\""),

@@ -189,9 +189,12 @@ pub enum LockError {
         reason: String,
     },
     /// A duration out of the range distlock accepts, refused before anything is sent: a
-    /// lease (fixed, or `watchdog_timeout` for an auto lease) longer than
-    /// [`MAX_LEASE`](crate::Lease::MAX) (24 hours). Waits are never refused: they saturate at
-    /// [`MAX_WAIT`](crate::Lock::MAX_WAIT).
+    /// fixed lease shorter than 1 ms or longer than [`MAX_LEASE`](crate::Lease::MAX) (24
+    /// hours; `watchdog_timeout` for an auto lease), a `hold_at_least` below 1 ms or over
+    /// the lease, a fence ttl below 1 ms or over 365 days. The ranges are one table
+    /// ([`config::DurationUse`](crate::config::DurationUse)) checked alike by the builders,
+    /// the attribute, the TOML configuration and the `distlock` command. Waits are never
+    /// refused: they saturate at [`MAX_WAIT`](crate::Lock::MAX_WAIT).
     ///
     /// ```
     /// use distlock::{Lease, LockError, Registry};
@@ -203,18 +206,21 @@ pub enum LockError {
     /// # }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
     /// ```
-    #[error("invalid {what} {} for lock `{key}` on backend `{backend}`: at most {} is allowed", fmt_duration(*.value), fmt_duration(*.limit))]
+    #[error("invalid {what} {} for lock `{key}` on backend `{backend}`: it must be {}", fmt_duration(*.value), distlock_config::range_text(*.min, *.limit))]
     #[non_exhaustive]
     InvalidDuration {
         /// The lock's key.
         key: String,
         /// The backend's name.
         backend: String,
-        /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, or `"hold_at_least"`
-        /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`).
+        /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, `"hold_at_least"`
+        /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`), or
+        /// `"fence ttl"` (then `key` is the fence's).
         what: &'static str,
         /// The value given.
         value: Duration,
+        /// The smallest value accepted.
+        min: Duration,
         /// The largest value accepted.
         limit: Duration,
     },

@@ -197,12 +197,18 @@ pub mod inspect {
     //! the binary ([`sites`]) and a leader's published information ([`LeaderInfo`]).
     //!
     //! ```
+    //! // The `#[distributed_lock]` sites linked into this binary: none in this example.
+    //! assert_eq!(distlock::inspect::sites().count(), 0);
+    //! ```
+    //!
+    //! ```no_run
     //! # async fn f() -> Result<(), distlock::LockError> {
-    //! let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    //! let registry = distlock::Registry::from_str("[backends.main]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"").await.unwrap();
     //! let locks: Vec<distlock::inspect::LockInfo> = registry.inspect("order:42", None).await?;
-    //! assert!(locks.is_empty());
+    //! for lock in locks {
+    //!     println!("{:?}: {} holder(s)", lock.kind, lock.holders.len());
+    //! }
     //! # Ok(()) }
-    //! # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     //! ```
     pub use crate::ops::inspect::{Holder, LockInfo, Waiter};
     pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
@@ -237,6 +243,42 @@ pub mod __private {
         pub const SEM_RELEASE: &str = concat!(
             include_str!("protocol/sem_prologue.lua"),
             include_str!("protocol/sem_release.lua")
+        );
+        /// `fair_acquire.lua`, after `fence_prologue.lua`.
+        pub const FAIR_ACQUIRE: &str = concat!(
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/fair_acquire.lua")
+        );
+        /// `rw_acquire.lua`, after `rw_prologue.lua` and `fence_prologue.lua`.
+        pub const RW_ACQUIRE: &str = concat!(
+            include_str!("protocol/rw_prologue.lua"),
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/rw_acquire.lua")
+        );
+        /// `rw_renew.lua`, after `rw_prologue.lua`.
+        pub const RW_RENEW: &str = concat!(
+            include_str!("protocol/rw_prologue.lua"),
+            include_str!("protocol/rw_renew.lua")
+        );
+        /// Redisson's format: `redisson/lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/lock.lua")
+        );
+        /// Redisson's format: `redisson/read_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_READ_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/read_lock.lua")
+        );
+        /// Redisson's format: `redisson/write_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_WRITE_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/write_lock.lua")
+        );
+        /// Redisson's format: `redisson/fair_lock.lua`, after `redisson/token_prologue.lua`.
+        pub const REDISSON_FAIR_LOCK: &str = concat!(
+            include_str!("protocol/redisson/token_prologue.lua"),
+            include_str!("protocol/redisson/fair_lock.lua")
         );
     }
 

@@ -491,6 +491,17 @@ pub(crate) fn current() -> Result<Registry, LockError> {
 /// distlock::init().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # Errors
+///
+/// An [`InitError`](crate::InitError) naming the file, line and field of a bad
+/// configuration, or the backend and address that could not be reached, authenticated or
+/// checked; `AlreadyInitialized` when a global registry is already set.
+///
+/// # Cancel safety
+///
+/// Nothing is installed until it returns `Ok`: dropping it earlier leaves no global
+/// registry, and the connections made so far are closed.
 pub async fn init() -> Result<(), InitError> {
     let (path, origin) = match std::env::var_os("DISTLOCK_CONFIG") {
         Some(p) if !p.is_empty() => (std::path::PathBuf::from(p), "DISTLOCK_CONFIG names it"),
@@ -519,6 +530,17 @@ pub async fn init() -> Result<(), InitError> {
 /// distlock::init_from_path("distlock.toml").await?;
 /// # Ok(()) }
 /// ```
+///
+/// # Errors
+///
+/// An [`InitError`](crate::InitError) naming the file, line and field of a bad
+/// configuration, or the backend and address that could not be reached, authenticated or
+/// checked; `AlreadyInitialized` when a global registry is already set.
+///
+/// # Cancel safety
+///
+/// Nothing is installed until it returns `Ok`: dropping it earlier leaves no global
+/// registry, and the connections made so far are closed.
 pub async fn init_from_path(path: impl AsRef<Path>) -> Result<(), InitError> {
     install(Registry::from_path(path).await?)
 }
@@ -534,6 +556,17 @@ pub async fn init_from_path(path: impl AsRef<Path>) -> Result<(), InitError> {
 /// # Ok(()) }
 /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
 /// ```
+///
+/// # Errors
+///
+/// An [`InitError`](crate::InitError) naming the file, line and field of a bad
+/// configuration, or the backend and address that could not be reached, authenticated or
+/// checked; `AlreadyInitialized` when a global registry is already set.
+///
+/// # Cancel safety
+///
+/// Nothing is installed until it returns `Ok`: dropping it earlier leaves no global
+/// registry, and the connections made so far are closed.
 pub async fn init_from_str(toml: &str) -> Result<(), InitError> {
     install(Registry::from_str(toml).await?)
 }

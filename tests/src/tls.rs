@@ -7,6 +7,8 @@
 //! - `server.pem`/`server.key`: the servers', for `127.0.0.1` and `localhost` (also a client
 //!   certificate: nodes present it to each other on the cluster bus and for replication);
 //! - `client.pem`/`client.key`: a client certificate (mutual TLS);
+//! - `client-v1.pem`/`client-v1.key`: a client certificate signed by the CA as `openssl
+//!   x509 -req` signs without `-extfile`: X.509 v1, no extensions (rustls refuses it);
 //! - `expired.pem`/`expired.key`: a server certificate valid only in 2020;
 //! - `wrongname.pem`/`wrongname.key`: a server certificate for `wrong.example` only;
 //! - `other-ca.pem`: a second CA that signed none of them.
@@ -109,6 +111,7 @@ impl Certs {
                 "DNS:client.local",
                 "clientAuth",
             ),
+            ("client-v1", "distlock v1 client", "", ""),
             (
                 "wrongname",
                 "wrong.example",
@@ -167,6 +170,26 @@ impl Certs {
                         "-extfile",
                         &ext_file,
                         "-notext",
+                    ],
+                );
+            } else if name == "client-v1" {
+                openssl(
+                    d,
+                    &[
+                        "x509",
+                        "-req",
+                        "-in",
+                        &csr,
+                        "-CA",
+                        "ca.pem",
+                        "-CAkey",
+                        "ca.key",
+                        "-CAcreateserial",
+                        "-out",
+                        &pem,
+                        "-days",
+                        "2",
+                        "-sha256",
                     ],
                 );
             } else {

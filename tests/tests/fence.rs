@@ -96,7 +96,7 @@ async fn contract(backend: &str) {
     let short = reg.fence(unique("fence-ttl"));
     assert!(matches!(
         short.clone().ttl(Duration::ZERO).set("x", 1).await,
-        Err(LockError::InvalidKey { .. })
+        Err(LockError::InvalidDuration { .. })
     ));
     assert!(short
         .clone()

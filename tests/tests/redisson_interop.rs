@@ -1395,3 +1395,185 @@ async fn single_fair_and_rw_watchdog_renews_and_signals_a_lost_lease() {
     }
     r.crash();
 }
+
+/// Issue 23 item 1 in Redisson's format: a nested `Write` or `Read` in the task of an
+/// outer `Write` whose hash was deleted fails with `LeaseLost`, tells the outer guard and
+/// re-creates nothing; sibling futures under one outer `Write` take the nested write lock
+/// in turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_rw_nested_rules() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let server = RedisProcess::start();
+    let url = server.url();
+    let addr = server.addr();
+    let reg = single_registry(&url, "30s").await;
+    for inner in [Kind::Write, Kind::Read] {
+        let name = unique("rw-nested");
+        let outer = reg
+            .lock(&name)
+            .kind(Kind::Write)
+            .lease(Lease::Fixed(Duration::from_secs(10)))
+            .acquire()
+            .await
+            .unwrap();
+        let again = outer
+            .scope(reg.lock(&name).kind(inner).try_acquire())
+            .await
+            .unwrap()
+            .expect("re-entered while held");
+        again.release().await.unwrap();
+        assert!(outer.is_held(), "{inner:?}");
+        int(&addr, &["DEL", &name]);
+        match outer.scope(reg.lock(&name).kind(inner).acquire()).await {
+            Err(LockError::LeaseLost { .. }) => {}
+            other => panic!(
+                "{inner:?}: expected LeaseLost, got {:?}",
+                other.map(|g| g.fencing_token())
+            ),
+        }
+        assert!(!outer.is_held(), "{inner:?}: the outer guard heard of it");
+        assert_eq!(
+            int(&addr, &["EXISTS", &name]),
+            0,
+            "{inner:?}: nothing re-created"
+        );
+        drop(outer);
+        int(&addr, &["DEL", &token_name(&name)]);
+    }
+    let name = unique("rw-siblings");
+    let outer = reg.lock(&name).kind(Kind::Write).acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let section = || {
+        let (reg, name, inside, most) = (reg.clone(), name.clone(), inside.clone(), most.clone());
+        async move {
+            let g = reg
+                .lock(&name)
+                .kind(Kind::Write)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .expect("nested write");
+            most.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            // the section's work (not a synchronisation)
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            g.release().await.unwrap();
+        }
+    };
+    outer
+        .scope(async { tokio::join!(section(), section()) })
+        .await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two siblings inside at once"
+    );
+    outer.release().await.unwrap();
+    assert_eq!(int(&addr, &["EXISTS", &name]), 0, "freed");
+    int(&addr, &["DEL", &token_name(&name)]);
+}
+
+/// Issue 23 item 4: on a cluster, a Redisson-format acquisition whose reply is lost (the
+/// connection reset after the script ran) is never re-sent by the cluster client (Redisson's
+/// scripts would count it twice: a token-0 "re-entry" and a lock that stays held after its
+/// release). The proxied master's replica is stopped, so only clients go through the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_acquire_whose_reply_is_lost_is_not_sent_again() {
+    use distlock_tests::proxy::Proxy;
+    use distlock_tests::topology::info_field;
+    let mut cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let addrs: Vec<String> = cluster.urls().iter().map(|u| addr_of(u)).collect();
+    let name = unique("cluster-once");
+    let slot = keyslot(&addrs, &name);
+    let master = master_of_slot(&addrs, slot).expect("slot owner");
+    let port = master.rsplit(':').next().expect("port").to_string();
+    // stop the master's replica (it would follow the master through the proxy)
+    let replica = addrs
+        .iter()
+        .position(|a| {
+            info_field(a, "replication", "role").as_deref() == Some("slave")
+                && info_field(a, "replication", "master_port").as_deref() == Some(&port)
+        })
+        .expect("the master's replica");
+    cluster.nodes[replica].kill();
+    let live: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != replica)
+        .map(|(_, a)| a.clone())
+        .collect();
+    // clients reach the master through the proxy: it announces the proxy's port (the
+    // cluster bus keeps its own port)
+    let proxy = Proxy::start(&master);
+    let bus = (port.parse::<u16>().expect("port") + 10000).to_string();
+    cmd(
+        &master,
+        &["CONFIG", "SET", "cluster-announce-bus-port", &bus],
+    );
+    let proxied = proxy.port().to_string();
+    cmd(
+        &master,
+        &["CONFIG", "SET", "cluster-announce-port", &proxied],
+    );
+    let seen = live.clone();
+    let want = proxy.addr();
+    tokio::task::spawn_blocking(move || {
+        distlock_tests::wait_until(
+            Duration::from_secs(20),
+            "the proxy's port announced",
+            || {
+                seen.iter().all(|a| {
+                    master_of_slot(std::slice::from_ref(a), slot).as_deref() == Some(&want)
+                })
+            },
+        )
+    })
+    .await
+    .expect("announced");
+    let urls: Vec<String> = live.iter().map(|a| format!("redis://{a}")).collect();
+    let config = cluster_config(&urls).replace("wait = \"0s\"", "wait = \"10s\"");
+    let reg = Registry::from_str(&config)
+        .await
+        .expect("connect to the private cluster");
+    // warm up: the client's connections to the master exist
+    reg.lock(&name)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(int(&master, &["EXISTS", &name]), 0);
+
+    proxy.reset_after_replies(1);
+    let g = reg
+        .lock(&name)
+        .acquire()
+        .await
+        .expect("acquired after a lost reply");
+    assert_eq!(proxy.pending_reply_resets(), 0, "a reply was lost");
+    assert_ne!(
+        g.fencing_token(),
+        0,
+        "a token of its own, not a re-entry's 0"
+    );
+    let held = fields(&master, &name);
+    let owners: Vec<&(String, i64)> = held.iter().filter(|(f, _)| f != "mode").collect();
+    assert_eq!(owners.len(), 1, "one holder: {held:?}");
+    assert_eq!(owners[0].1, 1, "counted once: {held:?}");
+    g.release().await.expect("release");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while int(&master, &["EXISTS", &name]) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the lock stays held after its release: {:?}",
+            fields(&master, &name)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(proxy);
+}

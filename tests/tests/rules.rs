@@ -115,6 +115,9 @@ fn cell(rule: Rule, kind: Kind, format: Format, mode: Mode) -> Cell {
         (Kind::Semaphore, _, Mode::Redlock | Mode::Multi) => {
             return No("a semaphore needs one server's atomic scripts")
         }
+        (Kind::Leader, _, Mode::Redlock | Mode::Multi) => {
+            return No("observers read the leader from one place")
+        }
         (Kind::Semaphore, Format::Redisson, _) => {
             return No("Redisson's format has no distlock semaphore")
         }
@@ -368,7 +371,7 @@ async fn every_rule_on_every_kind_format_and_mode() {
                         (Cell::Unsupported(why), Err(e)) => {
                             refused += 1;
                             assert!(
-                                e.to_string().to_lowercase().contains("redisson"),
+                                e.to_string().contains("protocol"),
                                 "{at}: refused for another reason than the table's ({why}): {e}"
                             );
                         }

@@ -152,3 +152,153 @@ async fn sentinel_with_sync_replicas() {
     readers_overlap(&reg).await;
     writers_exclude(&reg).await;
 }
+
+/// Issue 23 item 1: a nested `Write` or `Read` in the task of an outer `Write` whose hold
+/// vanished (force unlock) fails with `LeaseLost`, tells the outer guard, and re-creates
+/// nothing: another owner can take the write lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_nested_rw_of_a_vanished_write_is_lost() {
+    let reg = single().await;
+    let rw_hash = |key: &str| format!("lock:{{{key}}}:rw");
+    nested_rw_of_a_vanished_write_is_lost(&reg, |key| {
+        distlock_tests::resp_command(
+            &distlock_tests::addr_of(&single_url()),
+            &["EXISTS", &rw_hash(key)],
+        )
+        .expect("EXISTS")
+        .as_int()
+        .expect("an integer")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_nested_rw_of_a_vanished_write_is_lost() {
+    nested_rw_of_a_vanished_write_is_lost(&memory().await, |_| 0).await;
+}
+
+/// Issue 23 item 1: sibling futures (`join!`) under one outer `Write` take the nested
+/// write (or read) lock in turns: never two inside at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_rw_siblings_take_turns() {
+    rw_siblings_take_turns(&single().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_rw_siblings_take_turns() {
+    rw_siblings_take_turns(&memory().await).await;
+}
+
+async fn nested_rw_of_a_vanished_write_is_lost(reg: &Registry, exists: impl Fn(&str) -> i64) {
+    use std::time::Duration;
+    for inner in [LockKind::Write, LockKind::Read] {
+        let key = unique("nested-rw-vanished");
+        let outer = reg
+            .lock(key.as_str())
+            .kind(LockKind::Write)
+            .lease(distlock::Lease::Fixed(Duration::from_secs(10)))
+            .acquire()
+            .await
+            .expect("outer write");
+        // a nested acquisition while the hold is there re-enters it
+        let again = outer
+            .scope(reg.lock(key.as_str()).kind(inner).try_acquire())
+            .await
+            .expect("nested")
+            .expect("re-entered");
+        again.release().await.expect("release nested");
+        assert!(outer.is_held(), "{inner:?}: the outer hold stays");
+        assert!(reg
+            .lock(key.as_str())
+            .kind(LockKind::Write)
+            .force_unlock()
+            .await
+            .expect("force"));
+        let nested = outer
+            .scope(reg.lock(key.as_str()).kind(inner).acquire())
+            .await;
+        assert!(
+            matches!(nested, Err(LockError::LeaseLost { .. })),
+            "{inner:?}: {:?}",
+            nested.as_ref().map(|g| g.fencing_token())
+        );
+        assert!(!outer.is_held(), "{inner:?}: the outer guard heard of it");
+        let lost = tokio::time::timeout(Duration::from_secs(1), outer.lost()).await;
+        assert!(lost.is_ok(), "{inner:?}: lost() resolved");
+        assert_eq!(exists(&key), 0, "{inner:?}: not re-created");
+        let other = tokio::spawn({
+            let (reg, key) = (reg.clone(), key.clone());
+            async move {
+                reg.lock(key.as_str())
+                    .kind(LockKind::Write)
+                    .try_acquire()
+                    .await
+                    .expect("try")
+                    .is_some()
+            }
+        })
+        .await
+        .expect("join");
+        assert!(other, "{inner:?}: another owner takes the write lock");
+        drop(outer);
+    }
+}
+
+async fn rw_siblings_take_turns(reg: &Registry) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    for second in [LockKind::Write, LockKind::Read] {
+        let key = unique("rw-siblings");
+        let outer = reg
+            .lock(key.as_str())
+            .kind(LockKind::Write)
+            .acquire()
+            .await
+            .expect("outer write");
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let entered = Arc::new(AtomicUsize::new(0));
+        let section = |kind: LockKind| {
+            let (reg, key, inside, most, entered) = (
+                reg.clone(),
+                key.clone(),
+                inside.clone(),
+                most.clone(),
+                entered.clone(),
+            );
+            async move {
+                let g = reg
+                    .lock(key.as_str())
+                    .kind(kind)
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .expect("nested");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                entered.fetch_add(1, Ordering::SeqCst);
+                // the work of the section (not a synchronisation): siblings must not
+                // come in meanwhile
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("release nested");
+            }
+        };
+        outer
+            .scope(async { tokio::join!(section(LockKind::Write), section(second)) })
+            .await;
+        assert_eq!(
+            entered.load(Ordering::SeqCst),
+            2,
+            "{second:?}: both entered"
+        );
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            1,
+            "{second:?}: two siblings inside at once"
+        );
+        assert!(outer.is_held(), "{second:?}");
+        outer.release().await.expect("release outer");
+    }
+}

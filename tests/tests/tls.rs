@@ -85,6 +85,30 @@ async fn mutual_tls_with_and_without_client_certificate() {
 }
 
 #[tokio::test]
+async fn a_client_certificate_rustls_refuses_is_named_as_the_client_certificate() {
+    let certs = Certs::generate();
+    let server = TlsRedis::start(&certs, "server", ClientAuth::Yes, &[]);
+    let v1 = format!(
+        "{}tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        ca(&certs, "ca.pem"),
+        certs.file("client-v1.pem"),
+        certs.file("client-v1.key")
+    );
+    let err = match Registry::from_str(&single(&server.url(), &v1)).await {
+        Ok(_) => panic!("init succeeded with an X.509 v1 client certificate"),
+        Err(e) => e.to_string(),
+    };
+    println!("v1 client certificate: {err}");
+    assert!(err.contains("backend `main`"), "{err}");
+    assert!(err.contains("tls_cert"), "names the field: {err}");
+    assert!(err.contains("client-v1.pem"), "names the file: {err}");
+    assert!(
+        !err.contains("server's certificate"),
+        "not the server's certificate: {err}"
+    );
+}
+
+#[tokio::test]
 async fn wrong_ca_fails_init_naming_the_certificate_problem() {
     let certs = Certs::generate();
     let server = TlsRedis::start(&certs, "server", ClientAuth::No, &[]);

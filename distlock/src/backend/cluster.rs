@@ -38,14 +38,35 @@ use super::link::Link;
 use crate::lease::owner::OwnerId;
 use crate::ops::report::ServerReport;
 use crate::protocol::exec::load_all;
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{Format, LockKeys};
 use crate::protocol::probe::Probe;
 use crate::protocol::Publish;
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
-/// configured nodes, comma-separated).
-pub(crate) type Cluster = Link<ClusterConnection>;
+/// configured nodes, comma-separated); every operation but Redisson's acquisitions runs on
+/// it (through `Deref`).
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    link: Link<ClusterConnection>,
+    /// Redisson's format only: a second cluster connection that never sends a command twice
+    /// (`retries(0)`), for the acquire scripts. redis-rs's cluster client sends a command
+    /// again after a dropped connection (and some time-outs); Redisson's acquire scripts
+    /// cannot tell that run again from a re-entry, so it would count twice (a "re-entry"
+    /// with token 0, and a lock still held after its release until the lease ends). On
+    /// this connection such a failure is returned instead, and the acquire engine retries
+    /// as a fresh acquisition, releasing what the first run may have taken. Distlock's own
+    /// scripts mark every acquisition's level and are safe to run twice.
+    once: Option<Link<ClusterConnection>>,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = Link<ClusterConnection>;
+
+    fn deref(&self) -> &Link<ClusterConnection> {
+        &self.link
+    }
+}
 
 /// Connect to a Redis Cluster through any of `nodes` (the client discovers the rest), and
 /// start the wake-up subscriber. `redisson`: the backend speaks Redisson's format, with this
@@ -98,11 +119,37 @@ pub(crate) async fn connect(
             }
         }
     };
-    let cluster = Link {
-        conn,
-        address,
-        response_timeout: settings.response_timeout,
-        publish,
+    let once = match redisson {
+        None => None,
+        Some(_) => {
+            let client = settings
+                .cluster(nodes)
+                .retries(0)
+                .build()
+                .map_err(|e| DriverError::redis(&address, e))?;
+            let conn = bounded(
+                &address,
+                "connect timed out",
+                settings.connect_timeout * 2,
+                client.get_async_connection(),
+            )
+            .await?;
+            Some(Link {
+                conn,
+                address: address.clone(),
+                response_timeout: settings.response_timeout,
+                publish,
+            })
+        }
+    };
+    let cluster = Cluster {
+        link: Link {
+            conn,
+            address,
+            response_timeout: settings.response_timeout,
+            publish,
+        },
+        once,
     };
     // A node down now only means its script cache is filled by EVAL later.
     let mut c = cluster.conn.clone();
@@ -131,6 +178,21 @@ pub(crate) async fn connect(
 }
 
 impl Cluster {
+    /// One acquire attempt: Redisson's format on the connection that never sends twice.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        hold: crate::lease::owner::Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<crate::protocol::Attempt, DriverError> {
+        let link = match (&keys.format, &self.once) {
+            (Format::Redisson(_), Some(once)) => once,
+            (Format::Redisson(_) | Format::Distlock, _) => &self.link,
+        };
+        link.acquire(keys, hold, lease, wait).await
+    }
+
     /// One command on every master: each master's reply (or error) by its address.
     async fn on_masters(
         &self,

@@ -228,10 +228,14 @@ impl Tls {
             None => None,
         };
         let client_tls = match (&cfg.tls_cert, &cfg.tls_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read("tls_cert", cert)?,
-                client_key: read("tls_key", key)?,
-            }),
+            (Some(cert), Some(key)) => {
+                let client = redis::ClientTlsConfig {
+                    client_cert: read("tls_cert", cert)?,
+                    client_key: read("tls_key", key)?,
+                };
+                check_client_certificate(cert, key, &client)?;
+                Some(client)
+            }
             _ => None,
         };
         let certs =
@@ -253,6 +257,51 @@ impl Tls {
             url.map(|u| u.address.as_str()).unwrap_or("?")
         )))
     }
+}
+
+/// The client certificate and key as rustls will take them, tried before any connection:
+/// a certificate rustls refuses (an X.509 v1 one, as `openssl x509 -req` signs without
+/// `-extfile`; a key that does not match it) is the client certificate's problem, named
+/// with its field and file, not a connection failure that looks like the server's.
+#[cfg(feature = "tls")]
+fn check_client_certificate(
+    cert_path: &std::path::Path,
+    key_path: &std::path::Path,
+    client: &redis::ClientTlsConfig,
+) -> Result<(), TlsSetupError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let cert_field = format!("tls_cert = \"{}\"", cert_path.display());
+    let key_field = format!("tls_key = \"{}\"", key_path.display());
+    let certs = CertificateDer::pem_slice_iter(&client.client_cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsSetupError(format!("{cert_field}: not a PEM certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err(TlsSetupError(format!(
+            "{cert_field}: the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&client.client_key)
+        .map_err(|e| TlsSetupError(format!("{key_field}: not a PEM private key: {e}")))?;
+    rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(certs, key)
+        .map(|_| ())
+        .map_err(|e| {
+            let text = e.to_string();
+            let hint = if text.contains("UnsupportedCertVersion") {
+                ": it is an X.509 v1 certificate (as `openssl x509 -req` signs without \
+                 `-extfile`); rustls takes v3 only: sign it again with extensions, e.g. \
+                 `-extfile` with `basicConstraints=CA:FALSE` and `extendedKeyUsage=clientAuth`"
+            } else if text.contains("InconsistentKeys") || text.contains("key") {
+                ": check that `tls_key` is the private key of this certificate"
+            } else {
+                ""
+            };
+            TlsSetupError(format!(
+                "{cert_field} (with {key_field}): the client certificate is refused by the TLS library: {text}{hint}"
+            ))
+        })
 }
 
 /// `host:port` of a list of URLs, comma-separated, for messages.

@@ -148,14 +148,23 @@ impl DriverError {
     }
 
     /// Whether the server said it cannot serve the command *now* (a failover or a restart
-    /// under way): `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`.
+    /// under way): `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`; and a
+    /// cluster redirect (`MOVED`, `ASK`) that reached the caller (the connection that never
+    /// sends twice does not follow redirects): the command did not run, the slot map is
+    /// being refreshed, and the next attempt goes to the new owner.
     fn is_server_busy_with_failover(&self) -> bool {
         use redis::ServerErrorKind as S;
         self.redis_error().is_some_and(|e| {
             matches!(
                 e.kind(),
                 redis::ErrorKind::Server(
-                    S::ReadOnly | S::BusyLoading | S::MasterDown | S::TryAgain | S::ClusterDown
+                    S::ReadOnly
+                        | S::BusyLoading
+                        | S::MasterDown
+                        | S::TryAgain
+                        | S::ClusterDown
+                        | S::Moved
+                        | S::Ask
                 )
             )
         })
@@ -258,7 +267,11 @@ impl std::error::Error for DriverError {
 
 /// What to do about a TLS failure the TLS library describes as `text`.
 fn tls_hint(text: &str) -> Option<&'static str> {
-    if text.contains("UnknownIssuer") {
+    // redis-rs builds its TLS client config (with our client certificate) per connection:
+    // a refusal there is about `tls_cert`/`tls_key`, whatever certificate error it quotes.
+    if text.contains("InvalidClientConfig") {
+        Some("TLS: the client certificate or key (`tls_cert`, `tls_key`) was refused")
+    } else if text.contains("UnknownIssuer") {
         Some("TLS: the server's certificate is not signed by a CA of `tls_ca` (or, without it, of the platform's roots)")
     } else if text.contains("certificate expired") || text.contains("not valid yet") {
         Some("TLS: the server's certificate is outside its validity period")

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
+use crate::lease::owner::{Hold, OwnerId, Under};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
@@ -83,7 +83,7 @@ struct State {
     locks: HashMap<String, Held>,
     /// Fencing counters (and id sequences): value and last use. Like the Redis counters
     /// (`protocol/fence_prologue.lua`) they are forgotten after `FENCE_RETENTION` unused,
-    /// and a new one starts from the clock (ms × 1000), above every token it gave before.
+    /// and a new one starts from the clock (in µs, + 1), above every token it gave before.
     fences: HashMap<String, (u64, Instant)>,
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
@@ -131,12 +131,13 @@ impl State {
 /// How long an unused fencing counter is kept (as on Redis).
 const FENCE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Where a new fencing counter starts: the clock in milliseconds × 1000.
+/// Where a new fencing counter starts: the clock in microseconds (its first token is one
+/// more), as `protocol/fence_prologue.lua` seeds a lost counter on Redis.
 fn clock_seed() -> u64 {
-    let ms = std::time::SystemTime::now()
+    let us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    u64::try_from(ms.saturating_mul(1000)).unwrap_or(u64::MAX / 2)
+        .map_or(0, |d| d.as_micros());
+    u64::try_from(us).unwrap_or(u64::MAX / 2)
 }
 
 /// Locks held in this process only.
@@ -200,7 +201,7 @@ impl MemoryDriver {
                 return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
             }
             Shape::Read | Shape::Write => {
-                return Self::rw_acquire(&mut st, keys, owner, lease, wait, now)
+                return Self::rw_acquire(&mut st, keys, hold, lease, wait, now)
             }
             Shape::Fair => {
                 let (held, reentrant) = match Self::live(&mut st, &keys.hash, now) {
@@ -317,17 +318,34 @@ impl MemoryDriver {
     fn rw_acquire(
         st: &mut State,
         keys: &LockKeys,
-        owner: OwnerId,
+        hold: Hold,
         lease: Duration,
         wait: Duration,
         now: Instant,
     ) -> Attempt {
+        let owner = hold.owner;
         let rw = st.rw.entry(keys.hash.clone()).or_default();
         rw.purge(now);
         let held = |until: Instant| Attempt::Held {
             ttl: Some((until - now).max(Duration::from_millis(1))),
         };
         let writer = rw.writer;
+        // A nested acquisition requires the owner's enclosing hold (as rw_acquire.lua's
+        // ARGV[6]); without it the outer is lost and nothing is created.
+        let writes = writer.is_some_and(|(w, _, _)| w == owner);
+        let reads = rw.readers.contains_key(&owner);
+        let enclosing = match (hold.nested, hold.under, keys.shape.is(LockKind::Read)) {
+            (false, _, _) => true,
+            (true, Under::Same, true) => reads,
+            (true, Under::Same, false) | (true, Under::Write, _) => writes,
+            (true, Under::Read, _) => writes || reads,
+        };
+        if !enclosing {
+            if rw.is_empty() {
+                st.rw.remove(&keys.hash);
+            }
+            return Attempt::OuterLost;
+        }
         if keys.shape.is(LockKind::Read) {
             if let Some((count, until)) = rw.readers.get_mut(&owner) {
                 *count += 1;
@@ -456,7 +474,9 @@ impl MemoryDriver {
         if *count > 0 {
             return Released::StillHeld;
         }
-        if let Some(until) = held.hold_until.filter(|u| *u > now) {
+        // Kept unless this release undoes the acquisition that set it (`Hold::undo`).
+        let undo = hold.undo && !hold.nested;
+        if let Some(until) = held.hold_until.filter(|u| *u > now && !undo) {
             // Kept, without owners, until `hold_at_least` has passed: nothing to wake.
             held.owners.clear();
             held.holder = None;
@@ -592,7 +612,9 @@ impl MemoryDriver {
         }
         st.fenced.insert(
             key.to_owned(),
-            (value.to_vec(), token, ttl.map(|t| now + t)),
+            // The ttl was checked (at most 365 days); a later Instant that cannot be
+            // represented is "never".
+            (value.to_vec(), token, ttl.and_then(|t| now.checked_add(t))),
         );
         true
     }

@@ -57,12 +57,33 @@ pub(crate) fn redisson_client_id() -> &'static str {
 
 /// One acquisition as the protocol sees it: the owner (shared by the nested acquisitions
 /// of one hold), a level id of its own (so a script run twice, or rolled back, counts it
-/// once), and whether the owner holds the lock already.
+/// once), and whether the owner holds the lock already (and in which mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Hold {
     pub(crate) owner: OwnerId,
     pub(crate) level: u64,
     pub(crate) nested: bool,
+    /// Set on the release that undoes this acquisition, whose outcome its caller never
+    /// learned (the reply lost, the future dropped, a failed quorum): no guard was handed
+    /// out, so nothing ran under it, and what it set for after its holder (a run-once
+    /// job's `hold:until`) goes with it. See [`Hold::undoing`].
+    pub(crate) undo: bool,
+    /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
+    /// (a read-write lock) of the other mode.
+    pub(crate) under: Under,
+}
+
+/// The enclosing hold a nested acquisition requires (the scripts answer "outer lost"
+/// without it, and create nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Under {
+    /// A hold of the same kind (and mode) by the owner.
+    Same,
+    /// The owner's write hold (a read nested in a write lock).
+    Write,
+    /// The owner's read hold (a write nested in a read lock: it re-enters only when the
+    /// owner is the writer too, else waits like any writer; there is no upgrade).
+    Read,
 }
 
 impl Hold {
@@ -72,16 +93,41 @@ impl Hold {
             owner: OwnerId::random(),
             level: rand::random(),
             nested: false,
+            under: Under::Same,
+            undo: false,
         }
     }
 
     /// A nested acquisition by `owner`, which holds the lock already.
     pub(crate) fn nested(owner: OwnerId) -> Hold {
+        Hold::nested_under(owner, Under::Same)
+    }
+
+    /// A nested acquisition by `owner`, which holds the lock already as `under` says.
+    pub(crate) fn nested_under(owner: OwnerId, under: Under) -> Hold {
         Hold {
             owner,
             level: rand::random(),
             nested: true,
+            undo: false,
+            under,
         }
+    }
+
+    /// The nested flag as the scripts take it: `0` a fresh acquisition, `1` nested in a
+    /// hold of the same kind, `w` in the owner's write hold, `r` in its read hold.
+    pub(crate) fn nested_arg(&self) -> &'static str {
+        match (self.nested, self.under) {
+            (false, _) => "0",
+            (true, Under::Same) => "1",
+            (true, Under::Write) => "w",
+            (true, Under::Read) => "r",
+        }
+    }
+
+    /// This acquisition, as the release that undoes it sees it (`undo` set).
+    pub(crate) fn undoing(self) -> Hold {
+        Hold { undo: true, ..self }
     }
 
     /// The level id as the scripts take it.

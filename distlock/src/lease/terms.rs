@@ -3,10 +3,52 @@
 use std::time::Duration;
 
 /// [`Lease::MAX`].
-pub(crate) const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_LEASE: Duration = distlock_config::MAX_LEASE;
 
 /// [`Lock::MAX_WAIT`](crate::Lock::MAX_WAIT).
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(365 * 86_400);
+
+/// `value` checked against the range of `what` (the one table of every entry point,
+/// [`distlock_config::check_duration`]), as the `InvalidDuration` of lock `key` on
+/// `backend`, whose `what` is `label`.
+pub(crate) fn check_duration(
+    what: distlock_config::DurationUse,
+    label: &'static str,
+    value: Duration,
+    key: &str,
+    backend: &str,
+) -> Result<Duration, crate::LockError> {
+    distlock_config::check_duration(what, value).map_err(|e| crate::LockError::InvalidDuration {
+        key: key.to_owned(),
+        backend: backend.to_owned(),
+        what: label,
+        value,
+        min: e.min,
+        limit: e.max,
+    })
+}
+
+/// The lease of an acquisition (`len`: the fixed duration, or `watchdog_timeout` for an
+/// auto lease) checked before anything is sent.
+pub(crate) fn check_lease(
+    lease: Lease,
+    len: Duration,
+    key: &str,
+    backend: &str,
+) -> Result<(), crate::LockError> {
+    use distlock_config::DurationUse;
+    match lease {
+        Lease::Auto => check_duration(
+            DurationUse::WatchdogTimeout,
+            "lease (watchdog_timeout)",
+            len,
+            key,
+            backend,
+        ),
+        Lease::Fixed(_) => check_duration(DurationUse::Lease, "lease", len, key, backend),
+    }
+    .map(|_| ())
+}
 
 /// How long a lock is held before it expires on its own.
 ///
@@ -101,15 +143,6 @@ pub enum LockKind {
 }
 
 impl LockKind {
-    /// Whether a nested acquisition of this kind counts a level of the enclosing hold
-    /// (reentrant and fair locks; a read-write lock counts its own holds per mode).
-    pub(crate) fn counts_levels(self) -> bool {
-        match self {
-            LockKind::Reentrant | LockKind::Fair => true,
-            LockKind::Read | LockKind::Write => false,
-        }
-    }
-
     /// Whether a waiter of this kind queues in the backend (fair and write locks), and so
     /// must leave the queue when it gives up.
     pub(crate) fn queues(self) -> bool {

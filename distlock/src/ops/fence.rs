@@ -157,7 +157,9 @@ impl Fence {
     }
 
     /// Let every accepted write expire after `ttl` (default: never; see the module
-    /// documentation). Must be at least 1 ms.
+    /// documentation). From 1 ms to 365 days ([`MAX_FENCE_TTL`](crate::config::MAX_FENCE_TTL)):
+    /// [`set`](Fence::set) refuses another with `LockError::InvalidDuration`, before
+    /// anything is written.
     ///
     /// ```
     /// let f = distlock::fence("session:7").ttl(std::time::Duration::from_secs(3600));
@@ -180,16 +182,21 @@ impl Fence {
         Ok((backend, name))
     }
 
-    fn ttl_ms(&self) -> Result<u64, LockError> {
+    /// The ttl in milliseconds (0: none), checked against its range (1 ms to 365 days)
+    /// before anything is sent.
+    fn ttl_ms(&self, backend: &str) -> Result<u64, LockError> {
         match self.ttl {
             None => Ok(0),
-            Some(t) if t >= Duration::from_millis(1) => {
+            Some(t) => {
+                let t = crate::lease::terms::check_duration(
+                    distlock_config::DurationUse::FenceTtl,
+                    "fence ttl",
+                    t,
+                    &self.key,
+                    backend,
+                )?;
                 Ok(u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
             }
-            Some(t) => Err(LockError::InvalidKey {
-                key: self.key.clone(),
-                reason: format!("fence ttl {t:?} is below 1 ms"),
-            }),
         }
     }
 
@@ -206,8 +213,8 @@ impl Fence {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
     pub async fn set(&self, value: impl AsRef<[u8]>, token: u64) -> Result<bool, LockError> {
-        let ttl_ms = self.ttl_ms()?;
         let (backend, name) = self.resolve()?;
+        let ttl_ms = self.ttl_ms(&backend.name)?;
         if let Some(m) = backend.memory() {
             return Ok(m.fenced_set(&name, value.as_ref(), token, self.ttl));
         }

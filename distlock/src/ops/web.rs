@@ -560,6 +560,7 @@ mod tests {
                 backend: "main".into(),
                 what: "lease",
                 value: Duration::MAX,
+                min: Duration::from_millis(1),
                 limit: crate::lease::terms::MAX_LEASE,
             },
             LockError::InvalidPermits {

@@ -26,13 +26,13 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::held::{Granted, LeaseState};
-use crate::lease::owner::{Hold, OwnerId};
+use crate::lease::owner::{Hold, OwnerId, Under};
 use crate::primitives::guard::{Held, ReleaseOnDrop};
 use crate::protocol::keys::{Format, LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Watch;
-use crate::{Lease, LockError};
+use crate::{Lease, LockError, LockKind};
 
 /// One acquisition: what to take, where, and on which terms.
 pub(crate) struct Request {
@@ -62,21 +62,10 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
-    // Checked before anything is sent: Redis cannot expire a key that far out, and a lock
-    // held for longer than a day without renewal is a wedge waiting to happen.
-    if lease_len > crate::lease::terms::MAX_LEASE {
-        return Err(LockError::InvalidDuration {
-            key: keys.user,
-            backend: backend.name.to_string(),
-            what: if auto {
-                "lease (watchdog_timeout)"
-            } else {
-                "lease"
-            },
-            value: lease_len,
-            limit: crate::lease::terms::MAX_LEASE,
-        });
-    }
+    // Checked before anything is sent: Redis cannot expire a key that far out, a lock held
+    // for longer than a day without renewal is a wedge waiting to happen, and a lease under
+    // a millisecond is over before its grant arrives.
+    crate::lease::terms::check_lease(lease, lease_len, &keys.user, &backend.name)?;
     let start = Instant::now();
     let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
     if let Format::Redisson(r) = &mut keys.format {
@@ -87,28 +76,37 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         }
     }
     let kind = keys.shape.lock_kind();
-    // An enclosing hold of this lock in this task: a nested acquisition re-enters it. Of
-    // the same kind, it counts a level of that hold, and sibling futures of the task take
-    // turns (the hold's one permit, within `wait`); of another kind (a write lock's owner
-    // taking the read lock) the owner is shared and the scripts of that kind decide. A
-    // semaphore has no enclosing hold: each acquisition is a holder of its own.
+    // An enclosing hold of this lock in this task: a nested acquisition re-enters it, of
+    // every kind alike. It counts a level of that hold (the scripts answer "outer lost",
+    // creating nothing, when the hold is gone), and sibling futures of the task take turns
+    // (the hold's one permit, within `wait`). A read-write lock's other mode is the same
+    // lock: a read inside the owner's write hold, or a write inside its read hold, is
+    // nested too (`Under`). A lock of another kind on the same name is another lock: the
+    // owner is shared, nothing more. A semaphore has no enclosing hold: each acquisition
+    // is a holder of its own.
     let outer = match kind {
         Some(_) => crate::lease::context::find(&backend.name, &keys.user),
         None => None,
     };
     let mut permit: Option<OwnedSemaphorePermit> = None;
     let base = match (&outer, kind) {
-        (Some(o), Some(kind)) if o.keys.shape.is(kind) && kind.counts_levels() => {
-            match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
-                Ok(Ok(p)) => permit = Some(p),
-                _ => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
+        (Some(o), Some(kind)) => match nested_under(&o.keys.shape, kind) {
+            Some(under) => {
+                match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
+                    Ok(Ok(p)) => permit = Some(p),
+                    _ => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
+                }
+                if o.is_lost() {
+                    return Err(o.lost_error());
+                }
+                Hold::nested_under(o.owner, under)
             }
-            if o.is_lost() {
-                return Err(o.lost_error());
-            }
-            Hold::nested(o.owner)
-        }
-        (Some(o), _) => Hold {
+            None => Hold {
+                nested: false,
+                ..Hold::nested(o.owner)
+            },
+        },
+        (Some(o), None) => Hold {
             nested: false,
             ..Hold::nested(o.owner)
         },
@@ -150,7 +148,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // error, it is released in the background. A retry after an error sends the same
         // level, so a first run whose reply was lost is found, not counted again.
         if pending.is_none() && !ambiguous_is_kept {
-            pending = Some(ReleaseOnDrop::new(&backend, &keys, hold));
+            pending = Some(ReleaseOnDrop::undo(&backend, &keys, hold));
         }
         let attempt = match crate::rt::runtime::entered(
             backend.acquire(&keys, hold, lease_len, left),
@@ -310,6 +308,18 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                 }
             }
         }
+    }
+}
+
+/// Which enclosing hold a nested acquisition of `kind` inside a hold of shape `outer` (the
+/// same name, in this task) requires; `None` when the two are different locks (a
+/// reentrant and a read lock of one name).
+fn nested_under(outer: &Shape, kind: LockKind) -> Option<Under> {
+    match (outer.lock_kind()?, kind) {
+        (o, k) if o == k => Some(Under::Same),
+        (LockKind::Write, LockKind::Read) => Some(Under::Write),
+        (LockKind::Read, LockKind::Write) => Some(Under::Read),
+        _ => None,
     }
 }
 

@@ -48,6 +48,10 @@ impl LockGuard {
     /// Resolves when the lease is lost: the watchdog found the lock gone or could not renew
     /// it in time, or a fixed lease ran out. Returns the `LeaseLost` error saying why.
     /// Never resolves after the guard is released.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only watches the lease; dropping it changes nothing.
     pub async fn lost(&self) -> LockError {
         self.held.state.lost().await
     }
@@ -64,6 +68,16 @@ impl LockGuard {
 
     /// Release the lock. `Err(LockError::NotHeld)` when this owner no longer held it
     /// (its lease expired, or the lock was deleted): then nothing was changed.
+    ///
+    /// # Errors
+    ///
+    /// `NotHeld` when this owner no longer held it (the lease had ended or the lock was
+    /// deleted: nothing was changed); `Backend` when Redis failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future before the reply sends the release again in the background
+    /// (a second run changes nothing): the lock is freed either way.
     pub async fn release(self) -> Result<(), LockError> {
         self.held.release().await
     }
@@ -187,6 +201,13 @@ impl ReleaseOnDrop {
         ReleaseOnDrop {
             armed: Some((backend.clone(), keys.clone(), hold)),
         }
+    }
+
+    /// Undoes the acquisition `hold` in the background when dropped armed: sent, its
+    /// outcome unknown, no guard handed out (see `Hold::undo`: a run-once job's slot is
+    /// freed, not kept until its `hold:until`).
+    pub(crate) fn undo(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
+        ReleaseOnDrop::new(backend, keys, hold.undoing())
     }
 
     /// The outcome is known: nothing to undo.

@@ -170,7 +170,7 @@ impl Leader {
     }
 
     /// Longest [`campaign`](Leader::campaign) waits to be elected (`Timeout` after it;
-    /// `Duration::ZERO` tries once). Default: until elected (at most [`Lock::MAX_WAIT`](crate::lease::terms::MAX_WAIT));
+    /// `Duration::ZERO` tries once). Default: until elected (at most [`Lock::MAX_WAIT`](crate::Lock::MAX_WAIT));
     /// a campaign is cancelled by dropping its future at any time.
     ///
     /// ```
@@ -232,12 +232,6 @@ impl Leader {
     /// the guard, or a loss). A waiting candidate is woken by the leader's release, or
     /// tries again when the leader's lease ends.
     ///
-    /// Dropping this future at any point leaves nothing held. Errors: `Timeout` when
-    /// [`wait`](Leader::wait) ran out; `Backend` when Redis failed (at once on the first
-    /// attempt; while waiting, retried within the wait); `Unsupported` on a redlock, multi
-    /// or `protocol = "redisson"` backend; `InvalidKey` for an empty name, a name over 1017
-    /// bytes or info over [`Leader::MAX_INFO`] bytes; `NotInitialized`, `NoSuchBackend`.
-    ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
     /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
@@ -248,6 +242,18 @@ impl Leader {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// `Timeout` when not elected within the wait; `InvalidKey` for an empty name or info
+    /// over [`Leader::MAX_INFO`] bytes; `Backend`, `Unsupported`, `NotInitialized`,
+    /// `NoSuchBackend`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn campaign(self) -> Result<LeaderGuard, LockError> {
         let (registry, backend, keys) = self.resolve()?;
         let info = match self.info {
@@ -510,6 +516,16 @@ impl LeaderGuard {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// `NotHeld` when this owner no longer held it (the lease had ended or the lock was
+    /// deleted: nothing was changed); `Backend` when Redis failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future before the reply sends the release again in the background
+    /// (a second run changes nothing): the lock is freed either way.
     pub async fn resign(mut self) -> Result<(), LockError> {
         let Some(guard) = self.guard.take() else {
             return Ok(());

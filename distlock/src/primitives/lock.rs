@@ -221,11 +221,21 @@ impl Lock {
     /// Acquire, waiting at most the configured wait. A waiter sleeps until a release of
     /// this key is published or the holder's lease runs out, whichever comes first.
     ///
-    /// Errors: `Timeout` when not acquired in time; `Backend` when Redis failed (on the first
-    /// attempt at once; once waiting for another holder, failures such as a failover in
-    /// progress are retried within the wait, and the last one is returned if it runs out);
-    /// `Unsupported` for a fair or read-write lock on a redlock or multi backend;
-    /// `NotInitialized`, `NoSuchBackend`, `InvalidKey`.
+    /// # Errors
+    ///
+    /// `Timeout` when not acquired within the wait (`Skipped` for a run-once job whose lock
+    /// is held); `Backend` when Redis failed (on the first attempt at once; once waiting for
+    /// another holder, failures such as a failover in progress are retried within the wait,
+    /// and the last one is returned if it runs out);
+    /// `LeaseLost` when a nested acquisition finds the enclosing hold gone; `Unsupported`
+    /// for a kind or option the backend cannot serve; `InvalidKey`, `InvalidDuration`,
+    /// `NotInitialized`, `NoSuchBackend`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let registry = match self.registry {
             Some(r) => r,
@@ -285,6 +295,17 @@ impl Lock {
     }
 
     /// Try once: `Ok(None)` when another owner holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), but a lock held by another owner is `Ok(None)`, not
+    /// `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(g) => Ok(Some(g)),
@@ -312,6 +333,18 @@ impl Lock {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// What acquiring returns, and `LeaseLost` when the lease is lost while the body runs
+    /// (with `Lease::Auto`; the body is dropped at its next `.await`). A failed release after
+    /// the body is logged, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any point releases what it holds (in the background) and
+    /// drops the body where it stands: what the body did before stays done, so its writes
+    /// belong in one transaction or are fenced by the token.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let on_lost = self.on_lost;
         let guard = self.acquire().await?;
@@ -402,23 +435,29 @@ async fn acquire(
                 ),
             });
         }
-        let limit = if auto {
-            crate::lease::terms::MAX_LEASE
-        } else {
-            lease_len
-        };
-        if hold > limit {
-            return Err(LockError::InvalidDuration {
-                key: keys.user,
-                backend: backend.name.to_string(),
-                what: if auto {
-                    "hold_at_least"
-                } else {
-                    "hold_at_least (longer than the fixed lease)"
-                },
-                value: hold,
-                limit,
-            });
+        if !hold.is_zero() {
+            let label = if auto {
+                "hold_at_least"
+            } else {
+                "hold_at_least (longer than the fixed lease)"
+            };
+            crate::lease::terms::check_duration(
+                distlock_config::DurationUse::HoldAtLeast,
+                label,
+                hold,
+                &keys.user,
+                &backend.name,
+            )?;
+            if !auto && hold > lease_len {
+                return Err(LockError::InvalidDuration {
+                    key: keys.user,
+                    backend: backend.name.to_string(),
+                    what: label,
+                    value: hold,
+                    min: distlock_config::DurationUse::HoldAtLeast.range().0,
+                    limit: lease_len,
+                });
+            }
         }
         keys.hold_at_least = Some(hold).filter(|h| !h.is_zero());
     }

@@ -143,10 +143,17 @@ impl MultiLock {
 
     /// Acquire every key, waiting at most the configured wait for all of them together.
     ///
-    /// Errors: `InvalidKey` for an empty list of keys; `Timeout` naming the first key not
-    /// taken in time (the keys taken before it are released again); otherwise what
-    /// [`Lock::acquire`] returns for that key. On every error nothing stays held, and so
-    /// when this future is dropped.
+    /// # Errors
+    ///
+    /// `InvalidKey` for an empty list; `LockOrder` when this task holds one of the keys out
+    /// of order; `Timeout` naming the first key not taken in time; otherwise what
+    /// [`Lock::acquire`](crate::Lock::acquire) returns for a key. Nothing stays held on an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn acquire(mut self) -> Result<MultiLockGuard, LockError> {
         if self.keys.is_empty() {
             return Err(LockError::InvalidKey {
@@ -240,6 +247,16 @@ impl MultiLock {
 
     /// Try each key once: `Ok(None)` when another owner holds one of them (nothing is held
     /// then).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), but a key held by another owner is `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn try_acquire(self) -> Result<Option<MultiLockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(g) => Ok(Some(g)),
@@ -267,6 +284,18 @@ impl MultiLock {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// What acquiring returns, and `LeaseLost` when the lease is lost while the body runs
+    /// (with `Lease::Auto`; the body is dropped at its next `.await`). A failed release after
+    /// the body is logged, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any point releases what it holds (in the background) and
+    /// drops the body where it stands: what the body did before stays done, so its writes
+    /// belong in one transaction or are fenced by the token.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let on_lost = self.on_lost;
         let guard = self.acquire().await?;
@@ -367,6 +396,16 @@ impl MultiLockGuard {
 
     /// Release every lock, the last taken first. All are released whatever happens; the
     /// first error (`NotHeld` for a key whose lease had ended) is returned.
+    ///
+    /// # Errors
+    ///
+    /// The first key's error (`NotHeld`, `Backend`); every key is released whatever the
+    /// others answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future before the reply sends the release again in the background
+    /// (a second run changes nothing): the lock is freed either way.
     pub async fn release(mut self) -> Result<(), LockError> {
         let mut first = None;
         while let Some(g) = self.guards.pop() {

@@ -180,13 +180,6 @@ impl Semaphore {
 
     /// Take `n` permits, waiting at most the configured wait.
     ///
-    /// Errors: `Timeout` when too few permits came free in time; `InvalidPermits` for a
-    /// semaphore of 0 permits, or `n` of 0 or above its permits; `InvalidDuration` for a
-    /// lease over `MAX_LEASE`; `Unsupported` on redlock, multi or a Redisson-format
-    /// backend; `Backend` when Redis failed (once waiting, transient failures are retried
-    /// within the wait); `NotInitialized`, `NoSuchBackend`, `InvalidKey`. When this future
-    /// is dropped, or fails, nothing stays held.
-    ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
     /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
@@ -198,6 +191,19 @@ impl Semaphore {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// `InvalidPermits` for 0 permits or more than the semaphore has; `Timeout` when not
+    /// enough permits were free within the wait; `Backend`, `Unsupported` (redlock, multi and
+    /// `protocol = "redisson"` backends), `InvalidKey`, `InvalidDuration`, `NotInitialized`,
+    /// `NoSuchBackend`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn acquire(&self, n: u32) -> Result<SemaphoreGuard, LockError> {
         let registry = match &self.registry {
             Some(r) => r.clone(),
@@ -244,6 +250,16 @@ impl Semaphore {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), but too few free permits is `Ok(None)`, not `Timeout`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropping this future at any `.await` leaves nothing held. An attempt
+    /// sent but not answered is released in the background (a release of what was never
+    /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphoreGuard>, LockError> {
         let once = Semaphore {
             wait: Some(Duration::ZERO),
@@ -269,6 +285,18 @@ impl Semaphore {
     /// # Ok(()) }
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// What acquiring returns, and `LeaseLost` when the lease is lost while the body runs
+    /// (with `Lease::Auto`; the body is dropped at its next `.await`). A failed release after
+    /// the body is logged, not returned.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future at any point releases what it holds (in the background) and
+    /// drops the body where it stands: what the body did before stays done, so its writes
+    /// belong in one transaction or are fenced by the token.
     pub async fn run<F: Future>(&self, n: u32, body: F) -> Result<F::Output, LockError> {
         self.acquire(n).await?.held.run(body, true).await
     }
@@ -427,6 +455,16 @@ impl SemaphoreGuard {
 
     /// Give the permits back. `Err(LockError::NotHeld)` when they were no longer held (the
     /// lease had ended): then nothing was changed.
+    ///
+    /// # Errors
+    ///
+    /// `NotHeld` when this owner no longer held it (the lease had ended or the lock was
+    /// deleted: nothing was changed); `Backend` when Redis failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping this future before the reply sends the release again in the background
+    /// (a second run changes nothing): the lock is freed either way.
     pub async fn release(self) -> Result<(), LockError> {
         self.held.release().await
     }

@@ -2,8 +2,9 @@
 -- after a lost reply): every acquisition marks its level in the hash (`l:<level id>`), so
 -- a second run finds its first run and answers the same without counting again.
 --
--- KEYS[1] lock hash (owner id -> reentrancy count, and l:<level id> -> 1 for each level
---         held; its expiry is the lease)
+-- KEYS[1] lock hash (owner id -> reentrancy count, and l:<level id> for each level held:
+--         the new holder's level -> its fencing token, a nested level -> 1; its expiry is
+--         the lease)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
@@ -16,8 +17,10 @@
 --   `host\tpid\tsite`: a new holder's entry (with the server TIME in ms and the token
 --   appended); the hash always has the lock's expiry (renew.lua, release.lua and
 --   force_release.lua keep it so), so it never outlives the lock.
--- Returns: {1, token} newly acquired (run again: the same, with the counter's current
---   value, and the expiry raised to a full lease from the run again); {2, 0} re-entered
+-- Returns: {1, token} newly acquired (run again: the same, with the token the first run
+--   drew, kept as its level's mark: never the counter's current value, which a holder of
+--   another kind of this key may have drawn since; and the expiry raised to a full lease
+--   from the run again); {2, 0} re-entered
 --   by the same owner (the expiry is only ever extended);
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
@@ -54,12 +57,12 @@ end
 -- EXISTS, and only an existing lock is looked at for a first run of this acquisition.
 if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, level) == 1 then
-    return again({1, tonumber(redis.call('get', fence))})
+    return again({1, tonumber(redis.call('hget', lock, level))})
   end
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)
-redis.call('hset', lock, owner, 1, level, 1)
+redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
 if at_least > 0 then
   local t = redis.call('time')
   redis.call('hset', lock, 'hold:until', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + at_least))

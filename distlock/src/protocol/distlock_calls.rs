@@ -13,7 +13,7 @@ use crate::LockKind;
 /// queue for that long).
 pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
     let wait = wait.as_millis().min(i64::MAX as u128).to_string();
-    let nested = if hold.nested { "1" } else { "0" };
+    let nested = hold.nested_arg();
     let mut call = match &keys.shape {
         Shape::Semaphore(sem) => return sem_acquire(keys, sem, hold, lease),
         Shape::Reentrant => Call::on(Script::Acquire, keys)
@@ -73,7 +73,11 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
             .arg(&keys.channel)
             .arg(publish.verb())
             .arg(hold.level_hex())
-            .arg(if keys.hold_at_least.is_some() || hold.nested {
+            .arg(if hold.undo && !hold.nested {
+                // The undo of the acquisition that created the lock (and set its
+                // `hold:until`): the job never ran, so the slot is freed.
+                "undo"
+            } else if keys.hold_at_least.is_some() || hold.nested {
                 "1"
             } else {
                 "0"
@@ -115,17 +119,13 @@ pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
 /// The call by which a fair or write waiter leaves the queue; `None` for the shapes that
 /// do not queue.
 pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
-    let script = match &keys.shape {
-        Shape::Fair => Script::FairCancel,
-        Shape::Write => Script::RwCancel,
+    let call = match &keys.shape {
+        Shape::Fair => Call::on(Script::FairCancel, keys),
+        // The holder information goes too: rw_cancel.lua forgets the holders that died.
+        Shape::Write => Call::on(Script::RwCancel, keys).with_info_key(keys),
         Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => return None,
     };
-    Some(
-        Call::on(script, keys)
-            .arg(owner.hex())
-            .arg(&keys.channel)
-            .arg(publish.verb()),
-    )
+    Some(call.arg(owner.hex()).arg(&keys.channel).arg(publish.verb()))
 }
 
 /// Delete a lock whoever holds it (with the other keys of fair and read-write locks). The

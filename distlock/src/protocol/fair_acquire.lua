@@ -12,7 +12,8 @@
 -- ARGV[4] level id (one per acquisition; see acquire.lua)
 -- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
 -- KEYS[5], ARGV[6] (optional) holder information, as in acquire.lua
--- Returns: as acquire.lua (and as safe to run twice); a refused waiter gets the time until the lock's lease ends, or until
+-- Returns: as acquire.lua (and as safe to run twice: the new holder's level mark keeps its
+--   token, which a run again answers); a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -30,7 +31,7 @@ if redis.call('hexists', lock, level) == 1 then
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
   if nested then return {2, 0} end
-  return {1, tonumber(redis.call('get', KEYS[4]))}
+  return {1, tonumber(redis.call('hget', lock, level))}
 end
 if nested then
   if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
@@ -81,7 +82,7 @@ if head then
   tidy()
 end
 local token = next_token(KEYS[4])
-redis.call('hset', lock, owner, 1, level, 1)
+redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
 redis.call('pexpire', lock, lease)
 if KEYS[5] then
   redis.call('hset', KEYS[5], owner, ARGV[6] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token))

@@ -312,6 +312,34 @@ mod tests {
         assert_eq!(r.args[0], b"1", "READ_UNLOCK_MESSAGE");
         assert_eq!(r.redisson_latch(), Some(latch.as_str()));
         assert!(cancel(&write, hold.owner, Publish::Plain).is_none());
+        // nested acquisitions name the enclosing hold they require (reply 3 without it)
+        use crate::lease::owner::Under;
+        let nested = |under| Hold::nested_under(hold.owner, under);
+        assert_eq!(acquire(&write, hold, d, Duration::ZERO).args.len(), 2);
+        let a = acquire(&write, nested(Under::Same), d, Duration::ZERO);
+        assert_eq!(a.args[2], b"1");
+        let a = acquire(&write, nested(Under::Read), d, Duration::ZERO);
+        assert_eq!(a.args[2..], [b"r".to_vec(), field.clone().into_bytes()]);
+        assert_eq!(acquire(&read, hold, d, Duration::ZERO).args.len(), 3);
+        let a = acquire(&read, nested(Under::Write), d, Duration::ZERO);
+        assert_eq!(a.args[3], b"w");
+        assert_eq!(
+            a.attempt(&Value::Array(vec![Value::Int(3), Value::Int(0)])),
+            Ok(Attempt::OuterLost)
+        );
+        let rw = LockKeys::for_kind("lock:", "o".into(), LockKind::Write).unwrap();
+        for (h, flag) in [
+            (hold, "0"),
+            (nested(Under::Same), "1"),
+            (nested(Under::Read), "r"),
+        ] {
+            assert_eq!(acquire(&rw, h, d, Duration::ZERO).args[5], flag.as_bytes());
+        }
+        let rr = LockKeys::for_kind("lock:", "o".into(), LockKind::Read).unwrap();
+        assert_eq!(
+            acquire(&rr, nested(Under::Write), d, Duration::ZERO).args[5],
+            b"w"
+        );
         assert_eq!(
             renew(&write, hold.owner, d).args[1],
             format!("{field}:write").as_bytes()

@@ -112,7 +112,8 @@ pub(crate) const SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
     ("zscore", &["x"]),
 ];
 
-/// Commands the scripts call only for inspection (not needed to lock).
+/// Commands the scripts call only for inspection (not needed to lock; `pubsub` counts the
+/// waiting processes, under `pcall`, and is `null` without the right).
 #[cfg(test)]
 pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange", "pubsub"];
 

@@ -23,7 +23,8 @@ pub(crate) const LATCH_TTL: Duration = Duration::from_secs(20);
 
 /// The acquire call. Every kind draws its fencing token from `redisson_lock_token:{name}`
 /// (the reentrant lock as `RFencedLock` does); a nested acquisition only re-enters (reply 3
-/// when the owner's field is gone).
+/// when the owner's enclosing hold is gone: its field, or for a read-write lock the field
+/// of the mode it is nested in, `Hold::nested_arg`).
 pub(crate) fn acquire(
     keys: &LockKeys,
     kind: LockKind,
@@ -33,7 +34,7 @@ pub(crate) fn acquire(
     wait: Duration,
 ) -> Call {
     let field = hold.owner.redisson_field();
-    let nested = if hold.nested { "1" } else { "0" };
+    let nested = hold.nested_arg();
     match kind {
         LockKind::Reentrant => {
             let call = Call::raw(
@@ -62,25 +63,39 @@ pub(crate) fn acquire(
             .arg(if wait.is_zero() { "try" } else { "wait" })
             .arg(nested)
         }
-        LockKind::Read => Call::raw(
-            Script::RedissonReadLock,
-            vec![
-                keys.hash.clone(),
-                rw_timeouts(keys, &field),
-                keys.fence.clone(),
-            ],
-            Vec::new(),
-        )
-        .arg(millis(lease))
-        .arg(&field)
-        .arg(format!("{field}:write")),
-        LockKind::Write => Call::raw(
-            Script::RedissonWriteLock,
-            vec![keys.hash.clone(), keys.fence.clone()],
-            Vec::new(),
-        )
-        .arg(millis(lease))
-        .arg(format!("{field}:write")),
+        LockKind::Read => {
+            let call = Call::raw(
+                Script::RedissonReadLock,
+                vec![
+                    keys.hash.clone(),
+                    rw_timeouts(keys, &field),
+                    keys.fence.clone(),
+                ],
+                Vec::new(),
+            )
+            .arg(millis(lease))
+            .arg(&field)
+            .arg(format!("{field}:write"));
+            if hold.nested {
+                call.arg(nested)
+            } else {
+                call
+            }
+        }
+        LockKind::Write => {
+            let call = Call::raw(
+                Script::RedissonWriteLock,
+                vec![keys.hash.clone(), keys.fence.clone()],
+                Vec::new(),
+            )
+            .arg(millis(lease))
+            .arg(format!("{field}:write"));
+            if hold.nested {
+                call.arg(nested).arg(&field)
+            } else {
+                call
+            }
+        }
     }
 }
 

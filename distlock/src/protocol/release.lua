@@ -9,7 +9,10 @@
 -- ARGV[4] level id of the acquisition released
 -- ARGV[5] '1' when the lock may carry `hold:until` (this hold was taken with
 --   hold_at_least, or is a nested level of a hold that may be), else '0': the common
---   release does not look for it
+--   release does not look for it; 'undo' when this release undoes an outermost
+--   acquisition whose outcome its caller never learned (the reply lost, the future
+--   dropped: no guard was handed out, the job did not run): the lock goes with the
+--   `hold:until` that acquisition set, so the slot is free for the job to run elsewhere
 -- KEYS[2] (optional) the holder information hash, deleted with the lock
 -- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
 -- freed before that time is kept, without a holder, until then: nothing is published, and

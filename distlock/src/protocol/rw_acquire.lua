@@ -10,16 +10,24 @@
 -- ARGV[3] 'read' or 'write'
 -- ARGV[4] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[5] level id (one per acquisition; see acquire.lua)
--- ARGV[6] '1' when the owner holds the lock already (a nested acquisition), else '0'
+-- ARGV[6] '0' a fresh acquisition; else a nested one, which requires the owner's enclosing
+--   hold and answers {3, 0} (creating nothing) when it is gone: '1' a hold of the same mode,
+--   'w' (a read) the owner's write hold, 'r' (a write) the owner's read hold or its write
+--   hold (without the write hold it waits like any writer: no upgrade)
 -- KEYS[5], ARGV[7] (optional) holder information: the info hash gets one entry per holder
 --   (`host\tpid\tsite\tsince_ms\ttoken`) and the expiry of the rw hash
--- Returns: as acquire.lua; run again (the level's mark found), the same answer, with the
---   owner's lease end raised to a full lease from now.
+-- Returns: as acquire.lua; run again (the level's mark found), the same answer (the token
+--   the first run drew, kept as rt:<owner> or wt; should it be gone, a new one is drawn and
+--   kept: never the counter's current value), with the owner's lease end raised to a full
+--   lease from now.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, lease, mode, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local level, nested = ARGV[5], ARGV[6] == '1'
+local level, within = ARGV[5], ARGV[6]
+-- Run again, a nested acquisition in a hold of the same mode answers {2, 0} (as its first
+-- run did); a read nested in the write hold may have been the owner's first read.
+local nested = within == '1' or within == 'r'
 -- Checked before this script's first write (the prologue only purged expired state).
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
@@ -30,10 +38,19 @@ end
 if not level or level == '' or string.find(level, ',', 1, true) then
   return redis.error_reply('ERR distlock: bad level id: ' .. tostring(level))
 end
-local function again()
-  if nested then return {2, 0} end
-  return {1, tonumber(redis.call('get', KEYS[4]))}
+if within ~= '0' and within ~= '1' and within ~= 'w' and within ~= 'r' then
+  return redis.error_reply('ERR distlock: bad nested flag: ' .. tostring(within))
 end
+local function again(field)
+  if nested then return {2, 0} end
+  local token = tonumber(redis.call('hget', rw, field))
+  if not token then
+    token = next_token(KEYS[4])
+    redis.call('hset', rw, field, string.format('%.0f', token))
+  end
+  return {1, token}
+end
+forget(KEYS[5])
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
   if not KEYS[5] then return end
@@ -48,8 +65,10 @@ if mode == 'read' then
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
     note(nil)
-    return again()
+    return again('rt:' .. owner)
   end
+  if within == '1' and redis.call('hexists', rw, rc) == 0 then return {3, 0} end
+  if within == 'w' and writer ~= owner then return {3, 0} end
   if redis.call('hexists', rw, rc) == 1 then
     redis.call('hincrby', rw, rc, 1)
     mark(mr, level)
@@ -65,7 +84,7 @@ if mode == 'read' then
     if w[2] then return {0, left(tonumber(w[2]))} end
   end
   local token = next_token(KEYS[4])
-  redis.call('hset', rw, rc, 1)
+  redis.call('hset', rw, rc, 1, 'rt:' .. owner, string.format('%.0f', token))
   mark(mr, level)
   redis.call('zadd', readers, now + lease, owner)
   touch()
@@ -80,7 +99,11 @@ if writer == owner and marked(mw, level) then
   end
   touch()
   note(nil)
-  return again()
+  return again('wt')
+end
+if within == '1' and writer ~= owner then return {3, 0} end
+if within == 'r' and writer ~= owner and redis.call('hexists', rw, 'r:' .. owner) == 0 then
+  return {3, 0}
 end
 if writer == owner then
   redis.call('hincrby', rw, 'wcount', 1)
@@ -104,7 +127,7 @@ if busy then
 end
 local token = next_token(KEYS[4])
 writer, wexp = owner, now + lease
-redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, mw, ',' .. level .. ',')
+redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, 'wt', string.format('%.0f', token), mw, ',' .. level .. ',')
 redis.call('zrem', writers, owner)
 touch()
 note(token)

@@ -16,6 +16,7 @@
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, mode, level = ARGV[1], ARGV[2], ARGV[5]
+forget(KEYS[4])
 local function announce()
   local published = redis.pcall(ARGV[4], ARGV[3], owner)
   if type(published) == 'table' and published.err then return {0, published.err} end
@@ -28,7 +29,7 @@ if mode == 'write' then
   end
   local n = redis.call('hincrby', rw, 'wcount', -1)
   if n > 0 then return n end
-  redis.call('hdel', rw, 'writer', 'wcount', 'wexp', 'mw:' .. owner)
+  redis.call('hdel', rw, 'writer', 'wcount', 'wexp', 'wt', 'mw:' .. owner)
   writer = false
   touch()
   if KEYS[4] and redis.call('hexists', rw, 'r:' .. owner) == 0 then
@@ -43,7 +44,7 @@ if not unmark('mr:' .. owner, level) then
 end
 local n = redis.call('hincrby', rw, rc, -1)
 if n > 0 then return n end
-redis.call('hdel', rw, rc, 'mr:' .. owner)
+redis.call('hdel', rw, rc, 'mr:' .. owner, 'rt:' .. owner)
 redis.call('zrem', readers, owner)
 touch()
 if KEYS[4] and writer ~= owner then

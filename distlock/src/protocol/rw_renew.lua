@@ -16,6 +16,7 @@ local owner, lease = ARGV[1], tonumber(ARGV[2])
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
+forget(KEYS[4])
 if ARGV[3] == 'write' then
   if writer ~= owner then return 0 end
   if wexp < now + lease then

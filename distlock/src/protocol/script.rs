@@ -60,6 +60,7 @@ pub(crate) enum Script {
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
 const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
 const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
+const REDISSON_TOKEN_PROLOGUE: &str = include_str!("redisson/token_prologue.lua");
 
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
@@ -120,16 +121,30 @@ impl Script {
                 Script::Fence => include_str!("fence.lua").to_owned(),
                 Script::FenceGet => include_str!("fence_get.lua").to_owned(),
                 Script::Inspect => include_str!("inspect.lua").to_owned(),
-                Script::RedissonLock => include_str!("redisson/lock.lua").to_owned(),
+                Script::RedissonLock => {
+                    [REDISSON_TOKEN_PROLOGUE, include_str!("redisson/lock.lua")].concat()
+                }
                 Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
                 Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
-                Script::RedissonFairLock => include_str!("redisson/fair_lock.lua").to_owned(),
+                Script::RedissonFairLock => [
+                    REDISSON_TOKEN_PROLOGUE,
+                    include_str!("redisson/fair_lock.lua"),
+                ]
+                .concat(),
                 Script::RedissonFairUnlock => include_str!("redisson/fair_unlock.lua").to_owned(),
                 Script::RedissonFairCancel => include_str!("redisson/fair_cancel.lua").to_owned(),
-                Script::RedissonReadLock => include_str!("redisson/read_lock.lua").to_owned(),
+                Script::RedissonReadLock => [
+                    REDISSON_TOKEN_PROLOGUE,
+                    include_str!("redisson/read_lock.lua"),
+                ]
+                .concat(),
                 Script::RedissonReadUnlock => include_str!("redisson/read_unlock.lua").to_owned(),
                 Script::RedissonReadRenew => include_str!("redisson/read_renew.lua").to_owned(),
-                Script::RedissonWriteLock => include_str!("redisson/write_lock.lua").to_owned(),
+                Script::RedissonWriteLock => [
+                    REDISSON_TOKEN_PROLOGUE,
+                    include_str!("redisson/write_lock.lua"),
+                ]
+                .concat(),
                 Script::RedissonWriteUnlock => include_str!("redisson/write_unlock.lua").to_owned(),
                 Script::RedissonFairForceUnlock => {
                     include_str!("redisson/fair_force_unlock.lua").to_owned()

@@ -1,6 +1,9 @@
 -- Take permits of a semaphore (after sem_prologue.lua and fence_prologue.lua). Safe to run
 -- twice: an acquisition is one holder id, so a second run finds its entry and answers the
--- same, with its lease raised to a full lease from now (only ever extending).
+-- same (its own token, kept as t:<holder id>), with its lease raised to a full lease from
+-- now (only ever extending). A run again whose entry in the counts hash is gone (deleted or
+-- evicted apart from the zset) gets its count back and a new token of its own, never the
+-- counter's current value (another holder's token).
 --
 -- KEYS[1] holders zset, KEYS[2] counts hash (see sem_prologue.lua)
 -- KEYS[3] fencing counter (shared with the locks of the key)
@@ -26,8 +29,14 @@ end
 local now = purge()
 if redis.call('zscore', holders, id) then
   redis.call('zadd', holders, 'xx', 'gt', now + lease, id)
+  if not redis.call('hget', counts, id) then redis.call('hset', counts, id, n) end
+  local token = tonumber(redis.call('hget', counts, 't:' .. id))
+  if not token then
+    token = next_token(fence)
+    redis.call('hset', counts, 't:' .. id, string.format('%.0f', token))
+  end
   keep(now)
-  return {1, tonumber(redis.call('hget', counts, 't:' .. id) or redis.call('get', fence) or 0)}
+  return {1, token}
 end
 -- A holder whose count is missing (its hash deleted or evicted apart from the zset) counts
 -- as holding every permit until its lease ends: never admit more than the limit.

@@ -4,7 +4,8 @@
 
 use redis::aio::MultiplexedConnection;
 
-pub const REDISSON_LOCK: &str = include_str!("../../../distlock/src/protocol/redisson/lock.lua");
+/// `redisson/lock.lua` as distlock sends it (after `redisson/token_prologue.lua`).
+pub const REDISSON_LOCK: &str = distlock::__private::scripts::REDISSON_LOCK;
 pub const REDISSON_UNLOCK: &str =
     include_str!("../../../distlock/src/protocol/redisson/unlock.lua");
 

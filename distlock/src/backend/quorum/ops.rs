@@ -199,7 +199,7 @@ impl QuorumDriver {
                 move |node| {
                     let keys = keys.clone();
                     async move {
-                        let r = node.server()?.release(&keys, hold).await;
+                        let r = node.server()?.release(&keys, hold.undoing()).await;
                         if let Err(e) = &r {
                             tracing::debug!(node = %node.address, key = %keys.user, error = %e,
                                 "distlock: undoing a partial grant failed; it expires with its lease");

@@ -11,7 +11,8 @@
 -- ARGV[3]  the per-waiter allowance in ms: the caller's wait, or Redisson's
 --          fairLockWaitTimeout (300000) when it has none
 -- KEYS[4]  (optional) the token counter "redisson_lock_token:{name}": a new acquisition
---          INCRs it (distlock's fencing token; Redisson's fair lock has none)
+--          INCRs it (distlock's fencing token; Redisson's fair lock has none; a lost
+--          counter starts again above its tokens: token_prologue.lua)
 -- ARGV[4]  "wait" to queue when refused, "try" not to (Redisson's tryLock() without wait)
 -- ARGV[5]  (optional) "1": only re-enter a hold this owner has (distlock's nested
 --          acquisition); nothing is created or queued when the owner's field is gone
@@ -31,7 +32,11 @@
 -- processes agree; Redisson clients write their own clocks into the same zset, so hosts
 -- need synchronized clocks either way); re-entry only extends the expiry; a refused
 -- waiter gets a positive hint where Redisson's answer can be 0 or negative (the lock free
--- but another owner at the head), which would make the caller spin.
+-- but another owner at the head), which would make the caller spin; the queue and the
+-- deadlines expire with the latest deadline in them (tidy(); Redisson keeps them without
+-- an expiry, so a waiter that died stays until a later acquisition drops it: with nobody
+-- acquiring again, for good). A Java waiter queued later with a deadline beyond that
+-- expiry may find its place gone; it then queues again (fairness, never exclusion).
 local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, allowance = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if lease == nil or lease <= 0 or allowance == nil or allowance <= 0 then
@@ -45,6 +50,19 @@ if ARGV[5] == '1' and redis.call('hexists', lock, owner) == 0 then
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The queue and the deadlines end with the latest deadline in them (nobody waits after
+-- it), or go when nobody waits.
+local function tidy()
+  local last = redis.call('zrange', deadlines, -1, -1, 'withscores')
+  if last[2] then
+    local ttl = math.max(math.floor(tonumber(last[2]) - now), 1)
+    redis.call('pexpire', deadlines, ttl)
+    redis.call('pexpire', queue, ttl)
+  else
+    redis.call('del', queue, deadlines)
+  end
+end
 
 -- drop owners at the head whose deadline passed
 while true do
@@ -73,8 +91,9 @@ if redis.call('exists', lock) == 0 then
     redis.call('pexpire', lock, lease)
     local token = 0
     if KEYS[4] ~= nil then
-      token = redis.call('incr', KEYS[4])
+      token = next_token(KEYS[4])
     end
+    tidy()
     return {1, token}
   end
 end
@@ -84,6 +103,7 @@ if redis.call('hexists', lock, owner) == 1 then
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
+  tidy()
   return {2, 0}
 end
 
@@ -100,6 +120,7 @@ local function hint()
 end
 
 if ARGV[4] == 'try' or redis.call('zscore', deadlines, owner) then
+  tidy()
   return {0, hint()}
 end
 
@@ -113,4 +134,5 @@ end
 if redis.call('zadd', deadlines, ahead + allowance + now, owner) == 1 then
   redis.call('rpush', queue, owner)
 end
+tidy()
 return {0, hint()}

@@ -18,7 +18,13 @@
 --   shorten an expiry a longer lease left); the keys and fields written are the same;
 -- * the replies are distlock's triple instead of nil/pttl, and the fenced lock's token
 --   comes back from the same call (Redisson's lockAndGetToken path returns it likewise).
--- Like Redisson, the fenced lock's counter grows on a re-entry too and never expires.
+-- Like Redisson, the fenced lock's counter grows on a re-entry too and never expires (a
+-- lost counter starts again above the tokens it gave: token_prologue.lua).
+--
+-- Not safe to run twice: a run again is counted as a re-entry (the layout has no mark per
+-- acquisition, and an extra field in the hash would change what Java clients see), and it
+-- answers {2, token}; distlock takes no token from a re-entry (its guard carries the outer
+-- hold's), and sends these calls once.
 local lock, owner, lease = KEYS[1], ARGV[2], tonumber(ARGV[1])
 if lease == nil or lease <= 0 then
   return redis.error_reply('ERR lease must be a positive number of ms')
@@ -36,7 +42,7 @@ if ARGV[3] == '1' and state ~= 2 then
 end
 local token = 0
 if KEYS[2] ~= nil then
-  token = redis.call('incr', KEYS[2])
+  token = next_token(KEYS[2])
 end
 redis.call('hincrby', lock, owner, 1)
 if state == 1 or redis.call('pttl', lock) < lease then
