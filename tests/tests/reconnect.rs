@@ -34,6 +34,14 @@ fn pubsub_clients(addr: &str) -> usize {
     }
 }
 
+/// How many connections at `addr` subscribe `channel` (`PUBSUB NUMSUB`).
+fn channel_subscribers(addr: &str, channel: &str) -> i64 {
+    match resp_command(addr, &["PUBSUB", "NUMSUB", channel]) {
+        Ok(RespValue::Array(a)) => a.get(1).and_then(RespValue::as_int).unwrap_or(0),
+        other => panic!("PUBSUB NUMSUB at {addr}: {other:?}"),
+    }
+}
+
 /// `CLIENT KILL TYPE pubsub` at `addr` in a loop for `KILLING` on a thread; how many
 /// connections it killed, and how many it made itself (one a command).
 fn kill_pubsub_clients(addr: String) -> std::thread::JoinHandle<(u64, u64)> {
@@ -82,8 +90,10 @@ async fn the_subscriber_backs_off_when_its_connection_is_closed_cleanly() {
                 .await
         })
     };
+    // (The subscriber listens on the revocation channel from the start: wait for the
+    // waiter's own channel.)
     eventually(Duration::from_secs(10), "the waiter subscribes", || {
-        pubsub_clients(&addr) == 1
+        pubsub_clients(&addr) == 1 && channel_subscribers(&addr, "lock:{busy}:released") == 1
     })
     .await;
 
@@ -106,7 +116,7 @@ async fn the_subscriber_backs_off_when_its_connection_is_closed_cleanly() {
 
     // It still works: the waiter hears the release.
     eventually(Duration::from_secs(10), "the subscriber is back", || {
-        pubsub_clients(&addr) == 1
+        pubsub_clients(&addr) == 1 && channel_subscribers(&addr, "lock:{busy}:released") == 1
     })
     .await;
     holder.release().await.unwrap();

@@ -420,6 +420,10 @@ async fn spawn_subscriber(
     Ok(())
 }
 
+/// What an error of [`run_ids`] starts with when the server refused `INFO` (an ACL user
+/// without it): asking again will not help.
+const REFUSED: &str = "refused: ";
+
 /// The run id of every master, by address (`INFO server` on all of them).
 async fn run_ids(
     conn: &mut ClusterConnection,
@@ -430,6 +434,7 @@ async fn run_ids(
     let asked = conn.route_command(redis::cmd("INFO").arg("server").clone(), routing);
     let reply = match tokio::time::timeout(limit, asked).await {
         Ok(Ok(v)) => v,
+        Ok(Err(e)) if e.code() == Some("NOPERM") => return Err(format!("{REFUSED}{e}")),
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err(format!("no answer within {limit:?}")),
     };
@@ -573,6 +578,14 @@ async fn run(
                             }
                         }
                         known = Some(now);
+                    }
+                    // Not known, and it will not be: check every lease once.
+                    Err(e) if e.starts_with(REFUSED) => {
+                        tracing::debug!(backend = %backend, error = %e, "distlock: INFO refused; checking every lease after the reconnect");
+                        recheck = None;
+                        if let Some(h) = hub.upgrade() {
+                            h.revoked(crate::rt::hub::Revoked::All);
+                        }
                     }
                     Err(e) if tries < RECHECK_TRIES => {
                         tracing::debug!(backend = %backend, error = %e, "distlock: the masters' run ids are not known yet");

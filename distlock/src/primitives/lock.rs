@@ -353,7 +353,22 @@ impl Lock {
     }
 
     /// Delete the lock whoever holds it, waking its waiters (administration: a stuck
-    /// lock). Returns whether a lock was there. The holder's guard will find it lost.
+    /// lock). Returns whether a lock was there. The holder is told at once: its process
+    /// hears the revocation (the backend-wide channel `<key_prefix>__revoked`; on the
+    /// memory backend before this returns), checks its lease with one renewal round trip,
+    /// and its guard's `lost()` resolves; a message missed while its subscriber was
+    /// reconnecting is made up for by its next renewal (docs/operations.md).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.lock("stuck").acquire().await?;
+    /// assert!(registry.lock("stuck").force_unlock().await?);
+    /// assert!(!g.is_held());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    ///
     /// With `kind(Fair)` it deletes the fair lock and its queue; with `kind(Read)` or
     /// `kind(Write)` the read-write lock (all readers, the writer, the waiting writers).
     /// On a `protocol = "redisson"` backend it does what Redisson's `forceUnlock` does: the
