@@ -174,7 +174,7 @@ enum Guard {
     Lock(LockGuard),
     Semaphore(SemaphoreGuard),
     Multi(MultiLockGuard),
-    Leader(LeaderGuard),
+    Leader(Box<LeaderGuard>),
 }
 
 impl Guard {
@@ -239,7 +239,7 @@ async fn take(
                 .acquire()
                 .await?,
         ),
-        Kind::Leader => Guard::Leader(reg.leader(key).wait(wait).campaign().await?),
+        Kind::Leader => Guard::Leader(Box::new(reg.leader(key).wait(wait).campaign().await?)),
     })
 }
 
