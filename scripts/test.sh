@@ -107,6 +107,12 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     # The three library crates as they would be published: each packaged and built from its
     # package alone (distlock against the packaged distlock-macros and distlock-config).
     section "cargo package (distlock-config, distlock-macros, distlock)"
+    # cargo package verifies each crate against the others' freshly packaged copies through a
+    # local registry, and keeps their unpacked sources by name and version in CARGO_HOME: a
+    # previous run's copies (same version, older content) would be used instead. Remove them.
+    cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+    find "$cargo_home/registry/src" "$cargo_home/registry/cache" -mindepth 2 -maxdepth 2 \
+        -path '*/-*/distlock*' -exec rm -rf {} + 2>/dev/null || true
     cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock
 fi
 
