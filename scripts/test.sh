@@ -113,7 +113,13 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     cargo_home="${CARGO_HOME:-$HOME/.cargo}"
     find "$cargo_home/registry/src" "$cargo_home/registry/cache" -mindepth 2 -maxdepth 2 \
         -path '*/-*/distlock*' -exec rm -rf {} + 2>/dev/null || true
-    cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock
+    # Registry crates are never rebuilt for a change of their sources (a version is
+    # immutable), so the verification builds in a target directory of its own, made afresh:
+    # a previous run's distlock-config 0.1.0 would otherwise be reused, however old.
+    rm -rf "$ROOT/target/package-check"
+    CARGO_TARGET_DIR="$ROOT/target/package-check" \
+        cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock
+    rm -rf "$ROOT/target/package-check"
 fi
 
 # One run at a time per machine: the ports are fixed, and a second run's
