@@ -349,6 +349,9 @@ pub struct Report {
     pub unsignalled_overlaps: u64,
     /// Sections overlapped by a later holder, told first each time.
     pub signalled_overlaps: u64,
+    /// Shared (reader) sections overlapped by a later reader: allowed by the kind's rule;
+    /// shows the readers did share.
+    pub shared_overlaps: u64,
     /// Fenced writes accepted although a larger token's write had completed before: must be 0.
     pub stale_writes_accepted: u64,
     /// Fenced writes refused as stale.
@@ -401,12 +404,17 @@ pub fn check(
     for (i, a) in sections.iter().enumerate() {
         let a_end = close(a);
         let mut overlapped = false;
+        let mut shared = false;
         let mut unsignalled: Option<&Section> = None;
         for b in &sections[i + 1..] {
             if b.acquired >= a_end {
                 break;
             }
-            if b.pid == a.pid || !exclusion.conflict(a, b) {
+            if b.pid == a.pid {
+                continue;
+            }
+            if !exclusion.conflict(a, b) {
+                shared = true;
                 continue;
             }
             overlapped = true;
@@ -431,6 +439,7 @@ pub fn check(
                 r.min_signal_lead_ns = Some(r.min_signal_lead_ns.map_or(lead, |m| m.min(lead)));
             }
         }
+        r.shared_overlaps += u64::from(shared);
         match (overlapped, unsignalled) {
             (false, _) => {}
             (true, None) => r.signalled_overlaps += 1,
@@ -685,6 +694,7 @@ mod tests {
             0,
         );
         assert_eq!((r.unsignalled_overlaps, r.token_regressions), (0, 0));
+        assert_eq!(r.shared_overlaps, 1);
         // A writer inside with readers: both readers overlapped without a signal.
         let r = check(
             Exclusion::ReadersShare,

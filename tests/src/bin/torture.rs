@@ -1324,6 +1324,12 @@ fn main() {
                 lead as f64 / 1e6
             ));
         }
+        if r.shared_overlaps > 0 {
+            notes.push_str(&format!(
+                "; readers shared {}× (allowed)",
+                r.shared_overlaps
+            ));
+        }
         if let Some(n) = run_note {
             notes.push_str(&format!("; {n}"));
         }
