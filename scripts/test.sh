@@ -173,7 +173,7 @@ section "$(printf '%s ' cargo test "${scope[@]}" "$@")"
 status=0
 cargo test --no-fail-fast "${scope[@]}" "$@" 9>&- || status=$?
 
-# The fault-testing run (scripts/torture.sh --quick, about 2 minutes) after a passing full
+# The fault-testing run (scripts/torture.sh --quick, about 4 minutes) after a passing full
 # suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
 # are its own (17300..17339).
 if ((status == 0)) && { (($# == 0)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then

@@ -3,13 +3,16 @@
 # one lock, and a history checker on what they recorded (tests/src/bin/torture.rs,
 # tests/src/bin/torture-worker.rs, tests/src/history.rs).
 #
-#   scripts/torture.sh [--quick|--long] [--keep] [scenario...]
+#   scripts/torture.sh [--quick|--long] [--keep] [--kind KIND]... [scenario...]
 #
-# Prints one row per scenario x backend: sections, unsignalled overlaps, signalled
-# overlaps, stale writes accepted / refused by the fenced resource, lost updates on an
-# unfenced counter, token regressions, time. Exits non-zero on any unsignalled overlap or
-# accepted stale write (scenarios marked "documented limit" excepted). --quick (the
-# default; about 2 minutes) runs in scripts/test.sh; --long runs each scenario 60 s.
+# Prints one row per scenario x backend x lock kind: sections, unsignalled overlaps,
+# signalled overlaps, stale writes accepted / refused by the fenced resource, lost updates
+# on an unfenced counter, token regressions, time; then the overlaps summed per kind.
+# Exits non-zero on any unsignalled overlap or accepted stale write (scenarios marked
+# "documented limit" excepted). Kinds: reentrant, write, read-write (readers and writers
+# by turns; readers may share), semaphore (1 permit), leader, redisson, redisson-rw (the
+# Redisson format). --quick (the default; about 4 minutes) runs in scripts/test.sh, every
+# kind on the pause and kill scenarios only; --long runs each scenario x kind 60 s.
 #
 # Servers listen on 127.0.0.1:17300..17319, proxies on 17320..17339. Everything the run
 # starts is in its own process group, killed on every way out of this script; so are the

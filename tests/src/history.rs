@@ -35,6 +35,104 @@ pub const RESUME_SLACK_NS: u64 = 150_000_000;
 /// [`RESUME_SLACK_NS`] as a duration.
 pub const RESUME_SLACK: std::time::Duration = std::time::Duration::from_nanos(RESUME_SLACK_NS);
 
+/// What a worker of a torture run takes for each critical section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primitive {
+    /// `registry.lock(key)` of the given kind (every section exclusive).
+    Lock(distlock::LockKind),
+    /// `registry.lock(key)`, read or write by turns: reader sections are shared.
+    ReadWriteMix,
+    /// `registry.semaphore(key, 1).acquire(1)`: one permit, so exclusive.
+    Semaphore,
+    /// `registry.leader(key).campaign()` then `resign()`: a section is one leadership
+    /// (the epoch as its token).
+    Leader,
+}
+
+/// Which sections of a kind may overlap: the checker's rule for the kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exclusion {
+    /// No two sections may overlap.
+    Exclusive,
+    /// Shared (reader) sections may overlap each other; an exclusive one overlaps nothing.
+    ReadersShare,
+}
+
+/// One lock kind of the torture run: how the worker takes it, and the exclusion rule the
+/// checker applies. [`KINDS`] is the one list both use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockKindSpec {
+    /// The name on the command line and in the table.
+    pub name: &'static str,
+    /// How each section is taken.
+    pub primitive: Primitive,
+    /// The backend's `protocol = "redisson"` (Redisson's on-Redis format).
+    pub redisson: bool,
+    /// Which sections may overlap.
+    pub exclusion: Exclusion,
+}
+
+/// Every lock kind of the torture run; the first is the default.
+pub const KINDS: &[LockKindSpec] = &[
+    LockKindSpec {
+        name: "reentrant",
+        primitive: Primitive::Lock(distlock::LockKind::Reentrant),
+        redisson: false,
+        exclusion: Exclusion::Exclusive,
+    },
+    LockKindSpec {
+        name: "write",
+        primitive: Primitive::Lock(distlock::LockKind::Write),
+        redisson: false,
+        exclusion: Exclusion::Exclusive,
+    },
+    LockKindSpec {
+        name: "read-write",
+        primitive: Primitive::ReadWriteMix,
+        redisson: false,
+        exclusion: Exclusion::ReadersShare,
+    },
+    LockKindSpec {
+        name: "semaphore",
+        primitive: Primitive::Semaphore,
+        redisson: false,
+        exclusion: Exclusion::Exclusive,
+    },
+    LockKindSpec {
+        name: "leader",
+        primitive: Primitive::Leader,
+        redisson: false,
+        exclusion: Exclusion::Exclusive,
+    },
+    LockKindSpec {
+        name: "redisson",
+        primitive: Primitive::Lock(distlock::LockKind::Reentrant),
+        redisson: true,
+        exclusion: Exclusion::Exclusive,
+    },
+    LockKindSpec {
+        name: "redisson-rw",
+        primitive: Primitive::ReadWriteMix,
+        redisson: true,
+        exclusion: Exclusion::ReadersShare,
+    },
+];
+
+/// The kind named `name`, if any.
+pub fn kind(name: &str) -> Option<&'static LockKindSpec> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+impl Exclusion {
+    /// Whether sections `a` and `b`, both inside at once, break the rule.
+    pub fn conflict(self, a: &Section, b: &Section) -> bool {
+        match self {
+            Exclusion::Exclusive => true,
+            Exclusion::ReadersShare => !(a.shared && b.shared),
+        }
+    }
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process of the machine
 /// (unlike `std::time::Instant`, whose values cannot be compared across processes).
 pub fn now_ns() -> u64 {
@@ -77,6 +175,11 @@ impl Recorder {
         self.line(format!("A {token} {t}\n"));
     }
 
+    /// A shared (reader) acquire returned with `token` at `t`.
+    pub fn acquired_shared(&mut self, token: u64, t: u64) {
+        self.line(format!("A {token} {t} S\n"));
+    }
+
     /// `lost()` fired at `t`.
     pub fn lost(&mut self, token: u64, t: u64) {
         self.line(format!("L {token} {t}\n"));
@@ -112,6 +215,8 @@ pub struct Section {
     pub token: u64,
     /// When the acquire returned.
     pub acquired: u64,
+    /// A shared (reader) section.
+    pub shared: bool,
     /// When `lost()` fired, if it did.
     pub lost: Option<u64>,
     /// When the release was sent (`None`: the process died or the run ended first).
@@ -154,6 +259,7 @@ pub fn parse(pid: u32, text: &str) -> (Vec<Section>, HashMap<String, u64>) {
                         pid,
                         token,
                         acquired: t,
+                        shared: f.get(3) == Some(&"S"),
                         lost: None,
                         released: None,
                         unfenced: false,
@@ -243,6 +349,9 @@ pub struct Report {
     pub unsignalled_overlaps: u64,
     /// Sections overlapped by a later holder, told first each time.
     pub signalled_overlaps: u64,
+    /// Shared (reader) sections overlapped by a later reader: allowed by the kind's rule;
+    /// shows the readers did share.
+    pub shared_overlaps: u64,
     /// Fenced writes accepted although a larger token's write had completed before: must be 0.
     pub stale_writes_accepted: u64,
     /// Fenced writes refused as stale.
@@ -268,9 +377,11 @@ impl Report {
     }
 }
 
-/// Check the sections of all workers. `end`: when the run ended (for sections never
-/// released by a live process); `counter`: the unfenced counter's final value.
+/// Check the sections of all workers under `exclusion` (the kind's rule). `end`: when the
+/// run ended (for sections never released by a live process); `counter`: the unfenced
+/// counter's final value.
 pub fn check(
+    exclusion: Exclusion,
     mut sections: Vec<Section>,
     errors: HashMap<String, u64>,
     done: &Interventions,
@@ -293,12 +404,17 @@ pub fn check(
     for (i, a) in sections.iter().enumerate() {
         let a_end = close(a);
         let mut overlapped = false;
+        let mut shared = false;
         let mut unsignalled: Option<&Section> = None;
         for b in &sections[i + 1..] {
             if b.acquired >= a_end {
                 break;
             }
             if b.pid == a.pid {
+                continue;
+            }
+            if !exclusion.conflict(a, b) {
+                shared = true;
                 continue;
             }
             overlapped = true;
@@ -323,6 +439,7 @@ pub fn check(
                 r.min_signal_lead_ns = Some(r.min_signal_lead_ns.map_or(lead, |m| m.min(lead)));
             }
         }
+        r.shared_overlaps += u64::from(shared);
         match (overlapped, unsignalled) {
             (false, _) => {}
             (true, None) => r.signalled_overlaps += 1,
@@ -349,7 +466,9 @@ pub fn check(
             }
         }
     }
-    for w in sections.windows(2) {
+    // Tokens grow with every exclusive holder (readers share theirs).
+    let exclusive: Vec<&Section> = sections.iter().filter(|s| !s.shared).collect();
+    for w in exclusive.windows(2) {
         if w[1].token <= w[0].token {
             r.token_regressions += 1;
         }
@@ -396,6 +515,7 @@ mod tests {
             pid,
             token,
             acquired: acq,
+            shared: false,
             lost,
             released: rel,
             unfenced: false,
@@ -412,7 +532,14 @@ mod tests {
             sec(1, 1, 0, None, Some(10 * MS)),
             sec(2, 2, 11 * MS, None, Some(20 * MS)),
         ];
-        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s,
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 0));
         assert_eq!(r.token_regressions, 0);
     }
@@ -423,7 +550,14 @@ mod tests {
             sec(1, 1, 0, None, Some(50 * MS)),
             sec(2, 2, 20 * MS, None, Some(60 * MS)),
         ];
-        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s,
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
         assert_eq!(r.unsignalled_overlaps, 1);
         assert!(r.failed());
     }
@@ -434,7 +568,14 @@ mod tests {
             sec(1, 1, 0, Some(15 * MS), Some(50 * MS)),
             sec(2, 2, 20 * MS, None, Some(60 * MS)),
         ];
-        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s,
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
     }
 
@@ -448,10 +589,18 @@ mod tests {
         };
         let mut done = Interventions::default();
         done.paused.insert(1, vec![(100 * MS, 3_000 * MS)]);
-        let r = check(s(), HashMap::new(), &done, 4_000 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s(),
+            HashMap::new(),
+            &done,
+            4_000 * MS,
+            0,
+        );
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
         // Not paused: it ran 1.5 s past the other's acquire before hearing of it.
         let r = check(
+            Exclusion::Exclusive,
             s(),
             HashMap::new(),
             &Interventions::default(),
@@ -467,7 +616,14 @@ mod tests {
             sec(1, 1, 0, Some(21 * MS), Some(50 * MS)),
             sec(2, 2, 20 * MS, None, Some(60 * MS)),
         ];
-        let r = check(s, HashMap::new(), &Interventions::default(), 100 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s,
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
         assert_eq!(r.unsignalled_overlaps, 1);
     }
 
@@ -482,10 +638,24 @@ mod tests {
         let mut done = Interventions::default();
         done.paused.insert(1, vec![(100 * MS, 3_000 * MS)]);
         // Starved for 250 ms after waking, but told before its write: signalled.
-        let r = check(mk(3_250 * MS), HashMap::new(), &done, 4_000 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            mk(3_250 * MS),
+            HashMap::new(),
+            &done,
+            4_000 * MS,
+            0,
+        );
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
         // Wrote before it was told: unsignalled.
-        let r = check(mk(3_350 * MS), HashMap::new(), &done, 4_000 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            mk(3_350 * MS),
+            HashMap::new(),
+            &done,
+            4_000 * MS,
+            0,
+        );
         assert_eq!(r.unsignalled_overlaps, 1);
     }
 
@@ -497,8 +667,58 @@ mod tests {
         ];
         let mut done = Interventions::default();
         done.killed.insert(1, 100 * MS);
-        let r = check(s, HashMap::new(), &done, 4_000 * MS, 0);
+        let r = check(
+            Exclusion::Exclusive,
+            s,
+            HashMap::new(),
+            &done,
+            4_000 * MS,
+            0,
+        );
         assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 0));
+    }
+
+    #[test]
+    fn readers_share_writers_do_not() {
+        let mut r1 = sec(1, 1, 0, None, Some(50 * MS));
+        r1.shared = true;
+        let mut r2 = sec(2, 1, 10 * MS, None, Some(60 * MS));
+        r2.shared = true;
+        let w = sec(3, 2, 20 * MS, None, Some(70 * MS));
+        let r = check(
+            Exclusion::ReadersShare,
+            vec![r1.clone(), r2.clone()],
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
+        assert_eq!((r.unsignalled_overlaps, r.token_regressions), (0, 0));
+        assert_eq!(r.shared_overlaps, 1);
+        // A writer inside with readers: both readers overlapped without a signal.
+        let r = check(
+            Exclusion::ReadersShare,
+            vec![r1.clone(), r2.clone(), w],
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
+        assert_eq!(r.unsignalled_overlaps, 2);
+        // Under the exclusive rule, the two readers alone already overlap.
+        let r = check(
+            Exclusion::Exclusive,
+            vec![r1, r2],
+            HashMap::new(),
+            &Interventions::default(),
+            100 * MS,
+            0,
+        );
+        assert_eq!(r.unsignalled_overlaps, 1);
+        assert_eq!(
+            kind("read-write").unwrap().exclusion,
+            Exclusion::ReadersShare
+        );
     }
 
     #[test]
@@ -510,6 +730,7 @@ mod tests {
         b.fenced = Some((21 * MS, 22 * MS, true));
         b.unfenced = true;
         let r = check(
+            Exclusion::Exclusive,
             vec![a, b],
             HashMap::new(),
             &Interventions::default(),
@@ -533,7 +754,7 @@ mod tests {
         rec.fenced(7, 160, 170, false);
         rec.releasing(7, 200);
         rec.failed("timeout x");
-        rec.acquired(9, 300);
+        rec.acquired_shared(9, 300);
         let text = std::fs::read_to_string(&path).unwrap() + "R 9 4"; // torn: ignored
         let (s, e) = parse(42, &text);
         assert_eq!(s.len(), 2);
@@ -544,6 +765,7 @@ mod tests {
         assert_eq!(s[0].unfenced_at, Some(155));
         assert_eq!(e.get("timeout_x"), Some(&1));
         assert_eq!(s[1].released, None);
+        assert!(!s[0].shared && s[1].shared);
         let _ = std::fs::remove_dir_all(&dir);
         assert!(now_ns() > 0);
     }

@@ -1,7 +1,12 @@
 //! One worker process of the torture run (`torture`): takes a lock over and over and
 //! records every critical section in a history file (`distlock_tests::history`).
 //!
-//! `torture-worker CONFIG KEY RESOURCE_URL HISTORY DURATION_MS HOLD_MS MAX_SECTIONS`
+//! `torture-worker CONFIG KEY RESOURCE_URL HISTORY DURATION_MS HOLD_MS MAX_SECTIONS [KIND]`
+//!
+//! KIND names an entry of `distlock_tests::history::KINDS` (default `reentrant`): a lock
+//! kind, the read-write mix (reader sections by turns: they only read the counter), a
+//! one-permit semaphore, or a leader election (a section is one leadership, its epoch the
+//! token). The format (`protocol = "redisson"`) is the configuration's.
 //!
 //! CONFIG is a distlock TOML file with two backends: `main`, the backend under test, and
 //! `resource`, a separate redis-server standing for the resource the lock protects (no
@@ -19,8 +24,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock::{Lease, LockError, Registry};
-use distlock_tests::history::{now_ns, Recorder};
+use distlock::{LeaderGuard, Lease, LockError, LockGuard, LockKind, Registry, SemaphoreGuard};
+use distlock_tests::history::{now_ns, Primitive, Recorder};
 use redis::AsyncCommands;
 
 fn kind(e: &LockError) -> &'static str {
@@ -34,6 +39,68 @@ fn kind(e: &LockError) -> &'static str {
     }
 }
 
+/// What one section holds.
+enum Held {
+    Lock(LockGuard),
+    Semaphore(SemaphoreGuard),
+    Leader(Box<LeaderGuard>),
+}
+
+impl Held {
+    fn token(&self) -> u64 {
+        match self {
+            Held::Lock(g) => g.fencing_token(),
+            Held::Semaphore(g) => g.fencing_token(),
+            Held::Leader(g) => g.epoch(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            Held::Lock(g) => drop(g.lost().await),
+            Held::Semaphore(g) => drop(g.lost().await),
+            Held::Leader(g) => drop(g.lost().await),
+        }
+    }
+
+    async fn release(self) {
+        let _ = match self {
+            Held::Lock(g) => g.release().await,
+            Held::Semaphore(g) => g.release().await,
+            Held::Leader(g) => g.resign().await,
+        };
+    }
+}
+
+/// Take one section of `primitive` on `key`; `read`: a reader's turn of the mix.
+async fn take(
+    registry: &Registry,
+    primitive: Primitive,
+    key: &str,
+    read: bool,
+) -> Result<Held, LockError> {
+    let lock = |kind: LockKind| registry.lock(key).kind(kind).lease(Lease::Auto).acquire();
+    Ok(match primitive {
+        Primitive::Lock(kind) => Held::Lock(lock(kind).await?),
+        Primitive::ReadWriteMix if read => Held::Lock(lock(LockKind::Read).await?),
+        Primitive::ReadWriteMix => Held::Lock(lock(LockKind::Write).await?),
+        Primitive::Semaphore => Held::Semaphore(
+            registry
+                .semaphore(key, 1)
+                .lease(Lease::Auto)
+                .acquire(1)
+                .await?,
+        ),
+        Primitive::Leader => Held::Leader(Box::new(
+            registry
+                .leader(key)
+                .wait(Duration::from_secs(5))
+                .campaign()
+                .await?,
+        )),
+    })
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process.
@@ -41,9 +108,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 8 {
-        return Err("usage: torture-worker CONFIG KEY RESOURCE_URL HISTORY DURATION_MS HOLD_MS MAX_SECTIONS".into());
+    if args.len() != 8 && args.len() != 9 {
+        return Err("usage: torture-worker CONFIG KEY RESOURCE_URL HISTORY DURATION_MS HOLD_MS MAX_SECTIONS [KIND]".into());
     }
+    let spec = match args.get(8) {
+        None => &distlock_tests::history::KINDS[0],
+        Some(name) => distlock_tests::history::kind(name)
+            .ok_or_else(|| format!("torture-worker: unknown kind {name}"))?,
+    };
     let (config, key, resource) = (&args[1], args[2].clone(), &args[3]);
     let duration = Duration::from_millis(args[5].parse()?);
     let hold = Duration::from_millis(args[6].parse()?);
@@ -61,13 +133,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The first few acquire errors in full, on stderr (the run keeps it next to the
     // history when a run fails or with --keep).
     let mut shown = 0u32;
+    let pid = u64::from(std::process::id());
     while start.elapsed() < duration && sections < max_sections {
-        let guard = match registry
-            .lock(key.as_str())
-            .lease(Lease::Auto)
-            .acquire()
-            .await
-        {
+        // The mix: readers and writers by turns (offset by the pid, so both are inside
+        // together).
+        let read = spec.primitive == Primitive::ReadWriteMix && (sections + pid).is_multiple_of(2);
+        let guard = match take(&registry, spec.primitive, &key, read).await {
             Ok(g) => g,
             Err(e) => {
                 if shown < 5 {
@@ -79,12 +150,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 continue;
             }
         };
-        let token = guard.fencing_token();
-        rec.lock().unwrap().acquired(token, now_ns());
+        let token = guard.token();
+        if read {
+            rec.lock().unwrap().acquired_shared(token, now_ns());
+        } else {
+            rec.lock().unwrap().acquired(token, now_ns());
+        }
         sections += 1;
         let body = async {
             let v: Option<i64> = conn.get(&counter).await.ok().flatten();
             tokio::time::sleep(hold).await;
+            if read {
+                // A reader only reads.
+                return;
+            }
             let sent = now_ns();
             if conn
                 .set::<_, _, ()>(&counter, v.unwrap_or(0) + 1)
@@ -117,7 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         rec.lock().unwrap().releasing(token, now_ns());
-        let _ = guard.release().await;
+        guard.release().await;
     }
     println!("DONE {sections}");
     Ok(())

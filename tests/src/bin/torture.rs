@@ -1,10 +1,17 @@
 //! The torture run: real faults against real servers, several worker processes taking one
 //! lock, and the history checker (`distlock_tests::history`) on what they recorded.
 //!
-//! `torture [--quick|--long] [--dir DIR] [SCENARIO...]` (usually through
-//! `scripts/torture.sh`). Prints one table row per scenario × backend, and exits 1 when
-//! any run had an unsignalled overlap or an accepted stale write (2 on a usage or set-up
-//! error).
+//! `torture [--quick|--long] [--kind KIND]... [--dir DIR] [SCENARIO...]` (usually through
+//! `scripts/torture.sh`). Prints one table row per scenario × backend × lock kind, and
+//! exits 1 when any run had an unsignalled overlap or an accepted stale write (2 on a
+//! usage or set-up error).
+//!
+//! The lock kinds are `distlock_tests::history::KINDS` (reentrant, write, read-write mix,
+//! one-permit semaphore, leader, and the Redisson format's reentrant and read-write mix),
+//! each with the exclusion rule the checker applies. Every scenario runs `reentrant`; the
+//! others run on the scenarios of [`KIND_SCENARIOS_QUICK`] in `--quick` (for
+//! [`KIND_SECS_QUICK`] s each), and in `--long` on every scenario whose backend offers
+//! them (not redlock). `--kind` picks the kinds instead.
 //!
 //! Every server listens on 127.0.0.1 in 17300..17319 (the resource 17300, the backend's
 //! servers from 17301: up to six nodes 17301..17306, sentinels 17307..17309, the cluster
@@ -23,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock_tests::history::{self, now_ns, Interventions, Report, Section};
+use distlock_tests::history::{self, now_ns, Interventions, LockKindSpec, Report, Section};
 use distlock_tests::proxy::Proxy;
 use distlock_tests::topology::{self, PrivateCluster, PrivateSentinel};
 use distlock_tests::{resp_command, RedisProcess};
@@ -37,6 +44,10 @@ const WORKERS: usize = 3;
 const SENTINEL_PORTS: [u16; 3] = [17307, 17308, 17309];
 /// The cluster bus of the `cluster` backend's six nodes (17301..17306).
 const CLUSTER_BUS_PORTS: [u16; 6] = [17310, 17311, 17312, 17313, 17314, 17315];
+/// The scenarios `--quick` runs every lock kind on (the others: `reentrant` only).
+const KIND_SCENARIOS_QUICK: &[&str] = &["pause", "kill"];
+/// Seconds each lock kind but `reentrant` runs per scenario in `--quick`.
+const KIND_SECS_QUICK: u64 = 5;
 /// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
 const CLOCK_STEP_SECS: u64 = 3600;
 
@@ -233,10 +244,15 @@ const SCENARIOS: &[Scenario] = &[
 
 fn usage() -> ! {
     eprintln!(
-        "usage: torture [--quick|--long] [--keep] [--dir DIR] [SCENARIO...]\nscenarios: {}",
+        "usage: torture [--quick|--long] [--keep] [--kind KIND]... [--dir DIR] [SCENARIO...]\nscenarios: {}\nkinds: {}",
         SCENARIOS
             .iter()
             .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join(" "),
+        history::KINDS
+            .iter()
+            .map(|k| k.name)
             .collect::<Vec<_>>()
             .join(" ")
     );
@@ -436,6 +452,8 @@ struct Run {
     /// The resource's URL as each configuration's worker reaches it.
     resource_urls: Vec<String>,
     key: String,
+    /// The lock kind the workers take.
+    kind: &'static LockKindSpec,
     /// How long each section sleeps between its GET and SET.
     hold: Duration,
     done: Interventions,
@@ -503,8 +521,8 @@ fn start_server(
 }
 
 impl Run {
-    fn start(s: &Scenario, dir: &Path, duration: Duration) -> Run {
-        let dir = dir.join(format!("{}-{}", s.name, std::process::id()));
+    fn start(s: &Scenario, kind: &'static LockKindSpec, dir: &Path, duration: Duration) -> Run {
+        let dir = dir.join(format!("{}-{}-{}", s.name, kind.name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("run dir");
         // "partition-netns": every worker in a namespace of its own; the servers listen on
@@ -621,6 +639,7 @@ impl Run {
                 let resource_url = &resource_urls[i.min(resource_urls.len() - 1)];
                 write_config(
                     s,
+                    kind,
                     &dir.join(format!("distlock-{i}.toml")),
                     urls,
                     resource_url,
@@ -641,6 +660,7 @@ impl Run {
             configs,
             resource_urls,
             key: s.name.to_string(),
+            kind,
             // Partitioned holders must still be inside when their lease runs out; so must
             // a holder whose server restarts empty, for the limit to show.
             hold: if per_worker || s.name == "partition-netns" || s.name == "restart-nopersist" {
@@ -660,14 +680,27 @@ impl Run {
 }
 
 /// Write a worker configuration: `main` on `urls`, `resource` on `resource_url`.
-fn write_config(s: &Scenario, path: &Path, urls: &[String], resource_url: &str) -> PathBuf {
+fn write_config(
+    s: &Scenario,
+    kind: &LockKindSpec,
+    path: &Path,
+    urls: &[String],
+    resource_url: &str,
+) -> PathBuf {
     let list = |urls: &[String]| {
         urls.iter()
             .map(|u| format!("\"{u}\""))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let timeouts = "response_timeout = \"300ms\"\nconnect_timeout = \"300ms\"";
+    let timeouts = format!(
+        "response_timeout = \"300ms\"\nconnect_timeout = \"300ms\"{}",
+        if kind.redisson {
+            "\nprotocol = \"redisson\""
+        } else {
+            ""
+        }
+    );
     let main = match s.backend {
         Backend::Single => format!("mode = \"single\"\nurl = \"{}\"\n{timeouts}", urls[0]),
         Backend::Redlock => format!(
@@ -725,6 +758,7 @@ impl Run {
             .arg(duration.as_millis().to_string())
             .arg(self.hold.as_millis().to_string())
             .arg("100000")
+            .arg(self.kind.name)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
@@ -850,7 +884,14 @@ impl Run {
         let note = (!jumps.is_empty())
             .then(|| format!("the lock was on {} when a clock jumped", jumps.join(", ")));
         (
-            history::check(sections, errors, &self.done, end, counter),
+            history::check(
+                self.kind.exclusion,
+                sections,
+                errors,
+                &self.done,
+                end,
+                counter,
+            ),
             self.done.clone(),
             note,
         )
@@ -1175,12 +1216,20 @@ fn main() {
     let mut dir = std::env::temp_dir().join("distlock-torture");
     let mut names: Vec<String> = Vec::new();
     let mut keep = false;
+    let mut kinds: Vec<&'static LockKindSpec> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--long" => quick = false,
             "--keep" => keep = true,
+            "--kind" => {
+                let n = args.next().unwrap_or_else(|| usage());
+                kinds.push(history::kind(&n).unwrap_or_else(|| {
+                    eprintln!("torture: unknown kind {n}");
+                    usage()
+                }));
+            }
             "--dir" => dir = PathBuf::from(args.next().unwrap_or_else(|| usage())),
             "-h" | "--help" => usage(),
             s if s.starts_with('-') => usage(),
@@ -1203,24 +1252,47 @@ fn main() {
             })
             .collect()
     };
-    let duration_of = |s: &Scenario| {
+    let duration_of = |s: &Scenario, k: &LockKindSpec| {
         Duration::from_secs(match (quick, s.quick) {
+            (true, _) if k.name != history::KINDS[0].name => KIND_SECS_QUICK,
             (true, Some(secs)) => secs,
             (true, None) => 12,
             (false, _) => 60,
         })
     };
+    // Scenario × kind: the chosen kinds, else reentrant everywhere and the others where
+    // the mode (`--quick`: a few scenarios; redlock offers no leader) lets them run.
+    let runs: Vec<(&Scenario, &'static LockKindSpec)> = chosen
+        .iter()
+        .flat_map(|&s| {
+            let picked: Vec<&'static LockKindSpec> = if !kinds.is_empty() {
+                kinds.clone()
+            } else if s.backend == Backend::Redlock
+                || (quick && !KIND_SCENARIOS_QUICK.contains(&s.name))
+            {
+                vec![&history::KINDS[0]]
+            } else {
+                history::KINDS.iter().collect()
+            };
+            picked.into_iter().map(move |k| (s, k))
+        })
+        .collect();
     std::fs::create_dir_all(&dir).expect("torture dir");
     println!(
-        "distlock torture ({}), {WORKERS} worker processes, watchdog_timeout {:?}, hold {HOLD_MS} ms, {} per scenario",
+        "distlock torture ({}), {WORKERS} worker processes, watchdog_timeout {:?}, hold {HOLD_MS} ms, {}",
         if quick { "--quick" } else { "--long" },
         WATCHDOG,
-        if quick { "8-12 s" } else { "60 s" }
+        if quick {
+            format!("8-12 s per scenario (other lock kinds than reentrant: {KIND_SECS_QUICK} s)")
+        } else {
+            "60 s per scenario and kind".to_string()
+        }
     );
     println!(
-        "{:<22} {:<12} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  faults / notes",
+        "{:<22} {:<12} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>6}  faults / notes",
         "scenario",
         "backend",
+        "kind",
         "sections",
         "unsignalled",
         "signalled",
@@ -1231,10 +1303,13 @@ fn main() {
         "time",
     );
     let mut failed = false;
-    for s in chosen {
+    // Per kind: sections, unsignalled overlaps, signalled overlaps (failing runs aside:
+    // documented limits).
+    let mut totals: Vec<(&str, u64, u64, u64)> = Vec::new();
+    for (s, kind) in runs {
         let started = Instant::now();
-        let duration = duration_of(s);
-        let mut run = Run::start(s, &dir, duration);
+        let duration = duration_of(s, kind);
+        let mut run = Run::start(s, kind, &dir, duration);
         let deadline = started + duration;
         let mut rounds = 0;
         inject(s, &mut run, deadline, &mut rounds);
@@ -1247,6 +1322,12 @@ fn main() {
             notes.push_str(&format!(
                 "; lost() came >= {:.0} ms before the next acquire",
                 lead as f64 / 1e6
+            ));
+        }
+        if r.shared_overlaps > 0 {
+            notes.push_str(&format!(
+                "; readers shared {}× (allowed)",
+                r.shared_overlaps
             ));
         }
         if let Some(n) = run_note {
@@ -1263,10 +1344,26 @@ fn main() {
         if r.failed() && s.limit {
             notes.push_str("; EXPECTED (documented limit)");
         }
+        if !s.limit {
+            match totals.iter_mut().find(|t| t.0 == kind.name) {
+                Some(t) => {
+                    t.1 += r.sections;
+                    t.2 += r.unsignalled_overlaps;
+                    t.3 += r.signalled_overlaps;
+                }
+                None => totals.push((
+                    kind.name,
+                    r.sections,
+                    r.unsignalled_overlaps,
+                    r.signalled_overlaps,
+                )),
+            }
+        }
         println!(
-            "{:<22} {:<12} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>5.0}s  {}{}",
+            "{:<22} {:<12} {:<11} {:>8} {:>12} {:>10} {:>11} {:>11} {:>10} {:>7} {:>5.0}s  {}{}",
             s.name,
             s.backend.name(),
+            kind.name,
             r.sections,
             r.unsignalled_overlaps,
             r.signalled_overlaps,
@@ -1289,6 +1386,12 @@ fn main() {
         } else {
             println!("    histories kept in {}", run_dir.display());
         }
+    }
+    println!(
+        "per kind (documented-limit scenarios aside): sections / unsignalled / signalled overlaps"
+    );
+    for (name, sections, unsignalled, signalled) in &totals {
+        println!("  {name:<11} {sections:>8} {unsignalled:>12} {signalled:>10}");
     }
     if failed {
         println!("torture: FAILED (unsignalled overlap or accepted stale write)");
