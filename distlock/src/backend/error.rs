@@ -10,25 +10,7 @@ use std::time::Duration;
 
 use redis::RedisError;
 
-/// A reply a script cannot give: the server runs other scripts under these names, or
-/// something between rewrote the reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UnexpectedReply {
-    /// Which script answered (its name).
-    pub(crate) script: &'static str,
-    /// The reply, as redis-rs shows it.
-    pub(crate) reply: String,
-}
-
-impl std::fmt::Display for UnexpectedReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "unexpected reply to the {} script: {}",
-            self.script, self.reply
-        )
-    }
-}
+use crate::protocol::reply::UnexpectedReply;
 
 /// Why a driver could not do what was asked.
 #[derive(Debug, Clone)]

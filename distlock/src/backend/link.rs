@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::error::{bounded, DriverError};
-use crate::backend::UnexpectedReply;
+use crate::protocol::reply::UnexpectedReply;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub use self::error::{BackendError, BackendErrorKind};
-pub(crate) use self::error::{DriverError, UnexpectedReply};
+pub(crate) use self::error::DriverError;
 use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{LockKeys, Shape};

@@ -343,7 +343,7 @@ fn unsupported(backend: &Backend) -> LockError {
 fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {
     crate::backend::DriverError::Unexpected {
         address: backend.address.clone(),
-        reply: crate::backend::UnexpectedReply {
+        reply: crate::protocol::reply::UnexpectedReply {
             script: Script::Fence.name(),
             reply: format!("{v:?}"),
         },

@@ -18,6 +18,7 @@ pub(crate) mod exec;
 pub(crate) mod keys;
 pub(crate) mod probe;
 mod redisson_calls;
+pub(crate) mod reply;
 pub(crate) mod script;
 pub(crate) mod version;
 
