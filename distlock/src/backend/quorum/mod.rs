@@ -78,7 +78,10 @@
 //! is granted by Q nodes too; any two sets of Q nodes share a node (a majority for redlock,
 //! every node for multi), whose counter then goes past the previous token. Hence: **tokens
 //! grow strictly from holder to holder as long as the nodes keep their counters.** In the
-//! common case the counters are already equal and no extra round trip is made.
+//! common case the counters are already equal and no extra round trip is made. `multi`
+//! raises nothing: its next quorum is every node again, the one at the token included.
+//! (A new key's counters start from each node's clock, so they differ at first; redlock
+//! pays one parallel `INCRBY` round then.)
 //!
 //! What this does *not* protect against, as for Redlock in general:
 //!

@@ -159,6 +159,13 @@ impl QuorumDriver {
         if at_token == tokens.len() {
             return Some(Attempt::Acquired { token });
         }
+        if self.quorum == self.nodes.len() {
+            // `multi`: every later quorum is every node, so it includes a node at `token`,
+            // whose counter then goes past it; raising the others buys nothing. (Counters
+            // of a new key start from each node's clock and differ: raising them cost a
+            // round trip per new key.)
+            return Some(Attempt::Acquired { token });
+        }
         let node_timeout = self.options.node_timeout;
         let lagging: Vec<(usize, u64)> = tokens.into_iter().filter(|(_, t)| *t < token).collect();
         let fence = &keys.fence;
