@@ -3,6 +3,9 @@
 //! The non-destructive tests use the shared 3-master + 3-replica cluster of
 //! `scripts/servers.sh` (`DISTLOCK_TEST_CLUSTER`); the failover test starts a private
 //! cluster of its own (ports 17400..17499) and SIGKILLs one of its masters.
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 #[allow(dead_code)]

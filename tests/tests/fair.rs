@@ -1,5 +1,6 @@
-//! Fair locks (`LockKind::Fair`) on one real redis-server (across processes, too) and on
-//! the memory backend. Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+//! Fair locks (`LockKind::Fair`) across processes on one real redis-server. The shared fair
+//! scenarios run on every backend from the table in `matrix.rs`.
+//! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
 
 mod common;
 

@@ -2,6 +2,9 @@
 //!
 //! Non-destructive tests use 3 of the shared masters (`DISTLOCK_TEST_REDLOCK`, started by
 //! `scripts/test.sh`); tests that kill nodes own private servers ([`RedisProcess`]).
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 mod quorum_common;

@@ -3,6 +3,9 @@
 //! Non-destructive tests run on the shared masters (`DISTLOCK_TEST_REDLOCK`, 17201..17205,
 //! started by `scripts/test.sh`); tests that kill, restart or stall nodes own private
 //! servers ([`RedisProcess`]).
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 mod quorum_common;

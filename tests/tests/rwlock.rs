@@ -1,5 +1,7 @@
-//! Read-write locks (`LockKind::Read` / `LockKind::Write`) on one real redis-server and on
-//! the memory backend. Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+//! Read-write locks (`LockKind::Read` / `LockKind::Write`): the nested and sibling rules on
+//! one real redis-server and on the memory backend, and `sync_replicas` through Sentinel.
+//! The shared read-write scenarios run on every backend from the table in `matrix.rs`.
+//! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
 
 mod common;
 #[allow(dead_code)]

@@ -3,6 +3,9 @@
 //! The non-destructive tests use the shared master + replica + 3 sentinels of
 //! `scripts/servers.sh` (`DISTLOCK_TEST_SENTINELS`); the failover and `sync_replicas` tests
 //! start private groups of their own (ports 17400..17499) and shut servers down.
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 #[allow(dead_code)]

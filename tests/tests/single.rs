@@ -1,5 +1,7 @@
 //! The reentrant lock on one real redis-server (`mode = "single"`).
 //! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 #[allow(dead_code)]
