@@ -165,7 +165,7 @@ const QUORUM: &str = "fair and read-write locks need one server's atomic scripts
 const REDLOCK_OWN: &str =
     "redlock.rs has its own exclusion test (16 x 10 sections over a majority of 5 masters)";
 
-/// The hand-off's median bound: a server round trip, or none on the memory backend.
+/// The hand-off's median bound: a server round trip, tighter on the in-process memory backend.
 const P50: Duration = Duration::from_millis(10);
 const P50_MEMORY: Duration = Duration::from_millis(5);
 
