@@ -2,6 +2,8 @@
 //! lock kind; and no error, `Debug` output or log line shows a password.
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use common::*;
 use distlock::{InitError, Lease, LockKind, Registry};
 use distlock_tests::topology::{PrivateCluster, PrivateSentinel};
 use distlock_tests::{resp_command, RedisProcess, RespValue};
+use scenarios::*;
 
 /// The README's `ACL SETUSER` rights (key prefix `lock:`), as arguments.
 pub use distlock_tests::README_ACL_RIGHTS as RIGHTS;

@@ -3,8 +3,13 @@
 //! The non-destructive tests use the shared 3-master + 3-replica cluster of
 //! `scripts/servers.sh` (`DISTLOCK_TEST_CLUSTER`); the failover test starts a private
 //! cluster of its own (ports 17400..17499) and SIGKILLs one of its masters.
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +20,7 @@ use common::*;
 use distlock::{InitError, Lease, LockError, Registry};
 use distlock_tests::topology::{keyslot, master_of_slot, role, PrivateCluster};
 use distlock_tests::{addr_of, cluster_urls, resp_command, RespValue};
+use scenarios::exclusion_16_tasks;
 
 fn config(urls: &[String], watchdog: &str, response_timeout: &str) -> String {
     let nodes = urls
@@ -28,9 +34,7 @@ fn config(urls: &[String], watchdog: &str, response_timeout: &str) -> String {
 }
 
 async fn registry() -> Registry {
-    Registry::from_str(&config(&cluster_urls(), "1s", "500ms"))
-        .await
-        .expect("connect to the test cluster")
+    backend::cluster().await
 }
 
 fn addrs(urls: &[String]) -> Vec<String> {
@@ -40,67 +44,6 @@ fn addrs(urls: &[String]) -> Vec<String> {
 /// The Redis name of the lock hash of `key` (prefix `lock:`, no braces in `key`).
 fn hash_name(key: &str) -> String {
     format!("lock:{{{key}}}")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusion() {
-    exclusion_16_tasks(&registry().await).await;
-}
-
-#[tokio::test]
-async fn try_acquire_and_timeout() {
-    try_and_timeout(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_handed_the_lock_promptly() {
-    let reg = registry().await;
-    let mut times = hand_off(&reg, 50).await;
-    let p50 = percentile(&mut times, 0.5);
-    let max = percentile(&mut times, 1.0);
-    println!("cluster: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
-    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
-    assert!(max < Duration::from_millis(100), "max {max:?}");
-}
-
-#[tokio::test]
-async fn auto_lease_is_renewed() {
-    auto_lease_outlives_watchdog(&registry().await).await;
-}
-
-#[tokio::test]
-async fn fixed_lease_runs_out() {
-    fixed_lease_expires(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing() {
-    fencing_tokens_grow(&registry().await).await;
-}
-
-#[tokio::test]
-async fn lost_when_deleted_behind_its_back() {
-    deleted_lock_is_lost(&registry().await).await;
-}
-
-#[tokio::test]
-async fn dropped_guard_is_released() {
-    dropped_guard_frees(&registry().await).await;
-}
-
-#[tokio::test]
-async fn reentrant_in_task_scope() {
-    reentrancy(&registry().await).await;
-}
-
-#[tokio::test]
-async fn run_holds_and_releases() {
-    run_releases(&registry().await).await;
-}
-
-#[tokio::test]
-async fn error_messages() {
-    errors_name_things(&registry().await).await;
 }
 
 /// Many auto leases on all three masters are renewed together (concurrent EVALSHAs).

@@ -1,5 +1,6 @@
-//! Fair locks (`LockKind::Fair`) on one real redis-server (across processes, too) and on
-//! the memory backend. Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+//! Fair locks (`LockKind::Fair`) across processes on one real redis-server. The shared fair
+//! scenarios run on every backend from the table in `matrix.rs`.
+//! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
 
 mod common;
 
@@ -7,26 +8,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::backend::single;
 use common::*;
-use distlock::{LockKind, Registry};
+use distlock::LockKind;
 use distlock_tests::{addr_of, resp_command, single_url, wait_until};
-
-async fn single() -> Registry {
-    Registry::from_str(&format!(
-        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n",
-        single_url()
-    ))
-    .await
-    .expect("connect to the test redis-server")
-}
-
-async fn memory() -> Registry {
-    Registry::from_str(
-        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"memory\"\n",
-    )
-    .await
-    .expect("memory backend")
-}
 
 fn worker(key: &str, wait_ms: u64) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_lock-worker"))
@@ -51,26 +36,6 @@ fn wait_queued(key: &str, n: i64) {
     wait_until(Duration::from_secs(10), "the waiter to be queued", || {
         queued(key) == n
     });
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn single_in_order() {
-    fair_in_order(&single().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_in_order() {
-    fair_in_order(&memory().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn single_timeout_leaves_queue() {
-    fair_timeout_leaves_queue(&single().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_timeout_leaves_queue() {
-    fair_timeout_leaves_queue(&memory().await).await;
 }
 
 /// 8 waiters in 2 processes, queued alternately, get the lock in the order they asked.
@@ -167,21 +132,4 @@ async fn killed_waiter_is_dropped_at_its_deadline() {
     println!("fair: next waiter got the lock {after:?} after the killed one queued (its deadline: 1.5 s)");
     assert!(after < Duration::from_millis(3_000), "{after:?}");
     g.release().await.expect("release");
-}
-
-/// The same on a Redis Cluster (all keys of the lock in one slot; SPUBLISH wake-ups).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cluster_in_order() {
-    let nodes = distlock_tests::cluster_urls()
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let reg = Registry::from_str(&format!(
-        "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\nmode = \"cluster\"\nnodes = [{nodes}]\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
-    ))
-    .await
-    .expect("connect to the test cluster");
-    fair_in_order(&reg).await;
-    fair_timeout_leaves_queue(&reg).await;
 }

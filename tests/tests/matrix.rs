@@ -1,115 +1,258 @@
-//! The test matrix: which shared scenario (in `common/mod.rs`) runs on which backend, in one
-//! table. The test below reads the backend test files and fails when the table and the
-//! files disagree, so a backend that skips a scenario shows here, with the reason.
+//! The test matrix: every shared scenario (in `scenarios/`) against the six backends, in one
+//! table — and the table IS the tests.
 //!
-//! Rows of the reentrant lock are checked in `<backend>.rs` (a call `scenario(`); rows of
-//! read-write and fair locks in `rwlock.rs` / `fair.rs` (a call `scenario(&<backend>()`).
+//! [`matrix!`] reads one row per scenario: the scenario's function (a path into `scenarios`,
+//! so a typo does not compile), the lock kinds it takes, and one cell per backend, in the
+//! order single, cluster, sentinel, redlock, multi, memory:
+//!
+//! - `Y` (or `Y(args)`): the macro generates `#[tokio::test] <scenario>::<backend>`, which
+//!   calls the scenario with that backend's registry (`common::backend::<backend>()`), plus
+//!   `args`. Nothing else in the suite runs that scenario on that backend with that
+//!   configuration.
+//! - `Unsupported(reason)`: the library refuses the row's lock kinds on that backend; the
+//!   test [`unsupported_cells_are_refused`] checks it by acquiring each kind there, which
+//!   must answer `LockError::Unsupported` naming the kind and the backend's mode (the same
+//!   style as `rules.rs`: the library's own answer, not reading source text).
+//! - `No(reason)`: skipped here, with the reason (e.g. another file covers it with a test of
+//!   its own); [`every_cell_that_does_not_run_says_why`] checks the reason is given.
+//!
+//! A scenario that no row runs is a dead-code error in this crate (the `scenarios` module
+//! has no `allow(dead_code)`), so a new scenario cannot be left out of the table.
 
-/// A cell: the scenario runs there, or why not.
-#[derive(Debug, Clone, Copy)]
+#![deny(dead_code)]
+
+// `common` allows dead code itself (not every helper is used here); `scenarios` does not.
+mod common;
+mod scenarios;
+
+use std::time::Duration;
+
+use distlock::{LockError, LockKind, Registry};
+
+/// A cell of the table, as data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell {
+    /// A generated test runs the scenario on this backend.
     Runs,
+    /// The library refuses the row's lock kinds on this backend (checked by acquiring).
+    Unsupported(&'static str),
+    /// Not run here, and why.
     Skipped(&'static str),
 }
-use Cell::{Runs as Y, Skipped as No};
 
-const BACKENDS: [&str; 6] = [
-    "single", "cluster", "sentinel", "redlock", "multi", "memory",
-];
-
-/// Where a row's calls are looked for.
-#[derive(Debug, Clone, Copy)]
-enum In {
-    /// `<backend>.rs`.
-    BackendFile,
-    /// This file, with the backend's registry function as the first argument.
-    File(&'static str),
+/// The columns of the table, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Single,
+    Cluster,
+    Sentinel,
+    Redlock,
+    Multi,
+    Memory,
 }
 
-const UNSUPPORTED: Cell = No("fair and read-write locks are Unsupported on quorum backends");
-const QUORUM_OWN: Cell = No("redlock.rs has its own exclusion test (node counts, minority down)");
-const NOT_YET: Cell = No("not covered yet");
-
-#[rustfmt::skip]
-const MATRIX: &[(&str, In, [Cell; 6])] = &[
-    //                                              single cluster sentinel redlock     multi    memory
-    ("exclusion_16_tasks",           In::BackendFile, [Y,     Y,      Y,       QUORUM_OWN, Y,       Y]),
-    ("try_and_timeout",              In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("hand_off",                     In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("auto_lease_outlives_watchdog", In::BackendFile, [Y,     Y,      Y,       Y,          NOT_YET, Y]),
-    ("fixed_lease_expires",          In::BackendFile, [Y,     Y,      NOT_YET, Y,          NOT_YET, Y]),
-    ("fencing_tokens_grow",          In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("deleted_lock_is_lost",         In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("dropped_guard_frees",          In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("reentrancy",                   In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("run_releases",                 In::BackendFile, [Y,     Y,      Y,       Y,          Y,       Y]),
-    ("errors_name_things",           In::BackendFile, [Y,     Y,      Y,       Y,          NOT_YET, Y]),
-    ("readers_overlap",              In::File("rwlock.rs"), [Y, NOT_YET, NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("writers_exclude",              In::File("rwlock.rs"), [Y, Y,       NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("writer_not_starved",           In::File("rwlock.rs"), [Y, Y,       NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("crashed_reader_expires",       In::File("rwlock.rs"), [Y, Y,       NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("downgrade_and_tokens",         In::File("rwlock.rs"), [Y, NOT_YET, NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("fair_in_order",                In::File("fair.rs"),   [Y, NOT_YET, NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
-    ("fair_timeout_leaves_queue",    In::File("fair.rs"),   [Y, NOT_YET, NOT_YET, UNSUPPORTED, UNSUPPORTED, Y]),
+const BACKENDS: [Backend; 6] = [
+    Backend::Single,
+    Backend::Cluster,
+    Backend::Sentinel,
+    Backend::Redlock,
+    Backend::Multi,
+    Backend::Memory,
 ];
 
-fn source(file: &str) -> &'static str {
-    match file {
-        "single.rs" => include_str!("single.rs"),
-        "cluster.rs" => include_str!("cluster.rs"),
-        "sentinel.rs" => include_str!("sentinel.rs"),
-        "redlock.rs" => include_str!("redlock.rs"),
-        "multi.rs" => include_str!("multi.rs"),
-        "memory.rs" => include_str!("memory.rs"),
-        "rwlock.rs" => include_str!("rwlock.rs"),
-        "fair.rs" => include_str!("fair.rs"),
-        other => panic!("matrix.rs does not know the test file {other}"),
+impl Backend {
+    /// The backend's `mode` in a configuration (and in the library's messages).
+    fn mode(self) -> &'static str {
+        match self {
+            Backend::Single => "single",
+            Backend::Cluster => "cluster",
+            Backend::Sentinel => "sentinel",
+            Backend::Redlock => "redlock",
+            Backend::Multi => "multi",
+            Backend::Memory => "memory",
+        }
+    }
+
+    async fn registry(self) -> Registry {
+        match self {
+            Backend::Single => common::backend::single().await,
+            Backend::Cluster => common::backend::cluster().await,
+            Backend::Sentinel => common::backend::sentinel().await,
+            Backend::Redlock => common::backend::redlock().await,
+            Backend::Multi => common::backend::multi().await,
+            Backend::Memory => common::backend::memory().await,
+        }
     }
 }
 
+/// A row as data: the scenario's name, the lock kinds it takes, a cell per backend.
+struct Row {
+    scenario: &'static str,
+    kinds: &'static [LockKind],
+    cells: [Cell; 6],
+}
+
+/// One cell's generated test (none for a cell that does not run).
+macro_rules! cell_test {
+    ($scenario:ident, $backend:ident, Y, [$($arg:expr),*]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $backend() {
+            let reg = crate::common::backend::$backend().await;
+            crate::scenarios::$scenario(&reg $(, $arg)*).await;
+        }
+    };
+    ($scenario:ident, $backend:ident, No, [$why:expr]) => {};
+    ($scenario:ident, $backend:ident, Unsupported, [$why:expr]) => {};
+}
+
+/// One cell as data.
+macro_rules! cell_value {
+    (Y, [$($arg:expr),*]) => {
+        Cell::Runs
+    };
+    (No, [$why:expr]) => {
+        Cell::Skipped($why)
+    };
+    (Unsupported, [$why:expr]) => {
+        Cell::Unsupported($why)
+    };
+}
+
+/// The table: generates a module of tests per row and the `MATRIX` data.
+macro_rules! matrix {
+    ($(
+        $scenario:ident ($($kind:ident),+): [
+            $s:ident $(($($sa:expr),*))?,
+            $c:ident $(($($ca:expr),*))?,
+            $se:ident $(($($sea:expr),*))?,
+            $r:ident $(($($ra:expr),*))?,
+            $mu:ident $(($($mua:expr),*))?,
+            $me:ident $(($($mea:expr),*))? $(,)?
+        ];
+    )*) => {
+        $(
+            #[allow(unused_imports)]
+            mod $scenario {
+                use super::*;
+                cell_test!($scenario, single, $s, [$($($sa),*)?]);
+                cell_test!($scenario, cluster, $c, [$($($ca),*)?]);
+                cell_test!($scenario, sentinel, $se, [$($($sea),*)?]);
+                cell_test!($scenario, redlock, $r, [$($($ra),*)?]);
+                cell_test!($scenario, multi, $mu, [$($($mua),*)?]);
+                cell_test!($scenario, memory, $me, [$($($mea),*)?]);
+            }
+        )*
+
+        const MATRIX: &[Row] = &[$(
+            Row {
+                scenario: stringify!($scenario),
+                kinds: &[$(LockKind::$kind),+],
+                cells: [
+                    cell_value!($s, [$($($sa),*)?]),
+                    cell_value!($c, [$($($ca),*)?]),
+                    cell_value!($se, [$($($sea),*)?]),
+                    cell_value!($r, [$($($ra),*)?]),
+                    cell_value!($mu, [$($($mua),*)?]),
+                    cell_value!($me, [$($($mea),*)?]),
+                ],
+            },
+        )*];
+    };
+}
+
+const QUORUM: &str = "fair and read-write locks need one server's atomic scripts: \
+                      redlock and multi refuse them";
+const REDLOCK_OWN: &str =
+    "redlock.rs has its own exclusion test (16 x 10 sections over a majority of 5 masters)";
+
+/// The hand-off's median bound: a server round trip, tighter on the in-process memory backend.
+const P50: Duration = Duration::from_millis(10);
+const P50_MEMORY: Duration = Duration::from_millis(5);
+
+#[rustfmt::skip]
+matrix! {
+    // scenario (kinds):                            single   cluster  sentinel redlock              multi                memory
+    exclusion_16_tasks (Reentrant):                [Y,       Y,       Y,       No(REDLOCK_OWN),     Y,                   Y];
+    try_and_timeout (Reentrant):                   [Y,       Y,       Y,       Y,                   Y,                   Y];
+    hand_off_is_prompt (Reentrant):                [Y(P50),  Y(P50),  Y(P50),  Y(P50),              Y(P50),              Y(P50_MEMORY)];
+    auto_lease_outlives_watchdog (Reentrant):      [Y,       Y,       Y,       Y,                   Y,                   Y];
+    fixed_lease_expires (Reentrant):               [Y,       Y,       Y,       Y,                   Y,                   Y];
+    fencing_tokens_grow (Reentrant):               [Y,       Y,       Y,       Y,                   Y,                   Y];
+    deleted_lock_is_lost (Reentrant):              [Y,       Y,       Y,       Y,                   Y,                   Y];
+    dropped_guard_frees (Reentrant):               [Y,       Y,       Y,       Y,                   Y,                   Y];
+    reentrancy (Reentrant):                        [Y,       Y,       Y,       Y,                   Y,                   Y];
+    run_releases (Reentrant):                      [Y,       Y,       Y,       Y,                   Y,                   Y];
+    errors_name_things (Reentrant):                [Y,       Y,       Y,       Y,                   Y,                   Y];
+    readers_overlap (Read, Write):                 [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    writers_exclude (Read, Write):                 [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    writer_not_starved (Read, Write):              [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    crashed_reader_expires (Read, Write):          [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    downgrade_and_tokens (Read, Write, Reentrant): [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    fair_in_order (Fair):                          [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+    fair_timeout_leaves_queue (Fair):              [Y,       Y,       Y,       Unsupported(QUORUM), Unsupported(QUORUM), Y];
+}
+
 #[test]
-fn the_matrix_matches_the_test_files() {
-    let mut wrong = Vec::new();
-    for (scenario, place, cells) in MATRIX {
-        for (backend, cell) in BACKENDS.iter().zip(cells) {
-            let (file, call) = match place {
-                In::BackendFile => (format!("{backend}.rs"), format!("{scenario}(")),
-                In::File(f) => (f.to_string(), format!("{scenario}(&{backend}()")),
-            };
-            let runs = source(&file).contains(&call);
-            match (cell, runs) {
-                (Cell::Runs, true) | (Cell::Skipped(_), false) => {}
-                (Cell::Runs, false) => {
-                    wrong.push(format!("{scenario} on {backend}: the table says it runs, {file} has no `{call}`"))
-                }
-                (Cell::Skipped(why), true) => wrong.push(format!(
-                    "{scenario} on {backend}: {file} runs it, the table says skipped ({why}): mark it Y"
-                )),
+fn every_cell_that_does_not_run_says_why() {
+    let mut runs = 0;
+    for row in MATRIX {
+        assert!(!row.kinds.is_empty(), "{}: no lock kind", row.scenario);
+        for (backend, cell) in BACKENDS.iter().zip(row.cells) {
+            match cell {
+                Cell::Runs => runs += 1,
+                Cell::Skipped(why) | Cell::Unsupported(why) => assert!(
+                    !why.trim().is_empty(),
+                    "{} on {}: a cell that does not run must say why",
+                    row.scenario,
+                    backend.mode()
+                ),
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "tests/tests/matrix.rs is out of date:\n{}",
-        wrong.join("\n")
+    println!(
+        "matrix: {} scenarios x {} backends, {runs} cells run",
+        MATRIX.len(),
+        BACKENDS.len()
     );
 }
 
-#[test]
-fn every_shared_scenario_is_in_the_matrix() {
-    let common = include_str!("common/mod.rs");
-    let helpers = ["wait_for_waiter", "percentile", "unique", "every_mode"];
-    for line in common.lines() {
-        let Some(rest) = line.strip_prefix("pub async fn ") else {
-            continue;
-        };
-        let name = rest.split('(').next().unwrap_or_default();
-        if helpers.contains(&name) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_cells_are_refused() {
+    let mut checked = 0;
+    for backend in BACKENDS {
+        let cells: Vec<_> = MATRIX
+            .iter()
+            .zip(std::iter::repeat(backend))
+            .filter_map(|(row, b)| match row.cells[b as usize] {
+                Cell::Unsupported(why) => Some((row, why)),
+                Cell::Runs | Cell::Skipped(_) => None,
+            })
+            .collect();
+        if cells.is_empty() {
             continue;
         }
-        assert!(
-            MATRIX.iter().any(|(s, _, _)| *s == name),
-            "the shared scenario `{name}` is missing from tests/tests/matrix.rs"
-        );
+        let reg = backend.registry().await;
+        for (row, why) in cells {
+            // A row's reentrant lock (e.g. `downgrade_and_tokens` checks that it is a
+            // separate lock) is offered everywhere; the other kinds are what is refused.
+            for kind in row.kinds.iter().filter(|k| **k != LockKind::Reentrant) {
+                let at = format!("{} on {} ({kind:?})", row.scenario, backend.mode());
+                let key = common::unique("matrix");
+                match reg.lock(key.as_str()).kind(*kind).try_acquire().await {
+                    Err(err @ LockError::Unsupported { .. }) => {
+                        let text = err.to_string();
+                        assert!(
+                            text.contains(kind.name()) && text.contains(backend.mode()),
+                            "{at}: the refusal must name the kind and the mode: {text}"
+                        );
+                        checked += 1;
+                    }
+                    Err(e) => panic!("{at}: expected Unsupported ({why}), got {e}"),
+                    Ok(_) => panic!("{at}: the table says Unsupported ({why}), but it was taken"),
+                }
+            }
+        }
     }
+    assert!(checked > 0, "the table has Unsupported cells to check");
+    println!("matrix: {checked} (cell, kind) refusals checked");
 }

@@ -2,6 +2,9 @@
 //!
 //! Non-destructive tests use 3 of the shared masters (`DISTLOCK_TEST_REDLOCK`, started by
 //! `scripts/test.sh`); tests that kill nodes own private servers ([`RedisProcess`]).
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 mod quorum_common;
@@ -18,53 +21,7 @@ fn three() -> Vec<String> {
 }
 
 async fn registry() -> Registry {
-    connect("multi", &three(), "200ms").await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusion() {
-    exclusion_16_tasks(&registry().await).await;
-}
-
-#[tokio::test]
-async fn try_acquire_and_timeout() {
-    try_and_timeout(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_handed_the_lock_promptly() {
-    let reg = registry().await;
-    let mut times = hand_off(&reg, 50).await;
-    let p50 = percentile(&mut times, 0.5);
-    let max = percentile(&mut times, 1.0);
-    println!("multi: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
-    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
-    assert!(max < Duration::from_millis(100), "max {max:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing() {
-    fencing_tokens_grow(&registry().await).await;
-}
-
-#[tokio::test]
-async fn lost_when_deleted_behind_its_back() {
-    deleted_lock_is_lost(&registry().await).await;
-}
-
-#[tokio::test]
-async fn dropped_guard_is_released() {
-    dropped_guard_frees(&registry().await).await;
-}
-
-#[tokio::test]
-async fn reentrant_in_task_scope() {
-    reentrancy(&registry().await).await;
-}
-
-#[tokio::test]
-async fn run_holds_and_releases() {
-    run_releases(&registry().await).await;
+    backend::multi().await
 }
 
 /// Held on every node while held; on none after.

@@ -3,6 +3,9 @@
 //! Non-destructive tests run on the shared masters (`DISTLOCK_TEST_REDLOCK`, 17201..17205,
 //! started by `scripts/test.sh`); tests that kill, restart or stall nodes own private
 //! servers ([`RedisProcess`]).
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
 mod quorum_common;
@@ -17,7 +20,7 @@ use distlock_tests::{addr_of, redlock_urls, resp_command, resp_command_timeout, 
 use quorum_common::*;
 
 async fn registry() -> Registry {
-    connect("redlock", &redlock_urls(), "200ms").await
+    backend::redlock().await
 }
 
 /// 16 tasks x 10 locked, non-atomic read-modify-writes never overlap.
@@ -55,62 +58,6 @@ async fn exclusion() {
     }
     assert_eq!(*counter.lock().unwrap(), 160);
     println!("redlock: 16 tasks x 10 sections in {:?}", start.elapsed());
-}
-
-#[tokio::test]
-async fn try_acquire_and_timeout() {
-    try_and_timeout(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_handed_the_lock_promptly() {
-    let reg = registry().await;
-    let mut times = hand_off(&reg, 50).await;
-    let p50 = percentile(&mut times, 0.5);
-    let max = percentile(&mut times, 1.0);
-    println!("redlock: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
-    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
-    assert!(max < Duration::from_millis(100), "max {max:?}");
-}
-
-#[tokio::test]
-async fn auto_lease_is_renewed() {
-    auto_lease_outlives_watchdog(&registry().await).await;
-}
-
-#[tokio::test]
-async fn fixed_lease_runs_out() {
-    fixed_lease_expires(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing() {
-    fencing_tokens_grow(&registry().await).await;
-}
-
-#[tokio::test]
-async fn lost_when_deleted_behind_its_back() {
-    deleted_lock_is_lost(&registry().await).await;
-}
-
-#[tokio::test]
-async fn dropped_guard_is_released() {
-    dropped_guard_frees(&registry().await).await;
-}
-
-#[tokio::test]
-async fn reentrant_in_task_scope() {
-    reentrancy(&registry().await).await;
-}
-
-#[tokio::test]
-async fn run_holds_and_releases() {
-    run_releases(&registry().await).await;
-}
-
-#[tokio::test]
-async fn error_messages() {
-    errors_name_things(&registry().await).await;
 }
 
 /// Unique ids (`distlock::ids`) work on redlock too: distinct across concurrent tasks.

@@ -3,8 +3,13 @@
 //! The non-destructive tests use the shared master + replica + 3 sentinels of
 //! `scripts/servers.sh` (`DISTLOCK_TEST_SENTINELS`); the failover and `sync_replicas` tests
 //! start private groups of their own (ports 17400..17499) and shut servers down.
+//!
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +17,7 @@ use common::*;
 use distlock::{InitError, Lease, LockError, Registry};
 use distlock_tests::topology::{info_field, role, PrivateSentinel};
 use distlock_tests::{resp_command, sentinel_master_name, sentinel_urls, wait_until};
+use scenarios::exclusion_16_tasks;
 
 fn config(sentinels: &[String], master: &str, extra: &str, watchdog: &str) -> String {
     let list = sentinels
@@ -24,70 +30,8 @@ fn config(sentinels: &[String], master: &str, extra: &str, watchdog: &str) -> St
     )
 }
 
-async fn registry() -> Registry {
-    Registry::from_str(&config(&sentinel_urls(), &sentinel_master_name(), "", "1s"))
-        .await
-        .expect("connect to the test sentinels' master")
-}
-
 fn hash_name(key: &str) -> String {
     format!("lock:{{{key}}}")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusion() {
-    exclusion_16_tasks(&registry().await).await;
-}
-
-#[tokio::test]
-async fn try_acquire_and_timeout() {
-    try_and_timeout(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_handed_the_lock_promptly() {
-    let reg = registry().await;
-    let mut times = hand_off(&reg, 50).await;
-    let p50 = percentile(&mut times, 0.5);
-    let max = percentile(&mut times, 1.0);
-    println!("sentinel: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
-    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
-    assert!(max < Duration::from_millis(100), "max {max:?}");
-}
-
-#[tokio::test]
-async fn auto_lease_is_renewed() {
-    auto_lease_outlives_watchdog(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing() {
-    fencing_tokens_grow(&registry().await).await;
-}
-
-#[tokio::test]
-async fn lost_when_deleted_behind_its_back() {
-    deleted_lock_is_lost(&registry().await).await;
-}
-
-#[tokio::test]
-async fn dropped_guard_is_released() {
-    dropped_guard_frees(&registry().await).await;
-}
-
-#[tokio::test]
-async fn reentrant_in_task_scope() {
-    reentrancy(&registry().await).await;
-}
-
-#[tokio::test]
-async fn run_holds_and_releases() {
-    run_releases(&registry().await).await;
-}
-
-#[tokio::test]
-async fn error_messages() {
-    errors_name_things(&registry().await).await;
 }
 
 /// With its replica up, `sync_replicas = 1` acquires normally (WAIT is acknowledged).

@@ -1,7 +1,11 @@
 //! The reentrant lock on one real redis-server (`mode = "single"`).
 //! Needs the test servers: `scripts/test.sh` (or `scripts/servers.sh start`).
+//! The shared scenarios (exclusion, timeouts, leases, tokens, reentrancy, ...) run on this
+//! backend from the table in `matrix.rs`; this file has the tests of this backend only.
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use distlock::{LockError, Registry};
 use distlock_tests::{addr_of, resp_command, single_url, RedisProcess};
+use scenarios::dropped_guard_frees;
 
 fn config(url: &str) -> String {
     format!(
@@ -17,51 +22,7 @@ fn config(url: &str) -> String {
 }
 
 async fn registry() -> Registry {
-    Registry::from_str(&config(&single_url()))
-        .await
-        .expect("connect to the test redis-server")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusion() {
-    exclusion_16_tasks(&registry().await).await;
-}
-
-#[tokio::test]
-async fn try_acquire_and_timeout() {
-    try_and_timeout(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_handed_the_lock_promptly() {
-    let reg = registry().await;
-    let mut times = hand_off(&reg, 50).await;
-    let p50 = percentile(&mut times, 0.5);
-    let max = percentile(&mut times, 1.0);
-    println!("single: hand-off over 50 rounds: p50 {p50:?}, max {max:?}");
-    // Generous protocol bound; the benchmark measures the real figures.
-    assert!(p50 < Duration::from_millis(10), "p50 {p50:?}");
-    assert!(max < Duration::from_millis(100), "max {max:?}");
-}
-
-#[tokio::test]
-async fn auto_lease_is_renewed() {
-    auto_lease_outlives_watchdog(&registry().await).await;
-}
-
-#[tokio::test]
-async fn fixed_lease_runs_out() {
-    fixed_lease_expires(&registry().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing() {
-    fencing_tokens_grow(&registry().await).await;
-}
-
-#[tokio::test]
-async fn lost_when_deleted_behind_its_back() {
-    deleted_lock_is_lost(&registry().await).await;
+    backend::single().await
 }
 
 #[tokio::test]
@@ -85,26 +46,6 @@ async fn lost_when_keys_deleted_with_raw_del() {
         start.elapsed()
     );
     assert!(err.to_string().contains(&key), "{err}");
-}
-
-#[tokio::test]
-async fn dropped_guard_is_released() {
-    dropped_guard_frees(&registry().await).await;
-}
-
-#[tokio::test]
-async fn reentrant_in_task_scope() {
-    reentrancy(&registry().await).await;
-}
-
-#[tokio::test]
-async fn run_holds_and_releases() {
-    run_releases(&registry().await).await;
-}
-
-#[tokio::test]
-async fn error_messages() {
-    errors_name_things(&registry().await).await;
 }
 
 #[tokio::test]

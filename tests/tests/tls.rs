@@ -2,12 +2,15 @@
 //! certificates generated at test time by the `openssl` CLI (see `distlock_tests::tls`).
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::time::{Duration, Instant};
 
 use common::*;
 use distlock::{InitError, Registry};
 use distlock_tests::tls::{Certs, ClientAuth, TlsRedis};
+use scenarios::*;
 
 /// A single backend at `url` with `tls` lines added.
 fn single(url: &str, tls: &str) -> String {

@@ -9,19 +9,7 @@ use distlock_tests::{addr_of, resp_command, RedisProcess, RespValue};
 
 /// A `[backends.main]` of `mode` over `urls`, with `watchdog_timeout = "1s"` (the shared
 /// scenarios expect it) and short timeouts.
-pub fn config(mode: &str, urls: &[String], node_timeout: &str) -> String {
-    let nodes = urls
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "[defaults]\nwatchdog_timeout = \"1s\"\n\
-         [backends.main]\nmode = \"{mode}\"\nnodes = [{nodes}]\n\
-         node_timeout = \"{node_timeout}\"\nretry_delay = \"20ms\"\n\
-         response_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
-    )
-}
+pub use crate::common::backend::quorum_config as config;
 
 /// Connect a registry whose backend `main` is `mode` over `urls`.
 pub async fn connect(mode: &str, urls: &[String], node_timeout: &str) -> Registry {
