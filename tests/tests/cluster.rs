@@ -499,3 +499,86 @@ async fn master_failover_is_survived() {
     // The process works normally again.
     exclusion_16_tasks(&reg).await;
 }
+
+/// The node id (`CLUSTER MYID`) of the node at `addr`.
+fn node_id(addr: &str) -> String {
+    resp_command(addr, &["CLUSTER", "MYID"])
+        .expect("CLUSTER MYID")
+        .as_str()
+        .expect("an id")
+        .to_owned()
+}
+
+/// A lock's slot moves to another master (as `redis-cli --cluster reshard` does it) after
+/// this process learned the slot map: its commands, sent by slot on distlock's own
+/// connection to the old master, are answered `MOVED` there; they are sent again through
+/// the cluster connection, the map is asked again, and the lock keeps working — on the
+/// new master, with tokens that still grow (the counter moved with the slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_to_another_master_is_followed() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+        .await
+        .expect("start the private cluster");
+    let reg = Registry::from_str(&config(&cluster.urls(), "5s", "500ms"))
+        .await
+        .expect("connect to the private cluster");
+    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr()).collect();
+    let key = unique("moved");
+    let hash = hash_name(&key);
+    let slot = keyslot(&nodes, &hash);
+    let from = master_of_slot(&nodes, slot).expect("a master serves the slot");
+    let to = nodes[..3]
+        .iter()
+        .find(|n| **n != from && role(n).as_deref() == Some("master"))
+        .expect("another master")
+        .clone();
+
+    // Learned on `from`: the token counter lives there now.
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    let first = g.fencing_token();
+    g.release().await.expect("release");
+
+    // Move the slot and its keys (the fencing counter) from `from` to `to`.
+    let (from_id, to_id) = (node_id(&from), node_id(&to));
+    let s = slot.to_string();
+    let ok = |addr: &str, args: &[&str]| {
+        let r = resp_command(addr, args).unwrap_or_else(|e| panic!("{args:?} on {addr}: {e}"));
+        assert!(
+            !matches!(r, RespValue::Error(_)),
+            "{args:?} on {addr}: {r:?}"
+        );
+    };
+    ok(&to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]);
+    ok(&from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]);
+    let (to_host, to_port) = to.rsplit_once(':').expect("host:port");
+    let keys = resp_command(&from, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]).expect("keys");
+    for k in keys.as_array().expect("an array") {
+        let k = k.as_str().expect("a key name");
+        ok(&from, &["MIGRATE", to_host, to_port, k, "0", "5000"]);
+    }
+    for n in &nodes[..3] {
+        ok(n, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+    }
+    assert_eq!(master_of_slot(&nodes, slot).as_deref(), Some(to.as_str()));
+
+    // Still the old map in this process: the first command meets MOVED.
+    for round in 0..20 {
+        let g = reg
+            .lock(key.as_str())
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire after the move (round {round}): {e}"));
+        assert!(
+            g.fencing_token() > first,
+            "token {} after {first}",
+            g.fencing_token()
+        );
+        let on_to = resp_command(&to, &["EXISTS", &hash]).expect("EXISTS");
+        assert_eq!(
+            on_to.as_int(),
+            Some(1),
+            "the lock is held on the new master"
+        );
+        g.release().await.expect("release after the move");
+    }
+}

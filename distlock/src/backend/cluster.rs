@@ -1,9 +1,11 @@
 //! `mode = "cluster"`: a Redis Cluster.
 //!
-//! Commands go through redis-rs's async cluster connection, which routes every command by
-//! the slot of its first key (all keys of one lock share a slot), follows `MOVED`/`ASK` and
-//! refreshes its slot map after a failover; requests that meet a failover are retried by
-//! it within `response_timeout`, which bounds every call — except Redisson-format
+//! The lock commands go by slot straight to a connection of distlock's own to the master
+//! serving it (`cluster_slots.rs`: all keys of one lock share a slot); everything else,
+//! and a command redirected by `MOVED`/`ASK`, goes through redis-rs's async cluster
+//! connection, which follows redirections and refreshes its slot map after a failover;
+//! requests that meet a failover are retried by it within `response_timeout`, which bounds
+//! every call — except Redisson-format
 //! acquisitions, which go on a second connection that never sends a command twice (see
 //! [`Cluster`]). Renewals are sent concurrently,
 //! one call each (a pipeline must stay in one slot), so a master that is down does not hold
@@ -34,6 +36,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 
+use super::cluster_slots::Routed;
 use super::conn::{addresses, Settings};
 use super::error::{bounded, DriverError};
 use super::link::Link;
@@ -50,7 +53,7 @@ use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 /// it (through `Deref`).
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    link: Link<ClusterConnection>,
+    link: Link<Routed>,
     /// Redisson's format only: a second cluster connection that never sends a command twice
     /// (`retries(0)`), for the acquire scripts. redis-rs's cluster client sends a command
     /// again after a dropped connection (and some time-outs); Redisson's acquire scripts
@@ -63,9 +66,9 @@ pub(crate) struct Cluster {
 }
 
 impl std::ops::Deref for Cluster {
-    type Target = Link<ClusterConnection>;
+    type Target = Link<Routed>;
 
-    fn deref(&self) -> &Link<ClusterConnection> {
+    fn deref(&self) -> &Link<Routed> {
         &self.link
     }
 }
@@ -144,6 +147,11 @@ pub(crate) async fn connect(
             })
         }
     };
+    let template = match nodes.first() {
+        Some(url) => Some(settings.info(url)?),
+        None => None,
+    };
+    let conn = Routed::new(conn, settings, template).await;
     let cluster = Cluster {
         link: Link {
             conn,
@@ -154,7 +162,7 @@ pub(crate) async fn connect(
         once,
     };
     // A node down now only means its script cache is filled by EVAL later.
-    let mut c = cluster.conn.clone();
+    let mut c = cluster.conn.fallback.clone();
     if let Err(e) = bounded(
         &cluster.address,
         "SCRIPT LOAD timed out",
@@ -188,11 +196,12 @@ impl Cluster {
         lease: Duration,
         wait: Duration,
     ) -> Result<crate::protocol::Attempt, DriverError> {
-        let link = match (&keys.format, &self.once) {
-            (Format::Redisson(_), Some(once)) => once,
-            (Format::Redisson(_) | Format::Distlock, _) => &self.link,
-        };
-        link.acquire(keys, hold, lease, wait).await
+        match (&keys.format, &self.once) {
+            (Format::Redisson(_), Some(once)) => once.acquire(keys, hold, lease, wait).await,
+            (Format::Redisson(_) | Format::Distlock, _) => {
+                self.link.acquire(keys, hold, lease, wait).await
+            }
+        }
     }
 
     /// One command on every master: each master's reply (or error) by its address.
@@ -201,7 +210,7 @@ impl Cluster {
         cmd: redis::Cmd,
     ) -> Result<Vec<(String, RedisResult<Value>)>, DriverError> {
         use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.fallback.clone();
         let reply = bounded(
             &self.address,
             "self-check timed out",
@@ -284,7 +293,7 @@ impl Cluster {
         limit: usize,
     ) -> Result<Vec<String>, DriverError> {
         use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.fallback.clone();
         let nodes = bounded(
             &self.address,
             "CLUSTER NODES timed out",

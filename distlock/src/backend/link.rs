@@ -10,10 +10,10 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::error::{bounded, DriverError};
-use crate::protocol::reply::UnexpectedReply;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;
+use crate::protocol::reply::UnexpectedReply;
 use crate::protocol::{Attempt, Call, Publish, Released};
 
 /// A connection speaking the lock protocol.

@@ -11,6 +11,7 @@ mod auth;
 pub(crate) use auth::explain as explain_auth;
 mod check;
 mod cluster;
+mod cluster_slots;
 mod conn;
 pub(crate) mod error;
 mod link;
@@ -28,8 +29,8 @@ use std::time::Duration;
 
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
-pub use self::error::{BackendError, BackendErrorKind};
 pub(crate) use self::error::DriverError;
+pub use self::error::{BackendError, BackendErrorKind};
 use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{LockKeys, Shape};
