@@ -57,5 +57,8 @@ async fn multi_tokens_grow_without_raising_lagging_counters() {
         last = g.fencing_token();
         g.release().await.expect("release");
     }
-    assert!(last > 5_000_000_000_000_000, "the node ahead decides: {last}");
+    assert!(
+        last > 5_000_000_000_000_000,
+        "the node ahead decides: {last}"
+    );
 }
