@@ -25,7 +25,7 @@ pub(crate) mod version;
 use std::time::Duration;
 
 pub(crate) use call::Call;
-pub(crate) use script::{Attempt, Publish, Released, Script};
+pub(crate) use script::{Attempt, HandedOff, Publish, Released, Script};
 
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, RedissonKeys, Shape};
@@ -57,6 +57,27 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
     match redisson(keys) {
         Some((kind, r)) => redisson_calls::release(keys, kind, r, hold, publish),
         None => distlock_calls::release(keys, hold, publish),
+    }
+}
+
+/// The hand-off call (release `hold`, and when that frees the lock, grant it to the local
+/// waiter's acquisition `to`), or `None` where there is no hand-off: Redisson's format
+/// (its own clients take the lock on the PUBLISH of a release, and must keep seeing one),
+/// and every shape but the reentrant lock (a fair lock's order is kept in Redis across
+/// processes; read-write locks and semaphores admit several holders). The other rules —
+/// quorum backends, run-once jobs — are `crate::primitives::handoff::eligible`'s and the
+/// backend's.
+pub(crate) fn handoff(
+    keys: &LockKeys,
+    hold: Hold,
+    to: Hold,
+    lease: Duration,
+    holder: Option<&str>,
+    publish: Publish,
+) -> Option<Call> {
+    match redisson(keys) {
+        Some(_) => None,
+        None => distlock_calls::handoff(keys, hold, to, lease, holder, publish),
     }
 }
 
@@ -109,6 +130,7 @@ mod tests {
         let wait = format!("wait > {}", crate::lease::terms::MAX_WAIT.as_millis());
         for s in [
             Script::Acquire,
+            Script::Handoff,
             Script::Renew,
             Script::RwRenew,
             Script::SemAcquire,

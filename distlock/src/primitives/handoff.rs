@@ -1,0 +1,295 @@
+//! Direct hand-off to a waiter of this process: the local waiters of each lock, in FIFO
+//! order, that a releasing holder can hand the lock to with one script
+//! (`protocol/handoff.lua`: release the old level, grant the waiter a fresh hold with a
+//! new token), telling the waiter in-process instead of publishing the release and letting
+//! it send an acquire of its own.
+//!
+//! - A waiter registers a place ([`Waiters::enter`]) once refused, and keeps its FIFO rank
+//!   (its sequence number) when it registers again after an attempt of its own. Its place
+//!   goes on every way out ([`Place`]'s drop: acquired, timed out, failed, dropped).
+//! - A releaser claims the first place ([`Waiters::claim`]): from then on the waiter no
+//!   longer sends attempts of its own ([`Place::withdraw`] says so) but waits for the
+//!   outcome ([`Claimed::grant`] or [`Claimed::retry`]): its level may be granted by the
+//!   script, and an attempt of its own with that level would find the grant (acquire.lua's
+//!   run again) while the releaser, hearing the waiter gone, released it.
+//! - A releaser whose outcome is unknown (its future dropped, a transient error) undoes the
+//!   waiter's possible grant before telling it to retry (`guard.rs`); a grant whose waiter
+//!   left is released by the releaser. No lock stays held by nobody.
+//!
+//! Which locks hand off ([`eligible`]): distlock's reentrant lock, fresh (not nested)
+//! acquisitions, without `hold_at_least`, on a backend of one master (single, cluster,
+//! sentinel without `sync_replicas`). Not the others: a fair lock keeps its order in Redis
+//! across processes (a local hand-off would jump that queue); read-write locks and
+//! semaphores admit several holders, so a release frees a share rather than the lock;
+//! Redisson's format must stay what Redisson's own clients expect (they acquire on the
+//! PUBLISH); a quorum backend (redlock, multi) would need the transfer on a majority of
+//! nodes at once; a sentinel backend with `sync_replicas` must WAIT for replicas on every
+//! grant; a run-once job (`hold_at_least`) keeps its slot after release; the memory
+//! backend has no round trip to save (a woken waiter takes it in-process already).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::lease::owner::{Hold, OwnerId};
+use crate::protocol::keys::{Format, LockKeys, Shape};
+
+/// Whether acquisitions and releases of `keys` hand off (see the module docs for why the
+/// other shapes, formats and run-once jobs do not).
+pub(crate) fn eligible(keys: &LockKeys) -> bool {
+    let shape = match &keys.shape {
+        Shape::Reentrant => true,
+        Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => false,
+    };
+    let format = match &keys.format {
+        Format::Distlock => true,
+        Format::Redisson(_) => false,
+    };
+    shape && format && keys.hold_at_least.is_none()
+}
+
+/// What a waiter hears from the releaser that claimed its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It holds the lock: its fresh hold was granted with this token, by a script sent at
+    /// `sent` (its lease counts from then).
+    Granted { token: u64, sent: Instant },
+    /// Not handed over (the release did not free it, or its outcome was not known and
+    /// was undone): try as usual.
+    Retry,
+}
+
+/// One waiter's registration.
+#[derive(Debug)]
+struct Slot {
+    hold: Hold,
+    lease: Duration,
+    holder: Option<Arc<str>>,
+    tx: oneshot::Sender<Outcome>,
+}
+
+/// The local waiters of one backend, by lock hash key.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    map: Mutex<HashMap<String, BTreeMap<u64, Slot>>>,
+    next: AtomicU64,
+}
+
+impl Waiters {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<u64, Slot>>> {
+        // Every change is one insert or remove: a poisoned lock is still consistent.
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Register a waiter of `key` (the lock's hash key) with the fresh acquisition `hold`
+    /// it would make, its lease and its holder information. `rank`: the rank of its
+    /// earlier place (it keeps its turn), `None` for a new one (the last).
+    pub(crate) fn enter(
+        self: &Arc<Self>,
+        key: &str,
+        rank: Option<u64>,
+        hold: Hold,
+        lease: Duration,
+        holder: Option<Arc<str>>,
+    ) -> Place {
+        let rank = rank.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
+        let (tx, rx) = oneshot::channel();
+        let slot = Slot {
+            hold,
+            lease,
+            holder,
+            tx,
+        };
+        self.map()
+            .entry(key.to_owned())
+            .or_default()
+            .insert(rank, slot);
+        Place {
+            waiters: self.clone(),
+            key: key.to_owned(),
+            rank,
+            rx,
+            registered: true,
+        }
+    }
+
+    /// Take the first waiter of `key` still waiting, but not of `owner` (the releaser's):
+    /// the releaser hands the lock to it, and must tell it the outcome.
+    pub(crate) fn claim(&self, key: &str, owner: OwnerId) -> Option<Claimed> {
+        let mut map = self.map();
+        let queue = map.get_mut(key)?;
+        let mut found = None;
+        let mut gone = Vec::new();
+        for (rank, slot) in queue.iter() {
+            if slot.tx.is_closed() {
+                gone.push(*rank);
+            } else if slot.hold.owner != owner {
+                found = Some(*rank);
+                break;
+            }
+        }
+        for rank in gone {
+            queue.remove(&rank);
+        }
+        let claimed = found.and_then(|rank| queue.remove(&rank));
+        if queue.is_empty() {
+            map.remove(key);
+        }
+        claimed.map(|s| Claimed {
+            hold: s.hold,
+            lease: s.lease,
+            holder: s.holder,
+            tx: Some(s.tx),
+        })
+    }
+
+    /// How many locks have local waiters registered (tests: no per-key state forever).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map().len()
+    }
+}
+
+/// A waiter's place: removed when withdrawn or dropped.
+#[derive(Debug)]
+pub(crate) struct Place {
+    waiters: Arc<Waiters>,
+    key: String,
+    rank: u64,
+    rx: oneshot::Receiver<Outcome>,
+    registered: bool,
+}
+
+impl Place {
+    /// Its FIFO rank, to register again with the same turn.
+    pub(crate) fn rank(&self) -> u64 {
+        self.rank
+    }
+
+    /// Take the place back before an attempt of the waiter's own: `true` when it was
+    /// still registered (the attempt may go); `false` when a releaser claimed it (the
+    /// waiter must await [`Place::outcome`] instead).
+    pub(crate) fn withdraw(&mut self) -> bool {
+        if !self.registered {
+            return false;
+        }
+        self.registered = false;
+        let mut map = self.waiters.map();
+        let Some(queue) = map.get_mut(&self.key) else {
+            return false;
+        };
+        let removed = queue.remove(&self.rank).is_some();
+        if queue.is_empty() {
+            map.remove(&self.key);
+        }
+        removed
+    }
+
+    /// The outcome a releaser sends; [`Outcome::Retry`] when it went without one.
+    /// Cancel-safe: awaiting it again after a drop gets the same.
+    pub(crate) async fn outcome(&mut self) -> Outcome {
+        (&mut self.rx).await.unwrap_or(Outcome::Retry)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.registered {
+            self.withdraw();
+        }
+    }
+}
+
+/// A waiter's place claimed by a releaser: what to grant it, and the way to tell it. Dropped
+/// without an outcome, the waiter hears [`Outcome::Retry`].
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    /// The waiter's fresh acquisition.
+    pub(crate) hold: Hold,
+    /// Its lease.
+    pub(crate) lease: Duration,
+    /// Its holder information (`host\tpid\tsite`), when recorded.
+    pub(crate) holder: Option<Arc<str>>,
+    tx: Option<oneshot::Sender<Outcome>>,
+}
+
+impl Claimed {
+    /// Tell the waiter it holds the lock. `false`: it left, the grant is nobody's (the
+    /// caller releases it).
+    pub(crate) fn grant(mut self, token: u64, sent: Instant) -> bool {
+        match self.tx.take() {
+            Some(tx) => tx.send(Outcome::Granted { token, sent }).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Tell the waiter to try as usual.
+    pub(crate) fn retry(mut self) {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Outcome::Retry);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: Duration = Duration::from_secs(1);
+
+    #[tokio::test]
+    async fn fifo_claims_skip_the_releaser_and_leave_no_state() {
+        let w = Arc::new(Waiters::default());
+        let (ha, hb) = (Hold::fresh(), Hold::fresh());
+        let mut a = w.enter("k", None, ha, D, None);
+        let b = w.enter("k", None, hb, D, None);
+        let first = w.claim("k", ha.owner).expect("b: a's own owner is skipped");
+        assert_eq!(first.hold, hb);
+        assert!(w.claim("k", ha.owner).is_none());
+        let second = w.claim("k", OwnerId::random()).expect("a");
+        assert_eq!(second.hold, ha);
+        assert!(!a.withdraw(), "a claimed place is not withdrawn");
+        assert!(second.grant(7, Instant::now()));
+        assert!(matches!(
+            a.outcome().await,
+            Outcome::Granted { token: 7, .. }
+        ));
+        drop(b);
+        assert!(
+            !first.grant(8, Instant::now()),
+            "b left: the grant is nobody's"
+        );
+        assert_eq!(w.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_place_keeps_its_rank_and_a_dropped_one_goes() {
+        let w = Arc::new(Waiters::default());
+        let (ha, hb) = (Hold::fresh(), Hold::fresh());
+        let mut a = w.enter("k", None, ha, D, None);
+        let b = w.enter("k", None, hb, D, None);
+        assert!(a.withdraw());
+        let again = w.enter("k", Some(a.rank()), ha, D, None);
+        let claimed = w.claim("k", OwnerId::random()).expect("a");
+        assert_eq!(claimed.hold, ha, "a keeps its turn before b");
+        drop(again);
+        claimed.retry();
+        drop(b);
+        assert_eq!(w.len(), 0);
+        let mut c = w.enter("k", None, ha, D, None);
+        w.claim("k", OwnerId::random()).expect("c").retry();
+        assert_eq!(c.outcome().await, Outcome::Retry);
+        let mut d = w.enter("k", None, hb, D, None);
+        drop(w.claim("k", OwnerId::random()));
+        assert_eq!(
+            d.outcome().await,
+            Outcome::Retry,
+            "claimed, then dropped: retry"
+        );
+        assert_eq!(w.len(), 0);
+    }
+}
