@@ -190,6 +190,12 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
+        // Before the first attempt: how many releases the lock's channel has seen, if it
+        // is live already (see the wait below).
+        let seen = match (&watch, &keys.format, &keys.shape) {
+            (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
+            (None, _, _) => backend.hub.messages(&keys.channel),
+        };
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
         if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
@@ -325,7 +331,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
             rank = Some(p.rank());
             place = Some(p);
         }
-        match &watch {
+        let sleep_on = match &watch {
             None => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
                 drop(notified);
@@ -338,31 +344,43 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     tokio::time::sleep_until(until).await;
                 }
                 watch = Some(w);
+                // The channel was live before the refused attempt (other waiters of this
+                // process keep it subscribed) and has seen no release since, counted after
+                // this wake-up is enabled: nothing was missed, so sleep now instead of
+                // trying again.
+                match (seen, watch.as_ref()) {
+                    (Some(before), Some(w)) => {
+                        let mut n = Box::pin(w.notified());
+                        n.as_mut().enable();
+                        (w.messages() == Some(before)).then_some(n)
+                    }
+                    _ => None,
+                }
             }
             Some(w) if !w.is_live() => {
                 drop(notified);
                 if !w.subscribe(until).await {
                     tokio::time::sleep_until(until).await;
                 }
+                None
             }
-            Some(_) => {
-                if let Some(n) = notified {
-                    let _asleep = Asleep::new(&backend.waiting);
-                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
-                    let heard = tokio::select! {
-                        _ = n => None,
-                        _ = tokio::time::sleep_until(until) => None,
-                        o = handed(place.as_mut()) => Some(o),
-                    };
-                    match heard {
-                        Some(Outcome::Granted { token, sent }) => {
-                            return Ok(grant(keys, hold, token, true, sent, permit));
-                        }
-                        // Claimed, not handed over: the place is gone; try as usual.
-                        Some(Outcome::Retry) => place = None,
-                        None => {}
-                    }
+            Some(_) => notified,
+        };
+        if let Some(n) = sleep_on {
+            let _asleep = Asleep::new(&backend.waiting);
+            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
+            let heard = tokio::select! {
+                _ = n => None,
+                _ = tokio::time::sleep_until(until) => None,
+                o = handed(place.as_mut()) => Some(o),
+            };
+            match heard {
+                Some(Outcome::Granted { token, sent }) => {
+                    return Ok(grant(keys, hold, token, true, sent, permit));
                 }
+                // Claimed, not handed over: the place is gone; try as usual.
+                Some(Outcome::Retry) => place = None,
+                None => {}
             }
         }
     }
