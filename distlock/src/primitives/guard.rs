@@ -224,7 +224,9 @@ async fn hand_off(
             return Ok(());
         }
         Ok(Some(HandedOff::Released(r))) => {
-            pending.disarm().map(Claimed::retry);
+            if let Some(c) = pending.disarm() {
+                c.retry();
+            }
             r
         }
         // Not known whether it ran: undone in the background (`pending`'s drop).
@@ -232,7 +234,9 @@ async fn hand_off(
         // Refused before anything was written (the script checks first): the waiter tries
         // as usual, and this is an ordinary release.
         Ok(None) | Err(_) => {
-            pending.disarm().map(Claimed::retry);
+            if let Some(c) = pending.disarm() {
+                c.retry();
+            }
             return release_plain(keys, hold, backend).await;
         }
     };

@@ -95,7 +95,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
 
 /// The hand-off call: release `hold` (an outermost hold of a reentrant lock) and, when that
 /// frees the lock, grant it to the waiter's fresh acquisition `to` with `lease`, recording
-/// `holder` (its `host\tpid\tsite`) when holder information is on. `None` for the shapes
+/// `holder` (its `host\tpid\tsite`) when it records holder information. `None` for the shapes
 /// that do not hand off (see `crate::primitives::handoff`).
 pub(crate) fn handoff(
     keys: &LockKeys,
@@ -121,9 +121,11 @@ pub(crate) fn handoff(
     .arg(to.owner.hex())
     .arg(millis(lease))
     .arg(to.level_hex());
-    if let (Some(info), Some(holder)) = (&keys.info, holder) {
-        call.keys.push(info.key.clone());
-        call = call.arg(holder);
+    // The info hash whenever either side records: the old holder's entry goes, the new
+    // one's is written when it records (`""`: it does not).
+    if keys.info.is_some() || holder.is_some() {
+        call.keys.push(keys.info_key());
+        call = call.arg(holder.unwrap_or(""));
     }
     Some(call)
 }

@@ -16,8 +16,10 @@
 -- ARGV[5] the waiter's owner id (not the releasing owner)
 -- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[7] the waiter's level id (its fresh acquisition's)
--- KEYS[3], ARGV[8] (optional, holder information on) the info hash, and the waiter's
---   `host\tpid\tsite`: its entry is written as acquire.lua writes a new holder's
+-- KEYS[3], ARGV[8] (optional: when the releasing or the new holder records holder
+--   information) the info hash, deleted with the old hold, and the waiter's
+--   `host\tpid\tsite` ('' when it does not record): its entry is written as acquire.lua
+--   writes a new holder's
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
 --   new one from the counter); else as release.lua: -1 the owner does not hold it
 --   (nothing changed); n > 0 still held re-entrantly; 0 freed (and published, or kept
@@ -42,7 +44,7 @@ end
 local granted = redis.call('hget', lock, new_level)
 if granted then
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
-  if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
+  if KEYS[3] and ARGV[8] ~= '' then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return {4, tonumber(granted)}
 end
 if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
@@ -72,7 +74,7 @@ redis.call('del', lock)
 local token = next_token(fence)
 redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
 redis.call('pexpire', lock, lease)
-if KEYS[3] then
+if KEYS[3] and ARGV[8] ~= '' then
   local t = redis.call('time')
   redis.call('hset', KEYS[3], new_owner, ARGV[8] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
   redis.call('pexpire', KEYS[3], lease)

@@ -208,6 +208,42 @@ mod tests {
     }
 
     #[test]
+    fn the_handoff_call_is_for_distlocks_reentrant_lock_only() {
+        let d = Duration::from_secs(5);
+        let (old, new) = (Hold::fresh(), Hold::fresh());
+        let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
+        let call = handoff(&keys, old, new, d, None, Publish::Sharded).unwrap();
+        assert_eq!(call.script, Script::Handoff);
+        assert_eq!(call.keys, vec!["lock:{k}", "lock:{k}:fence"]);
+        assert_eq!(call.args[2], b"spublish");
+        assert_eq!(call.args[4], new.owner.hex());
+        assert_eq!(call.args[5], b"5000");
+        assert_eq!(call.args[6], new.level_hex().as_bytes());
+        let with_info = handoff(&keys, old, new, d, Some("h\t1\ts"), Publish::Plain).unwrap();
+        assert_eq!(with_info.keys[2], "lock:{k}:info");
+        assert_eq!(with_info.args[7], b"h\t1\ts");
+        keys = keys.with_holder("h\t2\tt".into());
+        let old_records = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
+        assert_eq!(old_records.keys[2], "lock:{k}:info", "the old entry goes");
+        assert_eq!(old_records.args[7], b"", "no new entry");
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(call.handed_off(&pair(4, 9)), Ok(HandedOff::To { token: 9 }));
+        assert_eq!(
+            call.handed_off(&Value::Int(0)),
+            Ok(HandedOff::Released(Released::Freed))
+        );
+        assert_eq!(
+            call.handed_off(&Value::Int(-1)),
+            Ok(HandedOff::Released(Released::NotHeld))
+        );
+        assert!(call.handed_off(&pair(4, -1)).is_err());
+        let fair = LockKeys::for_kind("lock:", "k".into(), LockKind::Fair).unwrap();
+        assert!(handoff(&fair, old, new, d, None, Publish::Plain).is_none());
+        let redisson = LockKeys::redisson("k".into(), LockKind::Reentrant, d).unwrap();
+        assert!(handoff(&redisson, old, new, d, None, Publish::Plain).is_none());
+    }
+
+    #[test]
     fn an_undo_releases_with_its_hold_until() {
         let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
         keys.hold_at_least = Some(Duration::from_secs(5));
