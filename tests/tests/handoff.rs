@@ -217,6 +217,32 @@ async fn a_waiter_that_left_during_the_transfer_leaves_the_key_free() {
     }
 }
 
+/// On one thread: the release completes and sends the grant, and the waiter's task is
+/// dropped before it ever runs again, the grant still unread in its channel.
+#[tokio::test(flavor = "current_thread")]
+async fn a_grant_never_read_by_its_waiter_is_released() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&server.url(), false).await;
+    for round in 0..3 {
+        let key = format!("handoff:unread:{round}");
+        let lock = format!("lock:{{{key}}}");
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let waiter = spawn_waiter(&reg, &key);
+        wait_for_waiter(&reg).await;
+        held.release().await.expect("release");
+        // No `.await` between: the waiter has not run since the grant was sent.
+        waiter.abort();
+        assert!(waiter.await.is_err(), "the waiter was dropped");
+        eventually(
+            Duration::from_secs(5),
+            "the unread grant is released",
+            || !exists(&addr, &lock),
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_releaser_dropped_during_the_transfer_leaves_one_holder_or_none() {
     let d = delayed().await;

@@ -177,7 +177,8 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         if let Some(mut p) = place.take() {
             if !p.withdraw() {
                 match tokio::time::timeout_at(deadline, p.outcome()).await {
-                    Ok(Outcome::Granted { token, sent }) => {
+                    Ok(Outcome::Granted { token, sent, undo }) => {
+                        undo.disarm();
                         return Ok(grant(keys, hold, token, true, sent, permit));
                     }
                     Ok(Outcome::Retry) => {}
@@ -375,7 +376,8 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                 o = handed(place.as_mut()) => Some(o),
             };
             match heard {
-                Some(Outcome::Granted { token, sent }) => {
+                Some(Outcome::Granted { token, sent, undo }) => {
+                    undo.disarm();
                     return Ok(grant(keys, hold, token, true, sent, permit));
                 }
                 // Claimed, not handed over: the place is gone; try as usual.

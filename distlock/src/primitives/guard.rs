@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::backend::Backend;
 use crate::lease::held::LeaseState;
 use crate::lease::owner::Hold;
-use crate::primitives::handoff::Claimed;
+use crate::primitives::handoff::{Claimed, Undo};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{HandedOff, Released};
 use crate::LockError;
@@ -217,9 +217,12 @@ async fn hand_off(
     tracing::debug!(backend = %backend.name, key = %keys.user, result = ?result, "distlock: released (hand-off)");
     let released = match result {
         Ok(Some(HandedOff::To { token })) => {
-            if !pending.disarm().is_some_and(|c| c.grant(token, sent)) {
-                // The waiter left meanwhile: its grant is nobody's.
-                backend.release_in_background(keys.clone(), to.undoing());
+            // A grant that reaches no waiter (it left meanwhile) is released.
+            let (b, k) = (backend.clone(), keys.clone());
+            let undo = Undo::new(move || b.release_in_background(k, to.undoing()));
+            match pending.disarm() {
+                Some(c) => c.grant(token, sent, undo),
+                None => drop(undo),
             }
             return Ok(());
         }

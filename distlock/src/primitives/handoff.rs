@@ -53,14 +53,52 @@ pub(crate) fn eligible(keys: &LockKeys) -> bool {
 }
 
 /// What a waiter hears from the releaser that claimed its place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Outcome {
     /// It holds the lock: its fresh hold was granted with this token, by a script sent at
-    /// `sent` (its lease counts from then).
-    Granted { token: u64, sent: Instant },
+    /// `sent` (its lease counts from then). `undo` releases the grant unless disarmed: a
+    /// grant that reaches no waiter (it left before the send, or before reading it) is
+    /// released, not left held by nobody.
+    Granted {
+        token: u64,
+        sent: Instant,
+        undo: Undo,
+    },
     /// Not handed over (the release did not free it, or its outcome was not known and
     /// was undone): try as usual.
     Retry,
+}
+
+/// What undoes a grant, run when dropped armed (see [`Outcome::Granted`]).
+pub(crate) struct Undo(Option<Box<dyn FnOnce() + Send>>);
+
+impl Undo {
+    pub(crate) fn new(f: impl FnOnce() + Send + 'static) -> Undo {
+        Undo(Some(Box::new(f)))
+    }
+
+    /// The waiter took the grant: nothing to undo.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for Undo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Undo(armed)"
+        } else {
+            "Undo"
+        })
+    }
 }
 
 /// One waiter's registration.
@@ -218,12 +256,12 @@ pub(crate) struct Claimed {
 }
 
 impl Claimed {
-    /// Tell the waiter it holds the lock. `false`: it left, the grant is nobody's (the
-    /// caller releases it).
-    pub(crate) fn grant(mut self, token: u64, sent: Instant) -> bool {
-        match self.tx.take() {
-            Some(tx) => tx.send(Outcome::Granted { token, sent }).is_ok(),
-            None => false,
+    /// Tell the waiter it holds the lock. A waiter that left (now, or before it reads
+    /// this) drops the grant, and `undo` releases it.
+    pub(crate) fn grant(mut self, token: u64, sent: Instant, undo: Undo) {
+        if let Some(tx) = self.tx.take() {
+            // Refused: the waiter left; the outcome, dropped here, runs `undo`.
+            let _ = tx.send(Outcome::Granted { token, sent, undo });
         }
     }
 
@@ -253,16 +291,31 @@ mod tests {
         let second = w.claim("k", OwnerId::random()).expect("a");
         assert_eq!(second.hold, ha);
         assert!(!a.withdraw(), "a claimed place is not withdrawn");
-        assert!(second.grant(7, Instant::now()));
-        assert!(matches!(
-            a.outcome().await,
-            Outcome::Granted { token: 7, .. }
-        ));
+        let undone = Arc::new(AtomicU64::new(0));
+        let undo = || {
+            let u = undone.clone();
+            Undo::new(move || {
+                u.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        second.grant(7, Instant::now(), undo());
+        match a.outcome().await {
+            Outcome::Granted { token, undo, .. } => {
+                assert_eq!(token, 7);
+                undo.disarm();
+            }
+            Outcome::Retry => panic!("granted"),
+        }
+        assert_eq!(undone.load(Ordering::SeqCst), 0, "taken: not undone");
         drop(b);
-        assert!(
-            !first.grant(8, Instant::now()),
-            "b left: the grant is nobody's"
-        );
+        first.grant(8, Instant::now(), undo());
+        assert_eq!(undone.load(Ordering::SeqCst), 1, "b left: undone");
+        let c = w.enter("k", None, ha, D, None);
+        let claimed = w.claim("k", OwnerId::random()).expect("c");
+        claimed.grant(9, Instant::now(), undo());
+        assert_eq!(undone.load(Ordering::SeqCst), 1, "sent, not read yet");
+        drop(c);
+        assert_eq!(undone.load(Ordering::SeqCst), 2, "dropped unread: undone");
         assert_eq!(w.len(), 0);
     }
 
@@ -282,12 +335,11 @@ mod tests {
         assert_eq!(w.len(), 0);
         let mut c = w.enter("k", None, ha, D, None);
         w.claim("k", OwnerId::random()).expect("c").retry();
-        assert_eq!(c.outcome().await, Outcome::Retry);
+        assert!(matches!(c.outcome().await, Outcome::Retry));
         let mut d = w.enter("k", None, hb, D, None);
         drop(w.claim("k", OwnerId::random()));
-        assert_eq!(
-            d.outcome().await,
-            Outcome::Retry,
+        assert!(
+            matches!(d.outcome().await, Outcome::Retry),
             "claimed, then dropped: retry"
         );
         assert_eq!(w.len(), 0);
