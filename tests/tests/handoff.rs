@@ -281,6 +281,52 @@ async fn a_releaser_dropped_during_the_transfer_leaves_one_holder_or_none() {
     }
 }
 
+/// A lock handed to a task of this process and then taken away while that task still has
+/// its guard (force-released: a message on its channel; lost in a server restart: no
+/// message): a new acquirer of this process, which skips its first attempt while the lock
+/// is held by a hold it was handed, still gets it promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lock_taken_away_does_not_hold_up_new_acquirers() {
+    let mut server = RedisProcess::start();
+    let reg = registry(&server.url(), false).await;
+    for restart in [false, true] {
+        let key = format!("handoff:taken:{restart}");
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let waiter = spawn_waiter(&reg, &key);
+        wait_for_waiter(&reg).await;
+        held.release().await.expect("release");
+        let handed = waiter.await.expect("waiter task").expect("handed");
+        if restart {
+            server.restart();
+        } else {
+            assert!(reg
+                .lock(key.as_str())
+                .force_unlock()
+                .await
+                .expect("force unlock"));
+        }
+        // Its holder heard of it: what the subscriber had to deliver was delivered before
+        // the new acquirer starts.
+        tokio::time::timeout(Duration::from_secs(10), handed.lost())
+            .await
+            .expect("the holder hears of it");
+        let start = Instant::now();
+        let got = reg
+            .lock(key.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("acquire after the lock was taken away");
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "restart {restart}: a new acquirer waited {took:?} for a free lock"
+        );
+        got.release().await.expect("release");
+        drop(handed);
+    }
+}
+
 #[test]
 fn the_transfer_script_run_twice_answers_the_same_token() {
     let server = RedisProcess::start();

@@ -197,6 +197,12 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
             (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
             (None, _, _) => backend.hub.messages(&keys.channel),
         };
+        // A lock this process was handed and holds: a first attempt could only be refused,
+        // so it is skipped, and this acquirer waits as a local waiter.
+        let local = match (&watch, &handoffs) {
+            (None, Some(w)) => w.handed_until(&keys.hash),
+            _ => None,
+        };
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
         if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
@@ -211,14 +217,18 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // (the semaphore's holder id) may be held: if this future is dropped, or ends in an
         // error, it is released in the background. A retry after an error sends the same
         // level, so a first run whose reply was lost is found, not counted again.
-        if pending.is_none() && !ambiguous_is_kept {
+        if pending.is_none() && !ambiguous_is_kept && local.is_none() {
             pending = Some(ReleaseOnDrop::undo(&backend, &keys, hold));
         }
-        let attempt = match crate::rt::runtime::entered(
-            backend.acquire(&keys, hold, lease_len, left),
-        )
-        .await
-        {
+        let result = match local {
+            Some(until) => Ok(Attempt::Held {
+                ttl: Some(until.saturating_duration_since(sent)),
+            }),
+            None => {
+                crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left)).await
+            }
+        };
+        let attempt = match result {
             Ok(a) => {
                 if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
                     if let Some(p) = pending.take() {

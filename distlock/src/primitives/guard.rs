@@ -217,9 +217,19 @@ async fn hand_off(
     tracing::debug!(backend = %backend.name, key = %keys.user, result = ?result, "distlock: released (hand-off)");
     let released = match result {
         Ok(Some(HandedOff::To { token })) => {
+            // Held here now: a new acquirer of this process waits without an attempt
+            // (the releasing task, acquiring again at once, first of all).
+            if let Some(w) = &backend.handoffs {
+                w.mark_handed(&keys.hash, sent + backend.validity(lease));
+            }
             // A grant that reaches no waiter (it left meanwhile) is released.
             let (b, k) = (backend.clone(), keys.clone());
-            let undo = Undo::new(move || b.release_in_background(k, to.undoing()));
+            let undo = Undo::new(move || {
+                if let Some(w) = &b.handoffs {
+                    w.clear_handed(&k.hash);
+                }
+                b.release_in_background(k, to.undoing());
+            });
             match pending.disarm() {
                 Some(c) => c.grant(token, sent, undo),
                 None => drop(undo),

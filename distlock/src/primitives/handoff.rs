@@ -52,6 +52,10 @@ pub(crate) fn eligible(keys: &LockKeys) -> bool {
     shape && format && keys.hold_at_least.is_none()
 }
 
+/// How long a new acquirer trusts that a lock handed in this process is still held, and
+/// waits without an attempt (see [`Waiters::handed_until`]).
+pub(crate) const HANDED_TRUST: Duration = Duration::from_millis(50);
+
 /// What a waiter hears from the releaser that claimed its place.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -115,6 +119,13 @@ struct Slot {
 pub(crate) struct Waiters {
     map: Mutex<HashMap<String, BTreeMap<u64, Slot>>>,
     next: AtomicU64,
+    /// The locks handed to a waiter of this process, until that grant's lease end: held
+    /// here, so a new acquirer's first attempt could only be refused; it skips it and
+    /// waits as a local waiter (the holder's release hands it on, or publishes). Removed
+    /// when that holder releases ([`Waiters::claim`]) or its grant is undone; an entry
+    /// past its time is dropped when looked at (a hint, never a guarantee: a wrong one
+    /// costs a wait until its time at worst, bounded by the lease).
+    handed: Mutex<HashMap<String, Instant>>,
 }
 
 impl Waiters {
@@ -155,9 +166,45 @@ impl Waiters {
         }
     }
 
+    fn handed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.handed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `key` was handed to a waiter of this process, whose lease ends at `until`.
+    pub(crate) fn mark_handed(&self, key: &str, until: Instant) {
+        self.handed().insert(key.to_owned(), until);
+    }
+
+    /// The hand-off of `key` was undone.
+    pub(crate) fn clear_handed(&self, key: &str) {
+        self.handed().remove(key);
+    }
+
+    /// Until when a new acquirer of `key` may wait without an attempt, if `key` is held by
+    /// a hold this process was handed: the grant's lease end, but at most
+    /// [`HANDED_TRUST`] from now (the hold may have lost the lock without a message: a
+    /// server restart, a failover; the acquirer then tries after that long).
+    pub(crate) fn handed_until(&self, key: &str) -> Option<Instant> {
+        let mut handed = self.handed();
+        let until = *handed.get(key)?;
+        let now = Instant::now();
+        if until > now {
+            return Some(until.min(now + HANDED_TRUST));
+        }
+        handed.remove(key);
+        None
+    }
+
     /// Take the first waiter of `key` still waiting, but not of `owner` (the releaser's):
-    /// the releaser hands the lock to it, and must tell it the outcome.
+    /// the releaser hands the lock to it, and must tell it the outcome. Called on every
+    /// release that could hand off: the lock is no longer [`Waiters::handed_until`].
     pub(crate) fn claim(&self, key: &str, owner: OwnerId) -> Option<Claimed> {
+        {
+            let mut handed = self.handed();
+            if !handed.is_empty() {
+                handed.remove(key);
+            }
+        }
         let mut map = self.map();
         let queue = map.get_mut(key)?;
         let mut found = None;
@@ -185,10 +232,11 @@ impl Waiters {
         })
     }
 
-    /// How many locks have local waiters registered (tests: no per-key state forever).
+    /// How many locks have local waiters registered or are marked handed (tests: no
+    /// per-key state forever).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.map().len()
+        self.map().len() + self.handed().len()
     }
 }
 
@@ -316,6 +364,23 @@ mod tests {
         assert_eq!(undone.load(Ordering::SeqCst), 1, "sent, not read yet");
         drop(c);
         assert_eq!(undone.load(Ordering::SeqCst), 2, "dropped unread: undone");
+        assert_eq!(w.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_handed_mark_lasts_until_the_release_or_its_time() {
+        let w = Arc::new(Waiters::default());
+        let later = Instant::now() + D;
+        w.mark_handed("k", later);
+        let trusted = w.handed_until("k").expect("held");
+        assert!(trusted < later, "at most HANDED_TRUST from now");
+        assert_eq!(w.handed_until("other"), None);
+        assert!(w.claim("k", OwnerId::random()).is_none());
+        assert_eq!(w.handed_until("k"), None, "released");
+        w.mark_handed("k", Instant::now());
+        assert_eq!(w.handed_until("k"), None, "past its time");
+        w.mark_handed("k", later);
+        w.clear_handed("k");
         assert_eq!(w.len(), 0);
     }
 
