@@ -233,6 +233,11 @@ pub mod __private {
         pub const RELEASE: &str = include_str!("protocol/release.lua");
         /// `renew.lua`.
         pub const RENEW: &str = include_str!("protocol/renew.lua");
+        /// `handoff.lua` (release, and grant to a local waiter), after `fence_prologue.lua`.
+        pub const HANDOFF: &str = concat!(
+            include_str!("protocol/fence_prologue.lua"),
+            include_str!("protocol/handoff.lua")
+        );
         /// `sem_acquire.lua`, after `sem_prologue.lua` and `fence_prologue.lua`.
         pub const SEM_ACQUIRE: &str = concat!(
             include_str!("protocol/sem_prologue.lua"),

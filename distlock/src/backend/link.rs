@@ -14,7 +14,7 @@ use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::reply::UnexpectedReply;
-use crate::protocol::{Attempt, Call, Publish, Released};
+use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 
 /// A connection speaking the lock protocol.
 #[derive(Clone)]
@@ -114,6 +114,27 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
             }
         }
         Ok(released)
+    }
+
+    /// Release `hold` and hand the lock to the local waiter's acquisition `to` when that
+    /// frees it (`protocol/handoff.lua`); `None` for what does not hand off.
+    pub(crate) async fn handoff(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+        to: Hold,
+        lease: Duration,
+        holder: Option<&str>,
+    ) -> Result<Option<HandedOff>, DriverError> {
+        let Some(call) = crate::protocol::handoff(keys, hold, to, lease, holder, self.publish)
+        else {
+            return Ok(None);
+        };
+        let v = self.run(&call, "hand-off timed out").await?;
+        self.warn_unannounced(&keys.user, &v);
+        call.handed_off(&v)
+            .map(Some)
+            .map_err(|r| self.unexpected(r))
     }
 
     /// A fair or write waiter leaves the queue. Returns whether it was queued.

@@ -70,6 +70,10 @@ pub(crate) struct Backend {
     check: Option<check::SelfCheck>,
     /// The on-Redis format (`protocol`): distlock's or Redisson's.
     pub(crate) protocol: Protocol,
+    /// The local waiters a release hands the lock to (`crate::primitives::handoff`);
+    /// `None` where there is no hand-off (memory, redlock/multi, sentinel with
+    /// `sync_replicas`, Redisson's format).
+    pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
     driver: Driver,
 }
 
@@ -269,7 +273,14 @@ impl Backend {
         } else {
             Leases::default()
         });
+        let hands_off = cfg.protocol == Protocol::Distlock
+            && match &driver {
+                Driver::Single(_) | Driver::Cluster(_) => true,
+                Driver::Sentinel(m) => m.hands_off(),
+                Driver::Memory(_) | Driver::Quorum(_) => false,
+            };
         let backend = Backend {
+            handoffs: hands_off.then(Default::default),
             name,
             address,
             prefix: defaults.key_prefix.clone(),
@@ -443,6 +454,25 @@ impl Backend {
             Driver::Cluster(c) => c.release(keys, hold).await,
             Driver::Sentinel(m) => m.release(keys, hold).await,
             Driver::Quorum(q) => q.release(keys, hold).await,
+        };
+        r.map_err(self.fail(Some(&keys.user)))
+    }
+
+    /// Release `hold` and, when that frees the lock, hand it to the local waiter's
+    /// acquisition `to` (`crate::primitives::handoff`); `Ok(None)`: not offered here.
+    pub(crate) async fn hand_off(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+        to: Hold,
+        lease: Duration,
+        holder: Option<&str>,
+    ) -> Result<Option<crate::protocol::HandedOff>, LockError> {
+        let r = match &self.driver {
+            Driver::Memory(_) | Driver::Quorum(_) => Ok(None),
+            Driver::Single(s) => s.handoff(keys, hold, to, lease, holder).await,
+            Driver::Cluster(c) => c.handoff(keys, hold, to, lease, holder).await,
+            Driver::Sentinel(m) => m.handoff(keys, hold, to, lease, holder).await,
         };
         r.map_err(self.fail(Some(&keys.user)))
     }

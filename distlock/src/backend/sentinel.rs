@@ -270,6 +270,32 @@ impl SentinelMaster {
         self.checked(self.current().server.release(keys, hold).await)
     }
 
+    /// A hand-off on the current master; `None` with `sync_replicas` (a grant must WAIT
+    /// for the replicas there, which the hand-off does not).
+    pub(crate) async fn handoff(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+        to: Hold,
+        lease: Duration,
+        holder: Option<&str>,
+    ) -> Result<Option<crate::protocol::HandedOff>, DriverError> {
+        if self.sync.is_some() {
+            return Ok(None);
+        }
+        self.checked(
+            self.current()
+                .server
+                .handoff(keys, hold, to, lease, holder)
+                .await,
+        )
+    }
+
+    /// Whether this master hands off (not with `sync_replicas`).
+    pub(crate) fn hands_off(&self) -> bool {
+        self.sync.is_none()
+    }
+
     pub(crate) async fn cancel(
         &self,
         keys: &LockKeys,

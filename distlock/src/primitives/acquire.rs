@@ -28,6 +28,7 @@ use crate::backend::Backend;
 use crate::lease::held::{Granted, LeaseState};
 use crate::lease::owner::{Hold, OwnerId, Under};
 use crate::primitives::guard::{Held, ReleaseOnDrop};
+use crate::primitives::handoff::{Outcome, Place};
 use crate::protocol::keys::{Format, LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
@@ -144,11 +145,64 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     // A fair or write waiter is queued in the backend once refused: on every way out but
     // acquiring (timeout, error, this future dropped) it leaves the queue again.
     let mut queued: Option<Queued> = None;
+    // A fresh acquisition of a lock that hands off waits as a local waiter too: a release
+    // in this process grants it the lock directly (`crate::primitives::handoff`).
+    let handoffs = match &backend.handoffs {
+        Some(w) if !hold.nested && crate::primitives::handoff::eligible(&keys) => Some(w.clone()),
+        _ => None,
+    };
+    let mut place: Option<Place> = None;
+    let mut rank: Option<u64> = None;
+    let grant = |keys: LockKeys, hold: Hold, token: u64, outermost: bool, sent: Instant, permit| {
+        tracing::debug!(backend = %backend.name, key = %keys.user, token, outermost, waited = ?start.elapsed(), "distlock: acquired");
+        let state = LeaseState::new(
+            backend.name.clone(),
+            &backend.leases,
+            keys,
+            Granted {
+                hold,
+                token,
+                outermost,
+                lease: lease_len,
+                auto,
+                expires_at: sent + backend.validity(lease_len),
+                site,
+            },
+        );
+        Held::new(state, backend.clone(), permit)
+    };
     loop {
+        // A local waiter takes its place back before an attempt of its own; a releaser
+        // that claimed it meanwhile decides for it (its level may be granted already).
+        if let Some(mut p) = place.take() {
+            if !p.withdraw() {
+                match tokio::time::timeout_at(deadline, p.outcome()).await {
+                    Ok(Outcome::Granted { token, sent, undo }) => {
+                        undo.disarm();
+                        return Ok(grant(keys, hold, token, true, sent, permit));
+                    }
+                    Ok(Outcome::Retry) => {}
+                    // Its grant, should one come, is released by the releaser.
+                    Err(_) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
+                }
+            }
+        }
         let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
         if let Some(n) = notified.as_mut() {
             n.as_mut().enable();
         }
+        // Before the first attempt: how many releases the lock's channel has seen, if it
+        // is live already (see the wait below).
+        let seen = match (&watch, &keys.format, &keys.shape) {
+            (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
+            (None, _, _) => backend.hub.messages(&keys.channel),
+        };
+        // A lock this process was handed and holds: a first attempt could only be refused,
+        // so it is skipped, and this acquirer waits as a local waiter.
+        let local = match (&watch, &handoffs) {
+            (None, Some(w)) => w.handed_until(&keys.hash),
+            _ => None,
+        };
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
         if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
@@ -163,14 +217,18 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // (the semaphore's holder id) may be held: if this future is dropped, or ends in an
         // error, it is released in the background. A retry after an error sends the same
         // level, so a first run whose reply was lost is found, not counted again.
-        if pending.is_none() && !ambiguous_is_kept {
+        if pending.is_none() && !ambiguous_is_kept && local.is_none() {
             pending = Some(ReleaseOnDrop::undo(&backend, &keys, hold));
         }
-        let attempt = match crate::rt::runtime::entered(
-            backend.acquire(&keys, hold, lease_len, left),
-        )
-        .await
-        {
+        let result = match local {
+            Some(until) => Ok(Attempt::Held {
+                ttl: Some(until.saturating_duration_since(sent)),
+            }),
+            None => {
+                crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left)).await
+            }
+        };
+        let attempt = match result {
             Ok(a) => {
                 if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
                     if let Some(p) = pending.take() {
@@ -222,22 +280,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     Attempt::Acquired { token } => token,
                     _ => outer_token.unwrap_or(0),
                 };
-                tracing::debug!(backend = %backend.name, key = %keys.user, token, outermost, waited = ?start.elapsed(), "distlock: acquired");
-                let state = LeaseState::new(
-                    backend.name.clone(),
-                    &backend.leases,
-                    keys,
-                    Granted {
-                        hold,
-                        token,
-                        outermost,
-                        lease: lease_len,
-                        auto,
-                        expires_at: sent + backend.validity(lease_len),
-                        site,
-                    },
-                );
-                return Ok(Held::new(state, backend, permit));
+                return Ok(grant(keys, hold, token, outermost, sent, permit));
             }
             Attempt::Held { ttl } => ttl,
             Attempt::OuterLost => {
@@ -293,7 +336,13 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // The holder's (a semaphore: the earliest holder's) lease end: the lock or a permit
         // comes back then at the latest.
         let until = ttl.map_or(deadline, |t| deadline.min(now + t));
-        match &watch {
+        if let Some(w) = &handoffs {
+            let holder = keys.info.as_ref().map(|i| i.holder.clone());
+            let p = w.enter(&keys.hash, rank, hold, lease_len, holder);
+            rank = Some(p.rank());
+            place = Some(p);
+        }
+        let sleep_on = match &watch {
             None => {
                 tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
                 drop(notified);
@@ -306,24 +355,54 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     tokio::time::sleep_until(until).await;
                 }
                 watch = Some(w);
+                // The channel was live before the refused attempt (other waiters of this
+                // process keep it subscribed) and has seen no release since, counted after
+                // this wake-up is enabled: nothing was missed, so sleep now instead of
+                // trying again.
+                match (seen, watch.as_ref()) {
+                    (Some(before), Some(w)) => {
+                        let mut n = Box::pin(w.notified());
+                        n.as_mut().enable();
+                        (w.messages() == Some(before)).then_some(n)
+                    }
+                    _ => None,
+                }
             }
             Some(w) if !w.is_live() => {
                 drop(notified);
                 if !w.subscribe(until).await {
                     tokio::time::sleep_until(until).await;
                 }
+                None
             }
-            Some(_) => {
-                if let Some(n) = notified {
-                    let _asleep = Asleep::new(&backend.waiting);
-                    let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
-                    tokio::select! {
-                        _ = n => {}
-                        _ = tokio::time::sleep_until(until) => {}
-                    }
+            Some(_) => notified,
+        };
+        if let Some(n) = sleep_on {
+            let _asleep = Asleep::new(&backend.waiting);
+            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
+            let heard = tokio::select! {
+                _ = n => None,
+                _ = tokio::time::sleep_until(until) => None,
+                o = handed(place.as_mut()) => Some(o),
+            };
+            match heard {
+                Some(Outcome::Granted { token, sent, undo }) => {
+                    undo.disarm();
+                    return Ok(grant(keys, hold, token, true, sent, permit));
                 }
+                // Claimed, not handed over: the place is gone; try as usual.
+                Some(Outcome::Retry) => place = None,
+                None => {}
             }
         }
+    }
+}
+
+/// What the releaser that claimed this waiter's place says; never resolves without a place.
+async fn handed(place: Option<&mut Place>) -> Outcome {
+    match place {
+        Some(p) => p.outcome().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -9,8 +9,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::backend::Backend;
 use crate::lease::held::LeaseState;
 use crate::lease::owner::Hold;
+use crate::primitives::handoff::{Claimed, Undo};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::Released;
+use crate::protocol::{HandedOff, Released};
 use crate::LockError;
 
 /// A held lock. Dropping it releases the lock in the background (never blocking, never
@@ -162,28 +163,164 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.state.begin_release() {
             let s = &self.state;
+            if let Some(claimed) = claim_waiter(s, &self.backend) {
+                tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; handing the lock to a local waiter in the background");
+                let (backend, keys, hold) = (self.backend.clone(), s.keys.clone(), s.hold);
+                // On a runtime that is shutting down the task is dropped: the waiter hears
+                // "retry" and the lease runs out on its own.
+                drop(self.backend.runtime.spawn(async move {
+                    if let Err(e) = hand_off(&backend, &keys, hold, claimed).await {
+                        tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
+                            "distlock: background release failed; the lease will run out");
+                    }
+                }));
+                return;
+            }
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
             self.backend.release_in_background(s.keys.clone(), s.hold);
         }
     }
 }
 
+/// The first local waiter of this lock to hand it to on this release, if it hands off
+/// (`crate::primitives::handoff`): an outermost hold of an eligible lock, on a backend that
+/// hands off.
+fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
+    if !state.outermost || state.hold.nested || !crate::primitives::handoff::eligible(&state.keys) {
+        return None;
+    }
+    backend
+        .handoffs
+        .as_ref()?
+        .claim(&state.keys.hash, state.owner)
+}
+
+/// Release `hold` and hand the lock to the `claimed` waiter in one script. The waiter
+/// hears the grant (or, when the release did not free the lock, "retry"); a grant whose
+/// waiter left is released in the background; an outcome not known (a transient error,
+/// this future dropped) is undone in the background (the old level released, the
+/// waiter's possible grant too) before the waiter is told to retry.
+async fn hand_off(
+    backend: &Arc<Backend>,
+    keys: &LockKeys,
+    hold: Hold,
+    claimed: Claimed,
+) -> Result<(), LockError> {
+    let (to, lease, holder) = (claimed.hold, claimed.lease, claimed.holder.clone());
+    let pending = UndoHandOff {
+        armed: Some((backend.clone(), keys.clone(), hold, claimed)),
+    };
+    let sent = tokio::time::Instant::now();
+    let result =
+        crate::rt::runtime::entered(backend.hand_off(keys, hold, to, lease, holder.as_deref()))
+            .await;
+    tracing::debug!(backend = %backend.name, key = %keys.user, result = ?result, "distlock: released (hand-off)");
+    let released = match result {
+        Ok(Some(HandedOff::To { token })) => {
+            // Held here now: a new acquirer of this process waits without an attempt
+            // (the releasing task, acquiring again at once, first of all).
+            if let Some(w) = &backend.handoffs {
+                w.mark_handed(&keys.hash, sent + backend.validity(lease));
+            }
+            // A grant that reaches no waiter (it left meanwhile) is released.
+            let (b, k) = (backend.clone(), keys.clone());
+            let undo = Undo::new(move || {
+                if let Some(w) = &b.handoffs {
+                    w.clear_handed(&k.hash);
+                }
+                b.release_in_background(k, to.undoing());
+            });
+            match pending.disarm() {
+                Some(c) => c.grant(token, sent, undo),
+                None => drop(undo),
+            }
+            return Ok(());
+        }
+        Ok(Some(HandedOff::Released(r))) => {
+            if let Some(c) = pending.disarm() {
+                c.retry();
+            }
+            r
+        }
+        // Not known whether it ran: undone in the background (`pending`'s drop).
+        Err(e) if e.is_transient() => return Err(e),
+        // Refused before anything was written (the script checks first): the waiter tries
+        // as usual, and this is an ordinary release.
+        Ok(None) | Err(_) => {
+            if let Some(c) = pending.disarm() {
+                c.retry();
+            }
+            return release_plain(keys, hold, backend).await;
+        }
+    };
+    released_result(released, keys, backend)
+}
+
+/// Undoes a hand-off whose outcome is not known, when dropped armed: in the background,
+/// the old level is released (a second run changes nothing) and the waiter's possible
+/// grant too, then the waiter is told to retry (after the undo, so its own attempt cannot
+/// find a grant that is about to go).
+struct UndoHandOff {
+    armed: Option<(Arc<Backend>, LockKeys, Hold, Claimed)>,
+}
+
+impl UndoHandOff {
+    /// The outcome is known: the claimed waiter, to tell it (armed until disarmed).
+    fn disarm(mut self) -> Option<Claimed> {
+        self.armed.take().map(|(_, _, _, claimed)| claimed)
+    }
+}
+
+impl Drop for UndoHandOff {
+    fn drop(&mut self) {
+        if let Some((backend, keys, hold, claimed)) = self.armed.take() {
+            tracing::debug!(backend = %backend.name, key = %keys.user,
+                "distlock: a hand-off was cancelled after it was sent; undoing it in the background");
+            let b = backend.clone();
+            drop(b.runtime.spawn(async move {
+                for h in [hold, claimed.hold.undoing()] {
+                    if let Err(e) = backend.release(&keys, h).await {
+                        tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
+                            "distlock: undoing a hand-off failed; the lease will run out");
+                    }
+                }
+                claimed.retry();
+            }));
+        }
+    }
+}
+
 async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), LockError> {
+    if let Some(claimed) = claim_waiter(state, backend) {
+        return hand_off(backend, &state.keys, state.hold, claimed).await;
+    }
+    release_plain(&state.keys, state.hold, backend).await
+}
+
+async fn release_plain(
+    keys: &LockKeys,
+    hold: Hold,
+    backend: &Arc<Backend>,
+) -> Result<(), LockError> {
     // Dropped before the reply (a cancelled task, a timeout around this call): the release
     // is sent again in the background; the level (a semaphore's holder id) makes a second
     // run harmless.
-    let pending = ReleaseOnDrop::new(backend, &state.keys, state.hold);
-    let result = crate::rt::runtime::entered(backend.release(&state.keys, state.hold)).await;
+    let pending = ReleaseOnDrop::new(backend, keys, hold);
+    let result = crate::rt::runtime::entered(backend.release(keys, hold)).await;
     // A transient failure (the reply lost, the server restarting): sent again in the
     // background; otherwise the outcome is known.
     if !matches!(&result, Err(e) if e.is_transient()) {
         pending.disarm();
     }
-    tracing::debug!(backend = %backend.name, key = %state.keys.user, result = ?result, "distlock: released");
-    match result? {
+    tracing::debug!(backend = %backend.name, key = %keys.user, result = ?result, "distlock: released");
+    released_result(result?, keys, backend)
+}
+
+fn released_result(r: Released, keys: &LockKeys, backend: &Backend) -> Result<(), LockError> {
+    match r {
         Released::Freed | Released::StillHeld => Ok(()),
         Released::NotHeld => Err(LockError::NotHeld {
-            key: state.keys.user.clone(),
+            key: keys.user.clone(),
             backend: backend.name.to_string(),
         }),
     }

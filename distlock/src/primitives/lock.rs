@@ -17,6 +17,16 @@ use crate::{Lease, LockError, LockKind, OnLost};
 ///
 /// `Lock::new` uses the registry set up by `distlock::init`; `Registry::lock` uses a given one.
 ///
+/// **Who gets it next.** When a holder releases a reentrant lock that another task of the
+/// same process waits for, the release hands it to that task directly, in the same script
+/// (direct hand-off: one round trip per owner change, FIFO among this process's waiters);
+/// waiters in other processes are woken by a PUBLISH when a release frees the lock with no
+/// local waiter. So a local waiter may go before a remote one that waited longer: for
+/// strict first-come order across processes use [`LockKind::Fair`](crate::LockKind::Fair),
+/// whose queue lives in Redis. (Hand-off is distlock's format on single, cluster and
+/// sentinel backends; redlock/multi, `sync_replicas`, Redisson's format and run-once jobs
+/// release and publish.)
+///
 /// ```
 /// use distlock::{Lease, Lock};
 /// use std::time::Duration;

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::reply::UnexpectedReply;
 use crate::protocol::keys::{LockKeys, Shape};
-use crate::protocol::script::{Attempt, Released, Script};
+use crate::protocol::script::{Attempt, HandedOff, Released, Script};
 
 /// One script call: the script, its keys and its arguments.
 #[derive(Debug, Clone)]
@@ -83,7 +83,8 @@ impl Call {
             | Script::Announce
             | Script::SemAcquire
             | Script::SemRelease
-            | Script::SemRenew => return None,
+            | Script::SemRenew
+            | Script::Handoff => return None,
         };
         self.keys.get(at).map(String::as_str)
     }
@@ -140,6 +141,20 @@ impl Call {
             Value::Int(n) if *n > 0 => Ok(Released::StillHeld),
             Value::Int(_) => Ok(Released::NotHeld),
             other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// What a hand-off call's reply means: handed to the waiter with a token, or what the
+    /// release did instead.
+    pub(crate) fn handed_off(&self, v: &Value) -> Result<HandedOff, UnexpectedReply> {
+        match v {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(4), Value::Int(token)] => Ok(HandedOff::To {
+                    token: u64::try_from(*token).map_err(|_| self.unexpected(v))?,
+                }),
+                _ => self.released(v).map(HandedOff::Released),
+            },
+            _ => self.released(v).map(HandedOff::Released),
         }
     }
 

@@ -93,6 +93,43 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
     }
 }
 
+/// The hand-off call: release `hold` (an outermost hold of a reentrant lock) and, when that
+/// frees the lock, grant it to the waiter's fresh acquisition `to` with `lease`, recording
+/// `holder` (its `host\tpid\tsite`) when it records holder information. `None` for the shapes
+/// that do not hand off (see `crate::primitives::handoff`).
+pub(crate) fn handoff(
+    keys: &LockKeys,
+    hold: Hold,
+    to: Hold,
+    lease: Duration,
+    holder: Option<&str>,
+    publish: Publish,
+) -> Option<Call> {
+    match &keys.shape {
+        Shape::Reentrant => {}
+        Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => return None,
+    }
+    let mut call = Call::raw(
+        Script::Handoff,
+        vec![keys.hash.clone(), keys.fence.clone()],
+        Vec::new(),
+    )
+    .arg(hold.owner.hex())
+    .arg(&keys.channel)
+    .arg(publish.verb())
+    .arg(hold.level_hex())
+    .arg(to.owner.hex())
+    .arg(millis(lease))
+    .arg(to.level_hex());
+    // The info hash whenever either side records: the old holder's entry goes, the new
+    // one's is written when it records (`""`: it does not).
+    if keys.info.is_some() || holder.is_some() {
+        call.keys.push(keys.info_key());
+        call = call.arg(holder.unwrap_or(""));
+    }
+    Some(call)
+}
+
 /// The renew call of one lease.
 pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
     match &keys.shape {

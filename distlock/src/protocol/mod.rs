@@ -25,7 +25,7 @@ pub(crate) mod version;
 use std::time::Duration;
 
 pub(crate) use call::Call;
-pub(crate) use script::{Attempt, Publish, Released, Script};
+pub(crate) use script::{Attempt, HandedOff, Publish, Released, Script};
 
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, RedissonKeys, Shape};
@@ -57,6 +57,27 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
     match redisson(keys) {
         Some((kind, r)) => redisson_calls::release(keys, kind, r, hold, publish),
         None => distlock_calls::release(keys, hold, publish),
+    }
+}
+
+/// The hand-off call (release `hold`, and when that frees the lock, grant it to the local
+/// waiter's acquisition `to`), or `None` where there is no hand-off: Redisson's format
+/// (its own clients take the lock on the PUBLISH of a release, and must keep seeing one),
+/// and every shape but the reentrant lock (a fair lock's order is kept in Redis across
+/// processes; read-write locks and semaphores admit several holders). The other rules —
+/// quorum backends, run-once jobs — are `crate::primitives::handoff::eligible`'s and the
+/// backend's.
+pub(crate) fn handoff(
+    keys: &LockKeys,
+    hold: Hold,
+    to: Hold,
+    lease: Duration,
+    holder: Option<&str>,
+    publish: Publish,
+) -> Option<Call> {
+    match redisson(keys) {
+        Some(_) => None,
+        None => distlock_calls::handoff(keys, hold, to, lease, holder, publish),
     }
 }
 
@@ -109,6 +130,7 @@ mod tests {
         let wait = format!("wait > {}", crate::lease::terms::MAX_WAIT.as_millis());
         for s in [
             Script::Acquire,
+            Script::Handoff,
             Script::Renew,
             Script::RwRenew,
             Script::SemAcquire,
@@ -183,6 +205,42 @@ mod tests {
         assert_eq!(plain.args[2], b"publish");
         assert_eq!(sharded.args[2], b"spublish");
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
+    }
+
+    #[test]
+    fn the_handoff_call_is_for_distlocks_reentrant_lock_only() {
+        let d = Duration::from_secs(5);
+        let (old, new) = (Hold::fresh(), Hold::fresh());
+        let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
+        let call = handoff(&keys, old, new, d, None, Publish::Sharded).unwrap();
+        assert_eq!(call.script, Script::Handoff);
+        assert_eq!(call.keys, vec!["lock:{k}", "lock:{k}:fence"]);
+        assert_eq!(call.args[2], b"spublish");
+        assert_eq!(call.args[4], new.owner.hex());
+        assert_eq!(call.args[5], b"5000");
+        assert_eq!(call.args[6], new.level_hex().as_bytes());
+        let with_info = handoff(&keys, old, new, d, Some("h\t1\ts"), Publish::Plain).unwrap();
+        assert_eq!(with_info.keys[2], "lock:{k}:info");
+        assert_eq!(with_info.args[7], b"h\t1\ts");
+        keys = keys.with_holder("h\t2\tt".into());
+        let old_records = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
+        assert_eq!(old_records.keys[2], "lock:{k}:info", "the old entry goes");
+        assert_eq!(old_records.args[7], b"", "no new entry");
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(call.handed_off(&pair(4, 9)), Ok(HandedOff::To { token: 9 }));
+        assert_eq!(
+            call.handed_off(&Value::Int(0)),
+            Ok(HandedOff::Released(Released::Freed))
+        );
+        assert_eq!(
+            call.handed_off(&Value::Int(-1)),
+            Ok(HandedOff::Released(Released::NotHeld))
+        );
+        assert!(call.handed_off(&pair(4, -1)).is_err());
+        let fair = LockKeys::for_kind("lock:", "k".into(), LockKind::Fair).unwrap();
+        assert!(handoff(&fair, old, new, d, None, Publish::Plain).is_none());
+        let redisson = LockKeys::redisson("k".into(), LockKind::Reentrant, d).unwrap();
+        assert!(handoff(&redisson, old, new, d, None, Publish::Plain).is_none());
     }
 
     #[test]

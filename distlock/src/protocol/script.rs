@@ -55,6 +55,9 @@ pub(crate) enum Script {
     SemRelease,
     /// `crate::primitives::semaphore`: the watchdog's renewal of one holder.
     SemRenew,
+    /// `crate::primitives::handoff`: release a reentrant lock and hand it to a waiter of
+    /// this process in the same run.
+    Handoff,
 }
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
@@ -65,12 +68,12 @@ const REDISSON_TOKEN_PROLOGUE: &str = include_str!("redisson/token_prologue.lua"
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
     pub(crate) fn name(self) -> &'static str {
-        static NAMES: std::sync::OnceLock<[String; 29]> = std::sync::OnceLock::new();
+        static NAMES: std::sync::OnceLock<[String; 30]> = std::sync::OnceLock::new();
         &NAMES.get_or_init(|| Script::ALL.map(|s| format!("{s:?}")))[self as usize]
     }
 
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 29] = [
+    pub(crate) const ALL: [Script; 30] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -100,11 +103,12 @@ impl Script {
         Script::SemAcquire,
         Script::SemRelease,
         Script::SemRenew,
+        Script::Handoff,
     ];
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 29]> = LazyLock::new(|| {
+        static SOURCES: LazyLock<[String; 30]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
                 Script::Release => include_str!("release.lua").to_owned(),
@@ -158,6 +162,7 @@ impl Script {
                 .concat(),
                 Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
                 Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
+                Script::Handoff => [FENCE_PROLOGUE, include_str!("handoff.lua")].concat(),
             })
         });
         &SOURCES[self as usize]
@@ -165,7 +170,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 29]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 30]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
@@ -222,6 +227,17 @@ pub(crate) enum Released {
     StillHeld,
     /// This owner did not hold it: nothing changed.
     NotHeld,
+}
+
+/// What one hand-off did (`handoff.lua`: a release that, when it frees the lock, grants it
+/// to a waiter of this process in the same run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandedOff {
+    /// The waiter holds the lock now, with this fencing token.
+    To { token: u64 },
+    /// Not handed over: what the release did (`Freed`: freed and published, or kept
+    /// until its `hold:until`).
+    Released(Released),
 }
 
 /// A lease in whole milliseconds, at least 1 (`PEXPIRE 0` would delete the lock at once).

@@ -11,7 +11,7 @@
 //! failover) are handed to the callback set with [`Hub::on_revoked`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{mpsc, oneshot, Notify};
@@ -37,6 +37,10 @@ pub(crate) struct Channel {
     /// waiting without taking its turn passes it on (`Notified` forwards a `notify_one`
     /// when dropped), and a message while nobody is asleep is kept for the next one.
     one: bool,
+    /// Releases seen (and wake-ups of everyone) so far: a waiter that read it before a
+    /// refused attempt, on a live channel, and finds it unchanged after enabling its
+    /// wake-up, has missed nothing and can sleep without trying again.
+    messages: AtomicU64,
 }
 
 /// A request to the subscriber task.
@@ -206,6 +210,7 @@ impl Hub {
                     held: AtomicUsize::new(0),
                     confirmed: AtomicBool::new(self.subscriber.is_none()),
                     one,
+                    messages: AtomicU64::new(0),
                 });
                 map.insert(name.to_owned(), c.clone());
                 c
@@ -227,6 +232,7 @@ impl Hub {
     pub(crate) fn deliver(&self, name: &str) {
         let channel = self.map().get(name).cloned();
         if let Some(c) = channel {
+            c.messages.fetch_add(1, Ordering::AcqRel);
             if c.one {
                 c.notify.notify_one();
             } else {
@@ -236,6 +242,14 @@ impl Hub {
         if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
             target.deliver(name);
         }
+    }
+
+    /// How many releases (and wake-ups) `name` has seen, when it is watched and live now
+    /// (its releases reach this process); `None` otherwise.
+    pub(crate) fn messages(&self, name: &str) -> Option<u64> {
+        let map = self.map();
+        let c = map.get(name)?;
+        c.is_confirmed().then(|| c.messages.load(Ordering::Acquire))
     }
 
     /// A subscriber connection was made (and, after a reconnect, the command connection
@@ -257,6 +271,7 @@ impl Hub {
     pub(crate) fn wake_all(&self) {
         let all: Vec<_> = self.map().values().cloned().collect();
         for c in all {
+            c.messages.fetch_add(1, Ordering::AcqRel);
             c.notify.notify_waiters();
         }
         if let Some(target) = self.relay.as_ref().and_then(Weak::upgrade) {
@@ -326,6 +341,12 @@ impl Watch {
     /// checking the lock, so a release in between is not missed.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.notify.notified()
+    }
+
+    /// [`Hub::messages`] of this watch's channel.
+    pub(crate) fn messages(&self) -> Option<u64> {
+        self.is_live()
+            .then(|| self.channel.messages.load(Ordering::Acquire))
     }
 
     /// Whether releases on this channel reach us now.
@@ -408,6 +429,10 @@ mod tests {
                 .expect("the enabled waiter must be woken");
         }
         assert!(hub.sweep().is_empty(), "a watched channel is kept");
+        assert_eq!(hub.messages("a"), Some(1), "one release seen");
+        assert_eq!(w.messages(), Some(1));
+        hub.wake_all();
+        assert_eq!(hub.messages("a"), Some(2), "a wake-up of everyone counts");
         drop(w);
         assert_eq!(
             hub.len(),
@@ -465,7 +490,10 @@ mod tests {
     #[test]
     fn subscribed_hub_keeps_idle_channels_until_swept() {
         let (hub, _requests) = Hub::subscribed(None);
-        drop(hub.watch("a"));
+        assert_eq!(hub.messages("a"), None, "not watched");
+        let w = hub.watch("a");
+        assert_eq!(w.messages(), None, "not subscribed yet");
+        drop(w);
         assert_eq!(hub.len(), 1);
         assert_eq!(hub.sweep(), vec!["a".to_string()]);
         assert_eq!(hub.len(), 0);

@@ -1,0 +1,82 @@
+-- Release one level of a reentrant lock and, when that frees it, hand it straight to a
+-- waiter of the same process (direct hand-off): the lock never becomes free, so nothing
+-- is published (remote waiters keep waiting); the waiter is told in-process. When the
+-- release does not free it (a re-entrant level, not held, a `hold:until` keeping it) this
+-- is release.lua exactly, PUBLISH included.
+-- Safe to run twice: a run again after a transfer finds the new holder's level mark and
+-- answers the same token (the expiry raised to a full lease from the run again, as
+-- acquire.lua does); every argument is checked before the first write.
+--
+-- KEYS[1] lock hash (as acquire.lua and release.lua)
+-- KEYS[2] fencing counter
+-- ARGV[1] owner id of the releasing hold
+-- ARGV[2] channel
+-- ARGV[3] the publish verb: 'spublish' (Redis Cluster) or 'publish'
+-- ARGV[4] level id of the acquisition released
+-- ARGV[5] the waiter's owner id (not the releasing owner)
+-- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
+-- ARGV[7] the waiter's level id (its fresh acquisition's)
+-- KEYS[3], ARGV[8] (optional: when the releasing or the new holder records holder
+--   information) the info hash, deleted with the old hold, and the waiter's
+--   `host\tpid\tsite` ('' when it does not record): its entry is written as acquire.lua
+--   writes a new holder's
+-- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
+--   new one from the counter); else as release.lua: -1 the owner does not hold it
+--   (nothing changed); n > 0 still held re-entrantly; 0 freed (and published, or kept
+--   until `hold:until`); {0, error} freed, but the publish failed.
+local lock, fence, owner, new_owner = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
+local lease, new_level = tonumber(ARGV[6]), 'l:' .. tostring(ARGV[7])
+-- Checked before the first write, so a bad argument leaves nothing behind.
+if not lease or lease < 1 or lease > 86400000 then
+  return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[6]))
+end
+if not new_owner or new_owner == '' or new_owner == owner or not ARGV[7] then
+  return redis.error_reply('ERR distlock: hand-off to a missing or the same owner')
+end
+if KEYS[3] and not ARGV[8] then
+  return redis.error_reply('ERR distlock: hand-off with an info hash but no holder')
+end
+local counted = redis.call('get', fence)
+if counted and not tonumber(counted) then
+  return redis.error_reply('ERR distlock: the fencing counter is not a number: ' .. fence)
+end
+-- A run again of a transfer that was made: the same answer.
+local granted = redis.call('hget', lock, new_level)
+if granted then
+  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  if KEYS[3] and ARGV[8] ~= '' then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
+  return {4, tonumber(granted)}
+end
+if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
+  local count = tonumber(redis.call('hget', lock, owner) or 0)
+  if count > 0 then return count end
+  return -1
+end
+local left = redis.call('hincrby', lock, owner, -1)
+if left > 0 then
+  return left
+end
+if KEYS[3] then redis.call('del', KEYS[3]) end
+local hold_until = tonumber(redis.call('hget', lock, 'hold:until'))
+if hold_until then
+  -- A run-once job's slot (acquire.lua's hold_at_least): kept, without a holder, until
+  -- then, exactly as release.lua keeps it; no hand-off.
+  local t = redis.call('time')
+  local until_left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
+  if until_left > 0 then
+    redis.call('hdel', lock, owner)
+    redis.call('pexpire', lock, until_left)
+    return 0
+  end
+end
+-- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
+redis.call('del', lock)
+local token = next_token(fence)
+redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
+redis.call('pexpire', lock, lease)
+if KEYS[3] and ARGV[8] ~= '' then
+  local t = redis.call('time')
+  redis.call('hset', KEYS[3], new_owner, ARGV[8] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
+  redis.call('pexpire', KEYS[3], lease)
+end
+return {4, token}

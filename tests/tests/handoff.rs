@@ -1,0 +1,459 @@
+//! Direct hand-off to a waiter of the same process (issue 24 item 3): a release that frees
+//! a reentrant lock another task of this process waits for grants it to that task in the
+//! same script (`handoff.lua`), with a new token, and tells it in-process: one script per
+//! owner change, no PUBLISH. Cancellation on either side leaves the lock free or held by
+//! exactly one live guard. Private redis-servers (`RedisProcess`), so that `INFO
+//! commandstats` counts this test's commands only.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockGuard, Registry};
+use distlock_tests::proxy::Proxy;
+use distlock_tests::{resp_command, RedisProcess, RespValue};
+use futures_util::FutureExt;
+
+fn config(url: &str, holder_info: bool) -> String {
+    format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nholder_info = {holder_info}\nresponse_timeout = \"3s\"\nconnect_timeout = \"1s\"\n"
+    )
+}
+
+async fn registry(url: &str, holder_info: bool) -> Registry {
+    Registry::from_str(&config(url, holder_info))
+        .await
+        .expect("connect to the private redis-server")
+}
+
+/// The calls of `command` since the last `CONFIG RESETSTAT` (`INFO commandstats`; commands
+/// run inside scripts included).
+fn calls(addr: &str, command: &str) -> u64 {
+    let info = resp_command(addr, &["INFO", "commandstats"]).expect("INFO");
+    let text = info.as_str().unwrap_or_default().to_owned();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn cmd(addr: &str, args: &[&str]) -> RespValue {
+    resp_command(addr, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn exists(addr: &str, key: &str) -> bool {
+    cmd(addr, &["EXISTS", key]).as_int() == Some(1)
+}
+
+/// The owners in a lock's hash (its fields but the level marks and `hold:until`), with
+/// their counts.
+fn owners(addr: &str, key: &str) -> Vec<(String, String)> {
+    let all = cmd(addr, &["HGETALL", key]);
+    let items: Vec<String> = all
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    items
+        .chunks(2)
+        .filter(|p| !p[0].starts_with("l:") && p[0] != "hold:until")
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect()
+}
+
+/// Until a task of `reg` is asleep waiting (it registered as a local waiter first).
+async fn wait_for_waiter(reg: &Registry) {
+    let start = Instant::now();
+    while reg.waiting("main").unwrap_or(0) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the waiter never started waiting"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Until `f` holds, polling Redis (no event to await there), at most `bound`.
+async fn eventually(bound: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < bound, "not within {bound:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A task of `reg` that waits for `key` (up to 30 s) and hands its guard back.
+fn spawn_waiter(
+    reg: &Registry,
+    key: &str,
+) -> tokio::task::JoinHandle<Result<LockGuard, distlock::LockError>> {
+    let (reg, key) = (reg.clone(), key.to_owned());
+    tokio::spawn(async move {
+        reg.lock(key.as_str())
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_is_handed_the_lock_with_one_script() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&server.url(), true).await;
+    let key = "handoff:one";
+    let lock = format!("lock:{{{key}}}");
+    let held = reg.lock(key).acquire().await.expect("acquire");
+    let first = held.fencing_token();
+    let waiter = spawn_waiter(&reg, key);
+    wait_for_waiter(&reg).await;
+    assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+    held.release().await.expect("release");
+    let got = waiter.await.expect("waiter task").expect("waiter acquire");
+    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    assert_eq!(
+        scripts, 1,
+        "the owner change is one script (the release hands it over; no acquire of the waiter's)"
+    );
+    assert_eq!(
+        calls(&addr, "publish"),
+        0,
+        "a transfer publishes nothing: the lock stays held"
+    );
+    assert!(got.is_held());
+    assert!(
+        got.fencing_token() > first,
+        "a new token from the counter: {} after {first}",
+        got.fencing_token()
+    );
+    assert_eq!(owners(&addr, &lock).len(), 1, "one owner holds it");
+    let info = cmd(&addr, &["HGETALL", &format!("{lock}:info")]);
+    let info = info.as_array().unwrap_or_default();
+    assert_eq!(info.len(), 2, "the new holder's information: {info:?}");
+    let entry = info[1].as_str().unwrap_or_default();
+    assert!(
+        entry.ends_with(&format!("\t{}", got.fencing_token())),
+        "the new holder's entry carries its token: {entry}"
+    );
+    got.release().await.expect("waiter release");
+    assert!(!exists(&addr, &lock), "released: the key is gone");
+    assert!(!exists(&addr, &format!("{lock}:info")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_on_one_key_exclude_each_other() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&server.url(), false).await;
+    assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+    // 16 tasks x 50 acquisitions of one key, with a counter updated across an `.await`.
+    common::exclusion_16_tasks(&reg).await;
+    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    println!(
+        "hot key: {:.2} scripts per acquisition (acquire + release + refused attempts)",
+        scripts as f64 / 800.0
+    );
+    let keys = cmd(&addr, &["KEYS", "lock:{exclusion*}"]);
+    let left: Vec<_> = keys
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .filter(|k| !k.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "nothing left held: {left:?}");
+}
+
+/// The lock and a fault proxy with `latency` each way in front of a private server.
+struct Delayed {
+    server: RedisProcess,
+    proxy: Proxy,
+    reg: Registry,
+}
+
+async fn delayed() -> Delayed {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let reg = registry(&proxy.url(), false).await;
+    Delayed { server, proxy, reg }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_left_during_the_transfer_leaves_the_key_free() {
+    let d = delayed().await;
+    let addr = d.server.addr();
+    for round in 0..3 {
+        let key = format!("handoff:left:{round}");
+        let lock = format!("lock:{{{key}}}");
+        let held = d.reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let waiter = spawn_waiter(&d.reg, &key);
+        wait_for_waiter(&d.reg).await;
+        d.proxy.set_latency(Duration::from_millis(100));
+        let mut release = Box::pin(held.release());
+        // The first poll claims the waiter and sends the hand-off, which takes 200 ms.
+        assert!(release.as_mut().now_or_never().is_none());
+        waiter.abort();
+        assert!(waiter.await.is_err(), "the waiter was dropped");
+        d.proxy.set_latency(Duration::ZERO);
+        release.await.expect("the release itself succeeded");
+        eventually(
+            Duration::from_secs(5),
+            "the grant of the waiter that left is released",
+            || !exists(&addr, &lock),
+        )
+        .await;
+        // And the lock is free for the next one at once.
+        let again = d
+            .reg
+            .lock(key.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .expect("free");
+        again.release().await.expect("release");
+    }
+}
+
+/// On one thread: the release completes and sends the grant, and the waiter's task is
+/// dropped before it ever runs again, the grant still unread in its channel.
+#[tokio::test(flavor = "current_thread")]
+async fn a_grant_never_read_by_its_waiter_is_released() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&server.url(), false).await;
+    for round in 0..3 {
+        let key = format!("handoff:unread:{round}");
+        let lock = format!("lock:{{{key}}}");
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let waiter = spawn_waiter(&reg, &key);
+        wait_for_waiter(&reg).await;
+        held.release().await.expect("release");
+        // No `.await` between: the waiter has not run since the grant was sent.
+        waiter.abort();
+        assert!(waiter.await.is_err(), "the waiter was dropped");
+        eventually(
+            Duration::from_secs(5),
+            "the unread grant is released",
+            || !exists(&addr, &lock),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_releaser_dropped_during_the_transfer_leaves_one_holder_or_none() {
+    let d = delayed().await;
+    let addr = d.server.addr();
+    for round in 0..3 {
+        let key = format!("handoff:dropped:{round}");
+        let lock = format!("lock:{{{key}}}");
+        let held = d.reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let first = held.fencing_token();
+        let waiter = spawn_waiter(&d.reg, &key);
+        wait_for_waiter(&d.reg).await;
+        d.proxy.set_latency(Duration::from_millis(100));
+        let mut release = Box::pin(held.release());
+        assert!(release.as_mut().now_or_never().is_none());
+        // Dropped with its hand-off in flight: the outcome is not known to anyone.
+        drop(release);
+        d.proxy.set_latency(Duration::ZERO);
+        // The waiter gets the lock all the same (the hand-off undone, then a try of its
+        // own), and then it is the one holder.
+        let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter got an answer within 10 s")
+            .expect("waiter task")
+            .expect("waiter acquire");
+        assert!(got.is_held());
+        assert!(got.fencing_token() > first);
+        let now = owners(&addr, &lock);
+        assert_eq!(now.len(), 1, "exactly one owner: {now:?}");
+        assert_eq!(now[0].1, "1", "held once: {now:?}");
+        // The undo ran before the waiter was told to retry: nothing takes the lock from
+        // it afterwards (a release of a lock it no longer held would be `NotHeld`).
+        got.release()
+            .await
+            .expect("the waiter's guard releases: it held the lock");
+        assert!(!exists(&addr, &lock), "free at the end");
+    }
+}
+
+/// A lock handed to a task of this process and then taken away while that task still has
+/// its guard (force-released: a message on its channel; lost in a server restart: no
+/// message): a new acquirer of this process, which skips its first attempt while the lock
+/// is held by a hold it was handed, still gets it promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_lock_taken_away_does_not_hold_up_new_acquirers() {
+    let mut server = RedisProcess::start();
+    let reg = registry(&server.url(), false).await;
+    for restart in [false, true] {
+        let key = format!("handoff:taken:{restart}");
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let waiter = spawn_waiter(&reg, &key);
+        wait_for_waiter(&reg).await;
+        held.release().await.expect("release");
+        let handed = waiter.await.expect("waiter task").expect("handed");
+        if restart {
+            server.restart();
+        } else {
+            assert!(reg
+                .lock(key.as_str())
+                .force_unlock()
+                .await
+                .expect("force unlock"));
+        }
+        // Its holder heard of it: what the subscriber had to deliver was delivered before
+        // the new acquirer starts.
+        tokio::time::timeout(Duration::from_secs(10), handed.lost())
+            .await
+            .expect("the holder hears of it");
+        let start = Instant::now();
+        let got = reg
+            .lock(key.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("acquire after the lock was taken away");
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "restart {restart}: a new acquirer waited {took:?} for a free lock"
+        );
+        got.release().await.expect("release");
+        drop(handed);
+    }
+}
+
+#[test]
+fn the_transfer_script_run_twice_answers_the_same_token() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let script = distlock::__private::scripts::HANDOFF;
+    let (lock, fence) = ("lock:{twice}", "lock:{twice}:fence");
+    assert!(
+        cmd(
+            &addr,
+            &["HSET", lock, "old", "1", "l:0000000000000001", "5"]
+        )
+        .as_int()
+            == Some(2)
+    );
+    assert!(cmd(&addr, &["PEXPIRE", lock, "10000"]).as_int() == Some(1));
+    let run = |lease: &str| {
+        cmd(
+            &addr,
+            &[
+                "EVAL",
+                script,
+                "2",
+                lock,
+                fence,
+                "old",
+                "lock:{twice}:released",
+                "publish",
+                "0000000000000001",
+                "new",
+                lease,
+                "0000000000000002",
+            ],
+        )
+    };
+    // A bad argument: an error before any write.
+    let before = cmd(&addr, &["HGETALL", lock]);
+    let bad = resp_command(
+        &addr,
+        &[
+            "EVAL",
+            script,
+            "2",
+            lock,
+            fence,
+            "old",
+            "c",
+            "publish",
+            "0000000000000001",
+            "new",
+            "0",
+            "0000000000000002",
+        ],
+    );
+    assert!(
+        matches!(&bad, Ok(RespValue::Error(e)) if e.contains("lease out of range")),
+        "{bad:?}"
+    );
+    assert_eq!(
+        format!("{:?}", cmd(&addr, &["HGETALL", lock])),
+        format!("{before:?}")
+    );
+    let first = run("5000");
+    let pair = |v: &RespValue| {
+        let a = v.as_array().unwrap_or_default();
+        (
+            a.first().and_then(RespValue::as_int),
+            a.get(1).and_then(RespValue::as_int),
+        )
+    };
+    let (kind, token) = pair(&first);
+    assert_eq!(kind, Some(4), "handed over: {first:?}");
+    let token = token.expect("a token");
+    assert!(token > 0);
+    let second = run("5000");
+    assert_eq!(
+        pair(&second),
+        (Some(4), Some(token)),
+        "run again: the same token"
+    );
+    assert_eq!(
+        cmd(&addr, &["HGET", lock, "new"]).as_str(),
+        Some("1"),
+        "counted once"
+    );
+    assert_eq!(cmd(&addr, &["HEXISTS", lock, "old"]).as_int(), Some(0));
+    assert_eq!(
+        cmd(&addr, &["GET", fence]).as_str().map(str::to_owned),
+        Some(token.to_string()),
+        "one token drawn"
+    );
+    let pttl = cmd(&addr, &["PTTL", lock]).as_int().unwrap_or(-2);
+    assert!(pttl > 0 && pttl <= 5000, "the waiter's lease: {pttl}");
+
+    // A re-entered hold is only counted down: no hand-off, the owner keeps it.
+    let reentered = "lock:{twice2}";
+    cmd(
+        &addr,
+        &[
+            "HSET",
+            reentered,
+            "old",
+            "2",
+            "l:0000000000000001",
+            "5",
+            "l:0000000000000003",
+            "1",
+        ],
+    );
+    cmd(&addr, &["PEXPIRE", reentered, "10000"]);
+    let v = cmd(
+        &addr,
+        &[
+            "EVAL",
+            script,
+            "2",
+            reentered,
+            "lock:{twice2}:fence",
+            "old",
+            "c",
+            "publish",
+            "0000000000000003",
+            "new",
+            "5000",
+            "0000000000000002",
+        ],
+    );
+    assert_eq!(v.as_int(), Some(1), "still held once by its owner: {v:?}");
+    assert_eq!(cmd(&addr, &["HGET", reentered, "old"]).as_str(), Some("1"));
+    assert_eq!(cmd(&addr, &["HEXISTS", reentered, "new"]).as_int(), Some(0));
+}
