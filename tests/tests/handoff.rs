@@ -6,6 +6,8 @@
 //! commandstats` counts this test's commands only.
 
 mod common;
+#[allow(dead_code)]
+mod scenarios;
 
 use std::time::{Duration, Instant};
 
@@ -150,7 +152,7 @@ async fn sixteen_tasks_on_one_key_exclude_each_other() {
     let reg = registry(&server.url(), false).await;
     assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
     // 16 tasks x 50 acquisitions of one key, with a counter updated across an `.await`.
-    common::exclusion_16_tasks(&reg).await;
+    scenarios::exclusion_16_tasks(&reg).await;
     let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
     println!(
         "hot key: {:.2} scripts per acquisition (acquire + release + refused attempts)",
