@@ -28,7 +28,7 @@
 //! backend has no round trip to save (a woken waiter takes it in-process already).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -126,6 +126,13 @@ pub(crate) struct Waiters {
     /// past its time is dropped when looked at (a hint, never a guarantee: a wrong one
     /// costs a wait until its time at worst, bounded by the lease).
     handed: Mutex<HashMap<String, Instant>>,
+    /// How many locks have local waiters (keys of `map`) and how many are marked handed
+    /// (entries of `handed`), kept under their locks: a release or an acquisition on a
+    /// backend where nobody waits and nothing was handed takes no lock here. (Read without
+    /// the lock, a count can be late by one registration: as if that waiter had come a
+    /// moment later, which a release must allow anyway — it then publishes.)
+    queued: AtomicUsize,
+    marked: AtomicUsize,
 }
 
 impl Waiters {
@@ -153,10 +160,13 @@ impl Waiters {
             holder,
             tx,
         };
-        self.map()
-            .entry(key.to_owned())
-            .or_default()
-            .insert(rank, slot);
+        let mut map = self.map();
+        let queue = map.entry(key.to_owned()).or_insert_with(|| {
+            self.queued.fetch_add(1, Ordering::Release);
+            BTreeMap::new()
+        });
+        queue.insert(rank, slot);
+        drop(map);
         Place {
             waiters: self.clone(),
             key: key.to_owned(),
@@ -172,12 +182,19 @@ impl Waiters {
 
     /// `key` was handed to a waiter of this process, whose lease ends at `until`.
     pub(crate) fn mark_handed(&self, key: &str, until: Instant) {
-        self.handed().insert(key.to_owned(), until);
+        if self.handed().insert(key.to_owned(), until).is_none() {
+            self.marked.fetch_add(1, Ordering::Release);
+        }
     }
 
     /// The hand-off of `key` was undone.
     pub(crate) fn clear_handed(&self, key: &str) {
-        self.handed().remove(key);
+        if self.marked.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if self.handed().remove(key).is_some() {
+            self.marked.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// Until when a new acquirer of `key` may wait without an attempt, if `key` is held by
@@ -185,13 +202,18 @@ impl Waiters {
     /// [`HANDED_TRUST`] from now (the hold may have lost the lock without a message: a
     /// server restart, a failover; the acquirer then tries after that long).
     pub(crate) fn handed_until(&self, key: &str) -> Option<Instant> {
+        if self.marked.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut handed = self.handed();
         let until = *handed.get(key)?;
         let now = Instant::now();
         if until > now {
             return Some(until.min(now + HANDED_TRUST));
         }
-        handed.remove(key);
+        if handed.remove(key).is_some() {
+            self.marked.fetch_sub(1, Ordering::Release);
+        }
         None
     }
 
@@ -199,11 +221,9 @@ impl Waiters {
     /// the releaser hands the lock to it, and must tell it the outcome. Called on every
     /// release that could hand off: the lock is no longer [`Waiters::handed_until`].
     pub(crate) fn claim(&self, key: &str, owner: OwnerId) -> Option<Claimed> {
-        {
-            let mut handed = self.handed();
-            if !handed.is_empty() {
-                handed.remove(key);
-            }
+        self.clear_handed(key);
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
         }
         let mut map = self.map();
         let queue = map.get_mut(key)?;
@@ -223,6 +243,7 @@ impl Waiters {
         let claimed = found.and_then(|rank| queue.remove(&rank));
         if queue.is_empty() {
             map.remove(key);
+            self.queued.fetch_sub(1, Ordering::Release);
         }
         claimed.map(|s| Claimed {
             hold: s.hold,
@@ -236,7 +257,11 @@ impl Waiters {
     /// per-key state forever).
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.map().len() + self.handed().len()
+        let (map, handed) = (self.map().len(), self.handed().len());
+        // The counts that let the common path skip the locks agree with the maps.
+        assert_eq!(self.queued.load(Ordering::Acquire), map, "queued");
+        assert_eq!(self.marked.load(Ordering::Acquire), handed, "marked");
+        map + handed
     }
 }
 
@@ -271,6 +296,7 @@ impl Place {
         let removed = queue.remove(&self.rank).is_some();
         if queue.is_empty() {
             map.remove(&self.key);
+            self.waiters.queued.fetch_sub(1, Ordering::Release);
         }
         removed
     }
