@@ -1,8 +1,9 @@
 //! The one-call operations of the lock protocol over any Redis connection: a [`Link`] is a
 //! connection, the address errors name, the response timeout, and the publish verb of its
 //! topology. `server.rs` (one server: `Link<ConnectionManager>`) and `cluster.rs`
-//! (`Link<ClusterConnection>`) add what differs — connecting, pipelined or concurrent
-//! renewal, `WAIT`, inspection — and share these.
+//! (`Link<Routed>`: by slot on a connection to each master, see `cluster_slots.rs`; and
+//! `Link<ClusterConnection>` for Redisson-format acquisitions) add what differs —
+//! connecting, pipelined or concurrent renewal, `WAIT`, inspection — and share these.
 
 use std::time::Duration;
 
