@@ -951,6 +951,25 @@ fn exists(name: &str) -> bool {
     }
 }
 
+/// The holder information fields (`i:<owner id>`) of the lock hash `name` on the single
+/// test server.
+fn info_fields(name: &str) -> Vec<String> {
+    let addr = distlock_tests::addr_of(&distlock_tests::single_url());
+    match distlock_tests::resp_command(&addr, &["HKEYS", name]) {
+        Ok(distlock_tests::RespValue::Array(fields)) => fields
+            .into_iter()
+            .filter_map(|f| match f {
+                distlock_tests::RespValue::Bulk(b) => {
+                    Some(String::from_utf8_lossy(&b).into_owned())
+                }
+                _ => None,
+            })
+            .filter(|f| f.starts_with("i:"))
+            .collect(),
+        other => panic!("HKEYS {name}: {other:?}"),
+    }
+}
+
 #[test]
 fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
     let setup = Setup::new("info");
@@ -963,11 +982,18 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
         (LockKind::Read, ":rw"),
         (LockKind::Write, ":rw"),
     ] {
-        let info = format!("{prefix}{{k}}{suffix}:info");
+        // In the lock's own hash: no key of its own.
+        let hash = format!("{prefix}{{k}}{suffix}");
+        assert!(!exists(&format!("{hash}:info")));
         let outer = rt
             .block_on(registry.lock("k").kind(kind).acquire())
             .unwrap();
-        assert!(exists(&info), "{kind:?}: {info} written with the lock");
+        let written = info_fields(&hash);
+        assert_eq!(
+            written.len(),
+            1,
+            "{kind:?}: written in {hash} with the lock"
+        );
         // Re-entered: one holder, count 2.
         let inner = rt
             .block_on(outer.scope(registry.lock("k").kind(kind).acquire()))
@@ -986,10 +1012,12 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
                 .contains("cli.rs:"),
             "{shown:?}"
         );
+        assert_eq!(written[0], format!("i:{}", shown[0].holders[0].owner));
         rt.block_on(inner.release()).unwrap();
-        assert!(exists(&info));
+        assert_eq!(info_fields(&hash), written);
         rt.block_on(outer.release()).unwrap();
-        assert!(!exists(&info), "{kind:?}: {info} deleted with the lock");
+        assert!(!exists(&hash), "{kind:?}: {hash} deleted with the lock");
+        assert!(info_fields(&hash).is_empty());
     }
 
     // holder_info = false: holders are listed without host and pid, nothing else written.
@@ -998,7 +1026,7 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
         .replace("holder_info = true", "holder_info = false");
     let registry = rt.block_on(Registry::from_str(&off)).unwrap();
     let guard = rt.block_on(registry.lock("k").acquire()).unwrap();
-    assert!(!exists(&format!("{prefix}{{k}}:info")));
+    assert!(info_fields(&format!("{prefix}{{k}}")).is_empty());
     let shown = rt.block_on(registry.inspect("k", None)).unwrap();
     assert_eq!(shown[0].holders.len(), 1);
     assert_eq!(shown[0].holders[0].host, None);

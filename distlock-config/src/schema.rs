@@ -610,7 +610,11 @@ impl Cx<'_> {
             tls_cert: raw.tls.tls_cert.map(|(p, _)| p),
             tls_key: raw.tls.tls_key.map(|(p, _)| p),
             tls_insecure_skip_verify: raw.tls.tls_insecure_skip_verify.is_some_and(|(b, _)| b),
-            holder_info: raw.holder_info.unwrap_or(false),
+            // On by default where it has a place: distlock's format keeps it in the lock's
+            // own hash; Redisson's format has none.
+            holder_info: raw
+                .holder_info
+                .unwrap_or(raw.protocol != Some(Protocol::Redisson)),
             required: raw.required.unwrap_or(true),
             protocol: raw.protocol.unwrap_or_default(),
         })

@@ -65,6 +65,18 @@ fn single_mode_with_every_default() {
 }
 
 #[test]
+fn holder_information_is_on_by_default_where_the_format_has_a_place_for_it() {
+    assert!(ok(SINGLE).backends["main"].holder_info, "distlock's format");
+    let off = ok(&format!("{SINGLE}holder_info = false\n"));
+    assert!(!off.backends["main"].holder_info);
+    let redisson = ok(&format!("{SINGLE}protocol = \"redisson\"\n"));
+    assert!(
+        !redisson.backends["main"].holder_info,
+        "Redisson's format has no place for it"
+    );
+}
+
+#[test]
 fn defaults_given_explicitly() {
     let config = ok(r#"
 [defaults]

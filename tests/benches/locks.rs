@@ -424,7 +424,7 @@ async fn main() {
 
     let ((seq_on, seq_off), (par_on, par_off)) = holder_info_cost(&reg, &reg_off).await;
     println!(
-        "holder information (holder_info = true vs false, the default), alternating, medians:"
+        "holder information (holder_info = true, the default, vs false), alternating, medians:"
     );
     println!("  {:<28} {:>10} {:>10} {:>8}", "", "on", "off", "on/off");
     println!(

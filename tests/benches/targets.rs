@@ -672,6 +672,25 @@ async fn main() {
             "<= 1.05x",
             r <= 1.05,
         );
+        // Holder information: on by default (`single` above); the same with it off.
+        let off = registry(&format!(
+            "mode = \"single\"\nurl = \"{single_url}\"\nholder_info = false\n"
+        ))
+        .await;
+        let hi = sequential(
+            &[Contender::Lock(off), Contender::Lock(single.clone())],
+            12,
+            400,
+        )
+        .await;
+        let r = hi[1] / hi[0];
+        row(
+            &mut rows,
+            "holder information on (the default) vs off, sequential",
+            format!("{:.1} vs {:.1} us = {r:.2}x", hi[1], hi[0]),
+            "<= 1.03x",
+            r <= 1.03,
+        );
         // Diagnostics of that gap: the loopback round trip, and the floor itself with its
         // connection on a second runtime, as distlock's connections live on its background
         // runtime (two cross-thread wake-ups per command instead of none).

@@ -19,7 +19,7 @@ struct Held {
     /// A run-once job's `hold_at_least` (as `hold:until` in `protocol/acquire.lua`): a
     /// release before this keeps the lock, without owners, until then.
     hold_until: Option<Instant>,
-    /// The holder information the acquisition recorded (`LockKeys::info`: a leader's
+    /// The holder information the acquisition recorded (`LockKeys::holder`: a leader's
     /// `host\tpid\tinfo`) and its fencing token; gone with the lock.
     holder: Option<(Arc<str>, u64)>,
 }
@@ -243,7 +243,7 @@ impl MemoryDriver {
                         owners: HashMap::from([(owner, 1)]),
                         expires_at: later(now, lease),
                         hold_until: keys.hold_at_least.map(|h| later(now, h)),
-                        holder: keys.info.as_ref().map(|i| (i.holder.clone(), token)),
+                        holder: keys.holder.as_ref().map(|h| (h.clone(), token)),
                     },
                 );
                 Attempt::Acquired { token }

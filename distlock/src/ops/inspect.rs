@@ -1,7 +1,7 @@
-//! Who holds a lock: the holder information the acquire scripts record next to each lock
-//! (`PREFIX{KEY}:info`, `:fair:info`, `:rw:info`: owner id -> `host\tpid\tsite\tsince\ttoken`,
-//! under the lock's hash tag, written in the acquiring script, deleted by the release that
-//! frees the lock and by a forced release, expiring with the lock), and the read-only
+//! Who holds a lock: the holder information the acquire scripts record in the lock's own
+//! hash (`i:<owner id>` -> `host\tpid\tsite\tsince\ttoken`, written by the acquiring
+//! script in the same `HSET` as the holder's count, gone with the holder's hold and with the
+//! lock's expiry; on by default in distlock's format), and the read-only
 //! inspection behind `distlock list`/`show`: [`Registry::inspect`] and [`Registry::list`].
 //!
 //! On a redlock or multi backend every node is asked and the first node (in configuration
@@ -341,18 +341,27 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
 
 /// The inspect script's reply as the locks it shows (`None`: not that script's reply).
 /// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`),
-/// and `hold:until` a run-once job's `hold_at_least`; owners are the other fields (so a lock
-/// kept after its job by `hold_at_least` shows no holder).
-fn is_level_mark(field: &str) -> bool {
-    field.starts_with("l:") || field == "hold:until"
+/// `i:<owner id>` the holders' information, and `hold:until` a run-once job's
+/// `hold_at_least`; owners are the other fields (so a lock kept after its job by
+/// `hold_at_least` shows no holder).
+fn is_owner(field: &str) -> bool {
+    !(field.starts_with("l:") || field.starts_with("i:") || field == "hold:until")
+}
+
+/// The holder information entries of a lock's hash (`i:<owner id>` -> entry), by owner.
+fn info_of(fields: &[(String, String)]) -> Vec<(String, String)> {
+    fields
+        .iter()
+        .filter_map(|(f, v)| Some((f.strip_prefix("i:")?.to_owned(), v.clone())))
+        .collect()
 }
 
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
     let a = array(v)?;
-    if a.len() != 13 {
+    if a.len() != 10 {
         return None;
     }
-    let waiting_on: Vec<Option<u64>> = array(&a[12])?
+    let waiting_on: Vec<Option<u64>> = array(&a[9])?
         .iter()
         .map(|v| int(v).and_then(|n| u64::try_from(n).ok()))
         .collect();
@@ -374,11 +383,11 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     let mut out = Vec::new();
     // Reentrant.
     let (pttl, fields) = hash(&a[2])?;
-    let rinfo = pairs(&a[3])?;
+    let rinfo = info_of(&fields);
     if !fields.is_empty() || waiting_on(0).is_some_and(|n| n > 0) {
         let holders = fields
             .iter()
-            .filter(|(o, _)| !is_level_mark(o))
+            .filter(|(o, _)| is_owner(o))
             .map(|(o, c)| holder(o, count(c), &rinfo, now))
             .collect();
         out.push(LockInfo {
@@ -387,10 +396,10 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         });
     }
     // Fair.
-    let (pttl, fields) = hash(&a[4])?;
-    let queue: Vec<String> = array(&a[5])?.iter().filter_map(text).collect();
-    let deadlines = pairs(&a[6])?;
-    let finfo = pairs(&a[7])?;
+    let (pttl, fields) = hash(&a[3])?;
+    let queue: Vec<String> = array(&a[4])?.iter().filter_map(text).collect();
+    let deadlines = pairs(&a[5])?;
+    let finfo = info_of(&fields);
     let waiters: Vec<Waiter> = queue
         .iter()
         .filter_map(|o| {
@@ -404,7 +413,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     if !fields.is_empty() || !waiters.is_empty() {
         let holders = fields
             .iter()
-            .filter(|(o, _)| !is_level_mark(o))
+            .filter(|(o, _)| is_owner(o))
             .map(|(o, c)| holder(o, count(c), &finfo, now))
             .collect();
         out.push(LockInfo {
@@ -413,10 +422,10 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         });
     }
     // Read-write: the state hash, the readers' lease ends, the waiting writers' deadlines.
-    let (_, fields) = hash(&a[8])?;
-    let readers = pairs(&a[9])?;
-    let writers = pairs(&a[10])?;
-    let wrinfo = pairs(&a[11])?;
+    let (_, fields) = hash(&a[6])?;
+    let readers = pairs(&a[7])?;
+    let writers = pairs(&a[8])?;
+    let wrinfo = info_of(&fields);
     let field = |name: &str| {
         fields
             .iter()
@@ -583,7 +592,6 @@ mod tests {
                     k.hash
                 );
                 assert_eq!(user_key("lock:", &k.fence), None);
-                assert_eq!(user_key("lock:", &k.info_key()), None);
             }
         }
     }

@@ -337,7 +337,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // comes back then at the latest.
         let until = ttl.map_or(deadline, |t| deadline.min(now + t));
         if let Some(w) = &handoffs {
-            let holder = keys.info.as_ref().map(|i| i.holder.clone());
+            let holder = keys.holder.clone();
             let p = w.enter(&keys.hash, rank, hold, lease_len, holder);
             rank = Some(p.rank());
             place = Some(p);

@@ -2,9 +2,9 @@
 -- after a lost reply): every acquisition marks its level in the hash (`l:<level id>`), so
 -- a second run finds its first run and answers the same without counting again.
 --
--- KEYS[1] lock hash (owner id -> reentrancy count, and l:<level id> for each level held:
---         the new holder's level -> its fencing token, a nested level -> 1; its expiry is
---         the lease)
+-- KEYS[1] lock hash (owner id -> reentrancy count; l:<level id> for each level held:
+--         the new holder's level -> its fencing token, a nested level -> 1; i:<owner id>
+--         the holder information; its expiry is the lease)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
@@ -13,10 +13,10 @@
 -- ARGV[5] hold_at_least in ms ('0' or absent: none; at most the lease, checked by the client): a new
 --   holder records `hold:until` = server TIME + this, and release.lua keeps the lock,
 --   without a holder, until then (run-once jobs)
--- KEYS[3], ARGV[6] (optional, holder information on) the info hash, and this holder's
---   `host\tpid\tsite`: a new holder's entry (with the server TIME in ms and the token
---   appended); the hash always has the lock's expiry (renew.lua, release.lua and
---   force_release.lua keep it so), so it never outlives the lock.
+-- ARGV[6] (optional, holder information on) this holder's `host\tpid\tsite`: a new holder
+--   writes it, with the server TIME in ms and the token appended, as the field
+--   `i:<owner id>` of the lock hash, in the same HSET as its count: it lives and goes with
+--   the lock, and costs no key, no write and no expiry of its own.
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -39,7 +39,6 @@ end
 -- lease from when it sent this run, so the server must not end it earlier.
 local function again(answer)
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
-  if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return answer
 end
 if nested then
@@ -50,7 +49,6 @@ if nested then
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
-  if KEYS[3] then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return {2, 0}
 end
 -- A lock that does not exist cannot carry this level's mark: the common case costs one
@@ -62,15 +60,19 @@ if redis.call('exists', lock) == 1 then
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)
-redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
-if at_least > 0 then
+local fields = {owner, 1, level, string.format('%.0f', token)}
+if at_least > 0 or ARGV[6] then
   local t = redis.call('time')
-  redis.call('hset', lock, 'hold:until', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + at_least))
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if at_least > 0 then
+    fields[#fields + 1] = 'hold:until'
+    fields[#fields + 1] = string.format('%.0f', now + at_least)
+  end
+  if ARGV[6] then
+    fields[#fields + 1] = 'i:' .. owner
+    fields[#fields + 1] = holder_entry(ARGV[6], now, token)
+  end
 end
+redis.call('hset', lock, unpack(fields))
 redis.call('pexpire', lock, lease)
-if KEYS[3] then
-  local t = redis.call('time')
-  redis.call('hset', KEYS[3], owner, ARGV[6] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
-  redis.call('pexpire', KEYS[3], lease)
-end
 return {1, token}

@@ -169,14 +169,6 @@ impl Call {
         }
     }
 
-    /// Append the holder information hash as the last key, when it is recorded.
-    pub(crate) fn with_info_key(mut self, keys: &LockKeys) -> Call {
-        if let Some(info) = &keys.info {
-            self.keys.push(info.key.clone());
-        }
-        self
-    }
-
     /// Keep only the lock's main key (the scripts shared with the reentrant lock).
     pub(crate) fn only_hash(mut self) -> Call {
         self.keys.truncate(1);

@@ -37,9 +37,8 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
             .arg(nested),
     };
     call.keys.push(keys.fence.clone());
-    if let Some(info) = &keys.info {
-        call.keys.push(info.key.clone());
-        call = call.arg(&*info.holder);
+    if let Some(holder) = &keys.holder {
+        call = call.arg(&**holder);
     }
     call
 }
@@ -81,15 +80,13 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
                 "1"
             } else {
                 "0"
-            })
-            .with_info_key(keys),
+            }),
         Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)
             .arg(hold.owner.hex())
             .arg(rw_mode(&keys.shape))
             .arg(&keys.channel)
             .arg(publish.verb())
-            .arg(hold.level_hex())
-            .with_info_key(keys),
+            .arg(hold.level_hex()),
     }
 }
 
@@ -121,11 +118,10 @@ pub(crate) fn handoff(
     .arg(to.owner.hex())
     .arg(millis(lease))
     .arg(to.level_hex());
-    // The info hash whenever either side records: the old holder's entry goes, the new
-    // one's is written when it records (`""`: it does not).
-    if keys.info.is_some() || holder.is_some() {
-        call.keys.push(keys.info_key());
-        call = call.arg(holder.unwrap_or(""));
+    // The new holder's information, when it records it (the old holder's goes with its
+    // hold, in the lock's hash).
+    if let Some(holder) = holder {
+        call = call.arg(holder);
     }
     Some(call)
 }
@@ -143,13 +139,11 @@ pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
         Shape::Reentrant | Shape::Fair => Call::on(Script::Renew, keys)
             .only_hash()
             .arg(owner.hex())
-            .arg(millis(lease))
-            .with_info_key(keys),
+            .arg(millis(lease)),
         Shape::Read | Shape::Write => Call::on(Script::RwRenew, keys)
             .arg(owner.hex())
             .arg(millis(lease))
-            .arg(rw_mode(&keys.shape))
-            .with_info_key(keys),
+            .arg(rw_mode(&keys.shape)),
     }
 }
 
@@ -158,15 +152,14 @@ pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
 pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
     let call = match &keys.shape {
         Shape::Fair => Call::on(Script::FairCancel, keys),
-        // The holder information goes too: rw_cancel.lua forgets the holders that died.
-        Shape::Write => Call::on(Script::RwCancel, keys).with_info_key(keys),
+        Shape::Write => Call::on(Script::RwCancel, keys),
         Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => return None,
     };
     Some(call.arg(owner.hex()).arg(&keys.channel).arg(publish.verb()))
 }
 
-/// Delete a lock whoever holds it (with the other keys of fair and read-write locks). The
-/// holder information goes too, recorded or not (another process may record it).
+/// Delete a lock whoever holds it (with the other keys of fair and read-write locks, and the
+/// holders' information, which is in the lock's hash).
 pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
     let mut call = Call::on(Script::ForceRelease, keys)
         .arg(&keys.channel)
@@ -175,7 +168,6 @@ pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
     if let Shape::Semaphore(sem) = &keys.shape {
         call.keys.push(sem.counts.clone());
     }
-    call.keys.push(keys.info_key());
     call
 }
 
@@ -192,15 +184,12 @@ pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError>
     let [readers, writers] = rw.extra();
     let keys = vec![
         r.hash.clone(),
-        r.info_key(),
         fair.hash.clone(),
         queue,
         waiters,
-        fair.info_key(),
         rw.hash.clone(),
         readers,
         writers,
-        rw.info_key(),
         r.fence.clone(),
     ];
     let channels = [&r.channel, &fair.channel, &rw.channel]

@@ -11,7 +11,7 @@
 -- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[4] level id (one per acquisition; see acquire.lua)
 -- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
--- KEYS[5], ARGV[6] (optional) holder information, as in acquire.lua
+-- ARGV[6] (optional) holder information, as in acquire.lua (`i:<owner id>` in the lock hash)
 -- Returns: as acquire.lua (and as safe to run twice: the new holder's level mark keeps its
 --   token, which a run again answers); a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
@@ -29,7 +29,6 @@ if redis.call('hexists', lock, level) == 1 then
   -- Run again (a lost or late reply): the same answer, and a full lease from now, as the
   -- client counts its lease from this run (see acquire.lua).
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
-  if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
   if nested then return {2, 0} end
   return {1, tonumber(redis.call('hget', lock, level))}
 end
@@ -38,7 +37,6 @@ if nested then
   redis.call('hincrby', lock, owner, 1)
   redis.call('hset', lock, level, 1)
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
-  if KEYS[5] then redis.call('pexpire', KEYS[5], redis.call('pttl', lock)) end
   return {2, 0}
 end
 local t = redis.call('time')
@@ -82,10 +80,10 @@ if head then
   tidy()
 end
 local token = next_token(KEYS[4])
-redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
-redis.call('pexpire', lock, lease)
-if KEYS[5] then
-  redis.call('hset', KEYS[5], owner, ARGV[6] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token))
-  redis.call('pexpire', KEYS[5], lease)
+if ARGV[6] then
+  redis.call('hset', lock, owner, 1, level, string.format('%.0f', token), 'i:' .. owner, holder_entry(ARGV[6], now, token))
+else
+  redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
 end
+redis.call('pexpire', lock, lease)
 return {1, token}

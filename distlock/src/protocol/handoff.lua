@@ -16,10 +16,9 @@
 -- ARGV[5] the waiter's owner id (not the releasing owner)
 -- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[7] the waiter's level id (its fresh acquisition's)
--- KEYS[3], ARGV[8] (optional: when the releasing or the new holder records holder
---   information) the info hash, deleted with the old hold, and the waiter's
---   `host\tpid\tsite` ('' when it does not record): its entry is written as acquire.lua
---   writes a new holder's
+-- ARGV[8] (optional) the waiter's `host\tpid\tsite` when it records holder information:
+--   written as acquire.lua writes a new holder's (`i:<owner id>` in the lock hash); the old
+--   holder's goes with the old hold
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
 --   new one from the counter); else as release.lua: -1 the owner does not hold it
 --   (nothing changed); n > 0 still held re-entrantly; 0 freed (and published, or kept
@@ -33,9 +32,6 @@ end
 if not new_owner or new_owner == '' or new_owner == owner or not ARGV[7] then
   return redis.error_reply('ERR distlock: hand-off to a missing or the same owner')
 end
-if KEYS[3] and not ARGV[8] then
-  return redis.error_reply('ERR distlock: hand-off with an info hash but no holder')
-end
 local counted = redis.call('get', fence)
 if counted and not tonumber(counted) then
   return redis.error_reply('ERR distlock: the fencing counter is not a number: ' .. fence)
@@ -44,7 +40,6 @@ end
 local granted = redis.call('hget', lock, new_level)
 if granted then
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
-  if KEYS[3] and ARGV[8] ~= '' then redis.call('pexpire', KEYS[3], redis.call('pttl', lock)) end
   return {4, tonumber(granted)}
 end
 if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
@@ -56,7 +51,6 @@ local left = redis.call('hincrby', lock, owner, -1)
 if left > 0 then
   return left
 end
-if KEYS[3] then redis.call('del', KEYS[3]) end
 local hold_until = tonumber(redis.call('hget', lock, 'hold:until'))
 if hold_until then
   -- A run-once job's slot (acquire.lua's hold_at_least): kept, without a holder, until
@@ -64,7 +58,7 @@ if hold_until then
   local t = redis.call('time')
   local until_left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
   if until_left > 0 then
-    redis.call('hdel', lock, owner)
+    redis.call('hdel', lock, owner, 'i:' .. owner)
     redis.call('pexpire', lock, until_left)
     return 0
   end
@@ -72,11 +66,12 @@ end
 -- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
 redis.call('del', lock)
 local token = next_token(fence)
-redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
-redis.call('pexpire', lock, lease)
-if KEYS[3] and ARGV[8] ~= '' then
+if ARGV[8] then
   local t = redis.call('time')
-  redis.call('hset', KEYS[3], new_owner, ARGV[8] .. '\t' .. string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000)) .. '\t' .. string.format('%.0f', token))
-  redis.call('pexpire', KEYS[3], lease)
+  local entry = holder_entry(ARGV[8], t[1] * 1000 + math.floor(t[2] / 1000), token)
+  redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token), 'i:' .. new_owner, entry)
+else
+  redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
 end
+redis.call('pexpire', lock, lease)
 return {4, token}

@@ -1,17 +1,16 @@
 -- Read everything about one lock key, of every kind, without changing anything
 -- (`distlock list`/`show`, `Registry::inspect`).
 --
--- KEYS[1] reentrant lock hash      KEYS[2] its holder information hash
--- KEYS[3] fair lock hash           KEYS[4] fair queue list   KEYS[5] fair waiters zset
--- KEYS[6] fair holder information  KEYS[7] rw hash           KEYS[8] rw readers zset
--- KEYS[9] rw waiting writers zset  KEYS[10] rw holder information
--- KEYS[11] fencing counter
+-- KEYS[1] reentrant lock hash      KEYS[2] fair lock hash    KEYS[3] fair queue list
+-- KEYS[4] fair waiters zset        KEYS[5] rw hash           KEYS[6] rw readers zset
+-- KEYS[7] rw waiting writers zset  KEYS[8] fencing counter
 -- ARGV[1], ARGV[2], ARGV[3] the release channels of the reentrant, fair and read-write locks
 -- Returns: {now_ms, fence or false,
---   {pttl, hgetall lock}, hgetall info,
---   {pttl, hgetall fair}, lrange queue, zrange waiters withscores, hgetall fair info,
---   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores, hgetall rw info,
+--   {pttl, hgetall lock},
+--   {pttl, hgetall fair}, lrange queue, zrange waiters withscores,
+--   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores,
 --   {waiting processes on each channel of ARGV}}
+-- The holders' information is in their lock's hash (`i:<owner id>`, see acquire.lua).
 -- A waiting process is a subscriber connection to the lock's release channel (PUBSUB NUMSUB
 -- plus SHARDNUMSUB on this server): every process with a task waiting for the lock has
 -- one. -1 when the user may not run PUBSUB (the rest of the reply does not need it).
@@ -31,11 +30,11 @@ local function waiting(channel)
   return n
 end
 return {
-  now, redis.call('get', KEYS[11]),
-  hash(KEYS[1]), redis.call('hgetall', KEYS[2]),
-  hash(KEYS[3]), redis.call('lrange', KEYS[4], 0, -1),
-  redis.call('zrange', KEYS[5], 0, -1, 'withscores'), redis.call('hgetall', KEYS[6]),
-  hash(KEYS[7]), redis.call('zrange', KEYS[8], 0, -1, 'withscores'),
-  redis.call('zrange', KEYS[9], 0, -1, 'withscores'), redis.call('hgetall', KEYS[10]),
+  now, redis.call('get', KEYS[8]),
+  hash(KEYS[1]),
+  hash(KEYS[2]), redis.call('lrange', KEYS[3], 0, -1),
+  redis.call('zrange', KEYS[4], 0, -1, 'withscores'),
+  hash(KEYS[5]), redis.call('zrange', KEYS[6], 0, -1, 'withscores'),
+  redis.call('zrange', KEYS[7], 0, -1, 'withscores'),
   {waiting(ARGV[1]), waiting(ARGV[2]), waiting(ARGV[3])},
 }

@@ -28,11 +28,12 @@ pub(crate) struct LockKeys {
     pub fence: String,
     /// The pub/sub channel a release is published on.
     pub channel: String,
-    /// Holder information (`[backends.NAME] holder_info`, off by default): the hash
-    /// `PREFIX{KEY}[:fair|:rw]:info` (owner id -> `host\tpid\tsite\tsince_ms\ttoken`) the
-    /// acquire scripts write and release deletes, and this holder's `host\tpid\tsite`.
-    /// `None`: the backend does not record holders.
-    pub info: Option<InfoKey>,
+    /// Holder information (`[backends.NAME] holder_info`, on by default in distlock's
+    /// format): this holder's `host\tpid\tsite`, which the acquire scripts write, with the
+    /// time and the token, into the lock's own hash (`i:<owner id>` ->
+    /// `host\tpid\tsite\tsince_ms\ttoken`), where it goes with the hold. `None`: the backend
+    /// does not record holders.
+    pub holder: Option<std::sync::Arc<str>>,
     /// A run-once job's `hold_at_least` (reentrant locks only): a new holder records the
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
@@ -151,15 +152,6 @@ pub(crate) struct RedissonKeys {
     pub allowance: std::time::Duration,
 }
 
-/// Where a lock's holder information lives, and what this holder writes there.
-#[derive(Debug, Clone)]
-pub(crate) struct InfoKey {
-    /// `PREFIX{KEY}:info` (`:fair:info`, `:rw:info` for those kinds).
-    pub key: String,
-    /// `host\tpid\tsite`.
-    pub holder: std::sync::Arc<str>,
-}
-
 impl LockKeys {
     /// Names for `key` under `prefix`: `PREFIX{KEY}`, `PREFIX{KEY}:fence`, `PREFIX{KEY}:released`.
     ///
@@ -193,7 +185,7 @@ impl LockKeys {
             user: key,
             shape: Shape::Reentrant,
             format: Format::Distlock,
-            info: None,
+            holder: None,
             hold_at_least: None,
         })
     }
@@ -308,17 +300,9 @@ impl LockKeys {
         Ok(keys)
     }
 
-    /// The holder information hash of this lock (whether or not it is recorded).
-    pub(crate) fn info_key(&self) -> String {
-        format!("{}:info", self.hash)
-    }
-
     /// Record holder information as `holder` (`host\tpid\tsite`).
     pub(crate) fn with_holder(mut self, holder: std::sync::Arc<str>) -> LockKeys {
-        self.info = Some(InfoKey {
-            key: self.info_key(),
-            holder,
-        });
+        self.holder = Some(holder);
         self
     }
 

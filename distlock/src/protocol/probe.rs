@@ -189,7 +189,6 @@ impl Probe {
                 if kind != LockKind::Reentrant {
                     keys.extend(k.extra());
                 }
-                keys.push(k.info_key());
                 if kind == LockKind::Reentrant {
                     keys.push(k.fence.clone());
                     keys.push(format!("{}:fenced", k.hash));

@@ -13,7 +13,7 @@
 --   acquisition whose outcome its caller never learned (the reply lost, the future
 --   dropped: no guard was handed out, the job did not run): the lock goes with the
 --   `hold:until` that acquisition set, so the slot is free for the job to run elsewhere
--- KEYS[2] (optional) the holder information hash, deleted with the lock
+-- The owner's holder information (`i:<owner id>`, see acquire.lua) goes with the lock.
 -- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
 -- freed before that time is kept, without a holder, until then: nothing is published, and
 -- acquirers find it held (run-once jobs).
@@ -31,13 +31,12 @@ local left = redis.call('hincrby', lock, owner, -1)
 if left > 0 then
   return left
 end
-if KEYS[2] then redis.call('del', KEYS[2]) end
 local hold_until = ARGV[5] == '1' and tonumber(redis.call('hget', lock, 'hold:until'))
 if hold_until then
   local t = redis.call('time')
   local left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
   if left > 0 then
-    redis.call('hdel', lock, owner)
+    redis.call('hdel', lock, owner, 'i:' .. owner)
     redis.call('pexpire', lock, left)
     return 0
   end

@@ -4,7 +4,6 @@
 -- KEYS[1] lock hash
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
--- KEYS[2] (optional) the holder information hash, given the lock's expiry
 -- Returns: 1 renewed (or already running at least that long); 0 gone.
 local lease = tonumber(ARGV[2])
 if not lease or lease < 1 or lease > 86400000 then
@@ -14,7 +13,6 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
   if redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-  if KEYS[2] then redis.call('pexpire', KEYS[2], redis.call('pttl', KEYS[1])) end
   return 1
 end
 return 0

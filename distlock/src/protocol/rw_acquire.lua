@@ -14,8 +14,8 @@
 --   hold and answers {3, 0} (creating nothing) when it is gone: '1' a hold of the same mode,
 --   'w' (a read) the owner's write hold, 'r' (a write) the owner's read hold or its write
 --   hold (without the write hold it waits like any writer: no upgrade)
--- KEYS[5], ARGV[7] (optional) holder information: the info hash gets one entry per holder
---   (`host\tpid\tsite\tsince_ms\ttoken`) and the expiry of the rw hash
+-- ARGV[7] (optional) holder information: the rw hash gets one entry per holder,
+--   `i:<owner>` -> `host\tpid\tsite\tsince_ms\ttoken` (a writer that also reads: the newest)
 -- Returns: as acquire.lua; run again (the level's mark found), the same answer (the token
 --   the first run drew, kept as rt:<owner> or wt; should it be gone, a new one is drawn and
 --   kept: never the counter's current value), with the owner's lease end raised to a full
@@ -50,13 +50,9 @@ local function again(field)
   end
   return {1, token}
 end
-forget(KEYS[5])
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
-  if not KEYS[5] then return end
-  if token then redis.call('hset', KEYS[5], owner, ARGV[7] .. '\t' .. string.format('%.0f', now) .. '\t' .. string.format('%.0f', token)) end
-  local p = redis.call('pttl', rw)
-  if p > 0 then redis.call('pexpire', KEYS[5], p) end
+  if ARGV[7] then redis.call('hset', rw, 'i:' .. owner, holder_entry(ARGV[7], now, token)) end
 end
 if mode == 'read' then
   local rc, mr = 'r:' .. owner, 'mr:' .. owner
@@ -64,7 +60,6 @@ if mode == 'read' then
     local e = tonumber(redis.call('zscore', readers, owner) or 0)
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
-    note(nil)
     return again('rt:' .. owner)
   end
   if within == '1' and redis.call('hexists', rw, rc) == 0 then return {3, 0} end
@@ -75,7 +70,6 @@ if mode == 'read' then
     local e = tonumber(redis.call('zscore', readers, owner) or 0)
     if e < now + lease then redis.call('zadd', readers, now + lease, owner) end
     touch()
-    note(nil)
     return {2, 0}
   end
   if writer and writer ~= owner then return {0, left(wexp)} end
@@ -98,7 +92,6 @@ if writer == owner and marked(mw, level) then
     redis.call('hset', rw, 'wexp', wexp)
   end
   touch()
-  note(nil)
   return again('wt')
 end
 if within == '1' and writer ~= owner then return {3, 0} end
@@ -113,7 +106,6 @@ if writer == owner then
     redis.call('hset', rw, 'wexp', wexp)
   end
   touch()
-  note(nil)
   return {2, 0}
 end
 local busy = nil

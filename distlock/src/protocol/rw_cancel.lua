@@ -6,14 +6,11 @@
 -- ARGV[1] owner id
 -- ARGV[2] channel
 -- ARGV[3] the publish verb: 'spublish' or 'publish'
--- KEYS[4] (optional) the holder information hash (the entries of holders whose lease ran
---   out are removed, see rw_prologue.lua)
 -- Returns: 1 it was waiting; 0 it was not; {1, error} it was, but the publish failed
 --   (NOPERM: the other waiters wake at their own deadlines).
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
-forget(KEYS[4])
 if redis.call('zrem', writers, ARGV[1]) == 0 then return 0 end
 touch()
 local published = redis.pcall(ARGV[3], ARGV[2], ARGV[1])

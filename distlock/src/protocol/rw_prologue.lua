@@ -6,12 +6,13 @@
 -- Layout (all under the lock's hash tag): PREFIX{KEY}:rw a hash: writer (owner id), wcount
 -- (its reentrancy count), wexp (its lease end, ms), wt (its fencing token), r:<owner> (a
 -- reader's reentrancy count), rt:<owner> (its fencing token) and mr:<owner> / mw:<owner>
--- (the level ids it holds, see marked()); PREFIX{KEY}:rw:readers a zset owner -> lease end
--- (ms); PREFIX{KEY}:rw:writers a zset waiting writer -> deadline (ms).
+-- (the level ids it holds, see marked()), i:<owner> (its holder information, see
+-- rw_acquire.lua); PREFIX{KEY}:rw:readers a zset owner -> lease end (ms);
+-- PREFIX{KEY}:rw:writers a zset waiting writer -> deadline (ms).
 --
--- The owners whose hold ended here (purged: their lease ran out, no release) are listed in
--- `ended`; forget(info) removes their holder information (the scripts that carry the info
--- hash call it), so a holder that died leaves nothing behind while others hold on.
+-- The owners whose hold ended here (purged: their lease ran out, no release) lose their
+-- holder information too (when they hold nothing else), so a holder that died leaves
+-- nothing behind while others hold on.
 local rw, readers, writers = KEYS[1], KEYS[2], KEYS[3]
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,12 +31,9 @@ if writer and wexp <= now then
   ended[#ended + 1] = writer
   writer = false
 end
-local function forget(info)
-  if not info then return end
-  for _, o in ipairs(ended) do
-    if o ~= writer and redis.call('hexists', rw, 'r:' .. o) == 0 then
-      redis.call('hdel', info, o)
-    end
+for _, o in ipairs(ended) do
+  if o ~= writer and redis.call('hexists', rw, 'r:' .. o) == 0 then
+    redis.call('hdel', rw, 'i:' .. o)
   end
 end
 -- The levels an owner holds in a mode, `,<level>,<level>,` under `mr:<owner>` (read) or

@@ -10,13 +10,12 @@
 -- ARGV[4] the publish verb: 'spublish' or 'publish'
 -- ARGV[5] level id of the acquisition released: its mark goes first, so a second run
 --   finds it gone and changes nothing (it answers the count left, or -1)
--- KEYS[4] (optional) the holder information hash: the owner's entry goes when it lets go
+-- The owner's holder information (`i:<owner>`) goes when it lets go of both modes.
 -- Returns: as release.lua (the publish failing: {0, error}, the release stands).
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
 -- writers, now, writer, wexp, last_reader() and touch().
 local owner, mode, level = ARGV[1], ARGV[2], ARGV[5]
-forget(KEYS[4])
 local function announce()
   local published = redis.pcall(ARGV[4], ARGV[3], owner)
   if type(published) == 'table' and published.err then return {0, published.err} end
@@ -32,8 +31,8 @@ if mode == 'write' then
   redis.call('hdel', rw, 'writer', 'wcount', 'wexp', 'wt', 'mw:' .. owner)
   writer = false
   touch()
-  if KEYS[4] and redis.call('hexists', rw, 'r:' .. owner) == 0 then
-    redis.call('hdel', KEYS[4], owner)
+  if redis.call('hexists', rw, 'r:' .. owner) == 0 then
+    redis.call('hdel', rw, 'i:' .. owner)
   end
   return announce()
 end
@@ -47,8 +46,8 @@ if n > 0 then return n end
 redis.call('hdel', rw, rc, 'mr:' .. owner, 'rt:' .. owner)
 redis.call('zrem', readers, owner)
 touch()
-if KEYS[4] and writer ~= owner then
-  redis.call('hdel', KEYS[4], owner)
+if writer ~= owner then
+  redis.call('hdel', rw, 'i:' .. owner)
 end
 if not writer and redis.call('zcard', readers) == 0 then return announce() end
 return 0

@@ -7,7 +7,6 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
--- KEYS[4] (optional) the holder information hash, given the rw hash's expiry
 -- Returns: 1 renewed; 0 gone.
 --
 -- Runs after rw_prologue.lua (prepended when loaded), which defines rw, readers,
@@ -16,7 +15,6 @@ local owner, lease = ARGV[1], tonumber(ARGV[2])
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
-forget(KEYS[4])
 if ARGV[3] == 'write' then
   if writer ~= owner then return 0 end
   if wexp < now + lease then
@@ -29,8 +27,4 @@ else
   if tonumber(e) < now + lease then redis.call('zadd', readers, now + lease, owner) end
 end
 touch()
-if KEYS[4] then
-  local p = redis.call('pttl', rw)
-  if p > 0 then redis.call('pexpire', KEYS[4], p) end
-end
 return 1
