@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # (id, label, runner); the runner is "rust", "node" or "python".
 CONTENDERS = [
     ("distlock", "distlock", "rust"),
+    ("distlock-barging", "distlock, handoff = false", "rust"),
     ("redisson-raw", "Redisson protocol raw", "rust"),
     ("redlock", "node-redlock (200 ms)", "node"),
     ("redlock-tuned", "node-redlock (10 ms)", "node"),

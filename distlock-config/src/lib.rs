@@ -18,6 +18,7 @@
 //! response_timeout = "2s"         # every mode but memory (default "2s")
 //! connect_timeout = "2s"          # every mode but memory (default "2s")
 //! holder_info = true              # record who holds each lock; every mode but memory (default true; false with protocol = "redisson")
+//! handoff = true                  # a release hands the lock to a waiter of this process; false: barging (default true)
 //! required = true                 # false: init succeeds while it is down (default true)
 //! protocol = "distlock"           # "redisson": Redisson's on-Redis format; single, cluster, sentinel (default "distlock")
 //! # mode = "cluster" with protocol = "redisson" also takes:
@@ -193,6 +194,26 @@ pub struct BackendConfig {
     /// `Registry::inspect` (`holder_info`, default `true`, and `false` with
     /// `protocol = "redisson"`, whose format has no place for it).
     pub holder_info: bool,
+    /// How a release passes a contended reentrant lock on (`handoff`, default `true`; every
+    /// mode but memory, like the fields above). `true`: *direct hand-off* — a release that
+    /// frees the lock while a task of this process waits for it grants it to the first
+    /// such waiter in the release's own script (first come, first served among this
+    /// process's waiters, ahead of other processes'). `false`: *barging* — the release
+    /// frees the lock and wakes the waiters, and whichever asks first gets it (another
+    /// process's waiter, or the releasing task acquiring again). It applies where hand-off
+    /// exists: distlock's format on single, cluster and sentinel without `sync_replicas`;
+    /// elsewhere (redlock, multi, sentinel with `sync_replicas`, `protocol = "redisson"`)
+    /// locks always barge and the field is accepted and changes nothing, so a
+    /// configuration valid on one of these modes stays valid on another. Strict order
+    /// across processes is the fair lock (`kind = "fair"`).
+    ///
+    /// ```
+    /// let cfg = distlock_config::Config::from_str(
+    ///     "[backends.main]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"\nhandoff = false",
+    /// ).unwrap();
+    /// assert!(!cfg.backends["main"].handoff);
+    /// ```
+    pub handoff: bool,
     /// `init` fails when this backend cannot be reached (`required`, default `true`).
     /// With `false`, `init` succeeds without it (logging a warning), it is connected in
     /// the background (retrying with backoff, 50 ms doubling up to 30 s), and until then

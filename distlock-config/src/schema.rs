@@ -42,6 +42,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "tls_key",
     "tls_insecure_skip_verify",
     "holder_info",
+    "handoff",
     "required",
     "protocol",
     "sharded_subscription_mode",
@@ -180,6 +181,7 @@ struct RawBackend {
     response_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
     holder_info: Option<bool>,
+    handoff: Option<bool>,
     required: Option<bool>,
     protocol: Option<Protocol>,
     sharded_subscription_mode: Option<(ShardedSubscriptionMode, usize)>,
@@ -231,7 +233,7 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const T: [&str; 9] = [
+        const T: [&str; 10] = [
             "response_timeout",
             "connect_timeout",
             "tls_ca",
@@ -239,11 +241,14 @@ impl ModeKind {
             "tls_key",
             "tls_insecure_skip_verify",
             "holder_info",
+            "handoff",
             "required",
             "protocol",
         ];
         match self {
-            ModeKind::Single => &["url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8]],
+            ModeKind::Single => &[
+                "url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9],
+            ],
             ModeKind::Cluster => &[
                 "nodes",
                 T[0],
@@ -255,6 +260,7 @@ impl ModeKind {
                 T[6],
                 T[7],
                 T[8],
+                T[9],
                 "sharded_subscription_mode",
             ],
             ModeKind::Sentinel => &[
@@ -273,6 +279,7 @@ impl ModeKind {
                 T[6],
                 T[7],
                 T[8],
+                T[9],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -288,6 +295,7 @@ impl ModeKind {
                 T[6],
                 T[7],
                 T[8],
+                T[9],
             ],
             ModeKind::Memory => &[],
         }
@@ -507,6 +515,7 @@ impl Cx<'_> {
                     raw.tls.tls_insecure_skip_verify = Some((self.boolean(&field, value)?, at))
                 }
                 "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
+                "handoff" => raw.handoff = Some(self.boolean(&field, value)?),
                 "required" => raw.required = Some(self.boolean(&field, value)?),
                 "protocol" => {
                     raw.protocol = Some(match self.string(&field, value)?.as_str() {
@@ -615,6 +624,7 @@ impl Cx<'_> {
             holder_info: raw
                 .holder_info
                 .unwrap_or(raw.protocol != Some(Protocol::Redisson)),
+            handoff: raw.handoff.unwrap_or(true),
             required: raw.required.unwrap_or(true),
             protocol: raw.protocol.unwrap_or_default(),
         })

@@ -1296,3 +1296,68 @@ fn sharded_subscription_mode_field() {
         &["not used by mode \"single\""],
     );
 }
+
+#[test]
+fn handoff_field() {
+    // Default true on every mode that takes it; `false` (or "${VAR}") is barging.
+    for mode in ["single", "cluster", "sentinel", "redlock", "multi"] {
+        let where_ = match mode {
+            "single" => "url = \"redis://h\"",
+            "sentinel" => "master_name = \"m\"\nsentinels = [\"redis://h:26379\"]",
+            _ => "nodes = [\"redis://h:1\"]",
+        };
+        let head = format!("[backends.a]\nmode = \"{mode}\"\n{where_}\n");
+        assert!(ok(&head).backends["a"].handoff, "{mode}: default");
+        let c = ok(&format!("{head}handoff = false\n"));
+        assert!(!c.backends["a"].handoff, "{mode}: false");
+        let c = ok(&format!("{head}handoff = true\n"));
+        assert!(c.backends["a"].handoff, "{mode}: true");
+    }
+    // Where there is no hand-off it is accepted all the same (and changes nothing).
+    let c = ok("[backends.a]\nmode = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"redis://h:26379\"]\nsync_replicas = 1\nhandoff = true\n");
+    assert!(c.backends["a"].handoff);
+    let c = ok("[backends.a]\nmode = \"single\"\nurl = \"redis://h\"\nprotocol = \"redisson\"\nhandoff = true\n");
+    assert!(c.backends["a"].handoff);
+    std::env::set_var("DISTLOCK_CFG_T5_HANDOFF", "false");
+    let c = ok(&format!(
+        "{SINGLE}handoff = \"${{DISTLOCK_CFG_T5_HANDOFF}}\"\n"
+    ));
+    assert!(!c.backends["main"].handoff);
+
+    let e = err(&format!("{SINGLE}handoff = 0\n"));
+    check(
+        &e,
+        4,
+        "backends.main.handoff",
+        &["expected true or false", "found integer"],
+    );
+    let e = err(&format!("{SINGLE}handoff = \"barging\"\n"));
+    check(
+        &e,
+        4,
+        "backends.main.handoff",
+        &["expected true or false", "\"barging\""],
+    );
+    let e = err(&format!(
+        "{SINGLE}handoff = \"${{DISTLOCK_CFG_T5_UNSET}}\"\n"
+    ));
+    check(&e, 4, "backends.main.handoff", &["DISTLOCK_CFG_T5_UNSET"]);
+    // Like every backend field, not on memory.
+    let e = err("[backends.t]\nmode = \"memory\"\nhandoff = false\n");
+    check(
+        &e,
+        3,
+        "backends.t.handoff",
+        &["field `handoff` is not used by mode \"memory\""],
+    );
+    // In a file: the file's name, the line and the field.
+    let path = temp_file("handoff", &format!("{SINGLE}\nhandoff = []\n"));
+    let e = Config::from_path(&path).unwrap_err();
+    assert_eq!(e.location, format!("{}:5", path.display()));
+    assert_eq!(e.field, "backends.main.handoff");
+    assert!(
+        e.message.contains("expected true or false, found array"),
+        "{e}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -9,7 +9,10 @@
 //! `bench/peers/node/workloads.mjs` and `bench/peers/python/peer.py` (see
 //! `bench/peers/README.md`). contender:
 //! - `distlock`: a `single` backend on the URL, `Lease::Auto` (watchdog 30 s), fencing
-//!   tokens, reentrancy, wake-ups by pub/sub; a contended lock waits up to 30 s.
+//!   tokens, reentrancy, wake-ups by pub/sub; a contended lock waits up to 30 s. A release
+//!   hands the lock to a waiter of the process directly (`handoff = true`, the default).
+//! - `distlock-barging`: the same with `handoff = false`: a release frees the lock and
+//!   publishes, and the woken waiters (or the releasing task acquiring again) race for it.
 //! - `redisson-raw`: Redisson's protocol sent raw (`support::floor`, the floor of
 //!   `targets.rs`): its lock and unlock scripts by EVALSHA on one multiplexed connection;
 //!   a refused lock waits for the lock channel's message (one subscriber per process,
@@ -402,15 +405,16 @@ async fn run() {
         Ok(a) => a,
         Err(_) => {
             eprintln!(
-                "usage: peers <redis-url> <sequential|concurrent|handoff|hotkey> <distlock|redisson-raw>"
+                "usage: peers <redis-url> <sequential|concurrent|handoff|hotkey> <distlock|distlock-barging|redisson-raw>"
             );
             std::process::exit(2);
         }
     };
     let peer = match contender.as_str() {
-        "distlock" => Peer::Distlock(
+        "distlock" | "distlock-barging" => Peer::Distlock(
             Registry::from_str(&format!(
-                "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
+                "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\nhandoff = {}\n",
+                contender == "distlock"
             ))
             .await
             .expect("registry"),
@@ -422,7 +426,7 @@ async fn run() {
             listeners: std::sync::Mutex::new(Vec::new()),
         })),
         other => {
-            eprintln!("unknown contender {other}: distlock, redisson-raw");
+            eprintln!("unknown contender {other}: distlock, distlock-barging, redisson-raw");
             std::process::exit(2);
         }
     };

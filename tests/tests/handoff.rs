@@ -2,8 +2,9 @@
 //! a reentrant lock another task of this process waits for grants it to that task in the
 //! same script (`handoff.lua`), with a new token, and tells it in-process: one script per
 //! owner change, no PUBLISH. Cancellation on either side leaves the lock free or held by
-//! exactly one live guard. Private redis-servers (`RedisProcess`), so that `INFO
-//! commandstats` counts this test's commands only.
+//! exactly one live guard. With `handoff = false` (barging) none of it: a release frees
+//! the lock and publishes, and the waiter acquires by itself. Private redis-servers
+//! (`RedisProcess`), so that `INFO commandstats` counts this test's commands only.
 
 mod common;
 #[allow(dead_code)]
@@ -24,6 +25,13 @@ fn config(url: &str, holder_info: bool) -> String {
 
 async fn registry(url: &str, holder_info: bool) -> Registry {
     Registry::from_str(&config(url, holder_info))
+        .await
+        .expect("connect to the private redis-server")
+}
+
+/// A registry on `url` with `handoff = false`: barging.
+async fn barging(url: &str) -> Registry {
+    Registry::from_str(&format!("{}handoff = false\n", config(url, false)))
         .await
         .expect("connect to the private redis-server")
 }
@@ -465,4 +473,104 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
     assert_eq!(v.as_int(), Some(1), "still held once by its owner: {v:?}");
     assert_eq!(cmd(&addr, &["HGET", reentered, "old"]).as_str(), Some("1"));
     assert_eq!(cmd(&addr, &["HEXISTS", reentered, "new"]).as_int(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_handoff_false_a_release_frees_the_lock_and_the_waiter_acquires_itself() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = barging(&server.url()).await;
+    for round in 0..3 {
+        let key = format!("barging:one:{round}");
+        let lock = format!("lock:{{{key}}}");
+        let held = reg.lock(key.as_str()).acquire().await.expect("acquire");
+        let first = held.fencing_token();
+        let waiter = spawn_waiter(&reg, &key);
+        wait_for_waiter(&reg).await;
+        assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+        held.release().await.expect("release");
+        let got = waiter.await.expect("waiter task").expect("waiter acquire");
+        let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+        assert!(
+            calls(&addr, "publish") >= 1,
+            "barging: the release freed the lock and published it"
+        );
+        assert!(
+            scripts >= 2,
+            "barging: the release and the waiter's own acquire, {scripts} scripts"
+        );
+        assert!(got.is_held());
+        assert!(
+            got.fencing_token() > first,
+            "a new token from the counter: {} after {first}",
+            got.fencing_token()
+        );
+        assert_eq!(owners(&addr, &lock).len(), 1, "one owner holds it");
+        got.release().await.expect("waiter release");
+        assert!(!exists(&addr, &lock), "released: the key is gone");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_handoff_false_sixteen_tasks_on_one_key_exclude_each_other() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = barging(&server.url()).await;
+    assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+    scenarios::exclusion_16_tasks(&reg).await;
+    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    println!(
+        "hot key, barging: {:.2} scripts per acquisition (acquire + release + refused attempts)",
+        scripts as f64 / 800.0
+    );
+    // Every acquisition is an acquire of its own and a release: no owner change is one
+    // script (with hand-off about one per acquisition).
+    assert!(
+        scripts >= 2 * 800,
+        "barging: at least an acquire and a release per acquisition, {scripts} scripts"
+    );
+    // Fencing tokens grow with every owner change: each holder notes its token while it
+    // holds the lock, so the notes are in acquisition order.
+    let key = "barging:tokens";
+    let notes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (reg, notes) = (reg.clone(), notes.clone());
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let g = reg
+                        .lock(key)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    notes.lock().unwrap().push(g.fencing_token());
+                    tokio::task::yield_now().await;
+                    g.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let notes = notes.lock().unwrap().clone();
+    assert_eq!(notes.len(), 200);
+    assert!(
+        notes.windows(2).all(|w| w[0] < w[1]),
+        "tokens strictly increasing in acquisition order: {notes:?}"
+    );
+    assert!(
+        !exists(&addr, &format!("lock:{{{key}}}")),
+        "free at the end"
+    );
+    let keys = cmd(&addr, &["KEYS", "lock:{exclusion*}"]);
+    let left: Vec<_> = keys
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|k| k.as_str().map(str::to_owned))
+        .filter(|k| !k.ends_with(":fence"))
+        .collect();
+    assert!(left.is_empty(), "nothing left held: {left:?}");
 }

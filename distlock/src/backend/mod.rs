@@ -71,8 +71,8 @@ pub(crate) struct Backend {
     /// The on-Redis format (`protocol`): distlock's or Redisson's.
     pub(crate) protocol: Protocol,
     /// The local waiters a release hands the lock to (`crate::primitives::handoff`);
-    /// `None` where there is no hand-off (memory, redlock/multi, sentinel with
-    /// `sync_replicas`, Redisson's format).
+    /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
+    /// sentinel with `sync_replicas`, Redisson's format).
     pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
     driver: Driver,
 }
@@ -273,7 +273,9 @@ impl Backend {
         } else {
             Leases::default()
         });
-        let hands_off = cfg.protocol == Protocol::Distlock
+        // `handoff = false`: barging on every mode (a release frees the lock and publishes).
+        let hands_off = cfg.handoff
+            && cfg.protocol == Protocol::Distlock
             && match &driver {
                 Driver::Single(_) | Driver::Cluster(_) => true,
                 Driver::Sentinel(m) => m.hands_off(),

@@ -25,7 +25,8 @@ use crate::{Lease, LockError, LockKind, OnLost};
 /// strict first-come order across processes use [`LockKind::Fair`](crate::LockKind::Fair),
 /// whose queue lives in Redis. (Hand-off is distlock's format on single, cluster and
 /// sentinel backends; redlock/multi, `sync_replicas`, Redisson's format and run-once jobs
-/// release and publish.)
+/// release and publish, and so does every lock of a backend with `handoff = false`:
+/// *barging*, where any waiter may win, the releasing task too.)
 ///
 /// ```
 /// use distlock::{Lease, Lock};
