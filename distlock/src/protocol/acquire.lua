@@ -60,19 +60,19 @@ if redis.call('exists', lock) == 1 then
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)
-local fields = {owner, 1, level, string.format('%.0f', token)}
-if at_least > 0 or ARGV[6] then
+local mark = string.format('%.0f', token)
+if ARGV[6] or at_least > 0 then
   local t = redis.call('time')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
   if at_least > 0 then
-    fields[#fields + 1] = 'hold:until'
-    fields[#fields + 1] = string.format('%.0f', now + at_least)
+    redis.call('hset', lock, 'hold:until', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + at_least))
   end
   if ARGV[6] then
-    fields[#fields + 1] = 'i:' .. owner
-    fields[#fields + 1] = holder_entry(ARGV[6], now, token)
+    redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(ARGV[6], t, mark))
+  else
+    redis.call('hset', lock, owner, 1, level, mark)
   end
+else
+  redis.call('hset', lock, owner, 1, level, mark)
 end
-redis.call('hset', lock, unpack(fields))
 redis.call('pexpire', lock, lease)
 return {1, token}

@@ -80,10 +80,11 @@ if head then
   tidy()
 end
 local token = next_token(KEYS[4])
+local mark = string.format('%.0f', token)
 if ARGV[6] then
-  redis.call('hset', lock, owner, 1, level, string.format('%.0f', token), 'i:' .. owner, holder_entry(ARGV[6], now, token))
+  redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(ARGV[6], t, mark))
 else
-  redis.call('hset', lock, owner, 1, level, string.format('%.0f', token))
+  redis.call('hset', lock, owner, 1, level, mark)
 end
 redis.call('pexpire', lock, lease)
 return {1, token}

@@ -68,8 +68,8 @@ redis.call('del', lock)
 local token = next_token(fence)
 if ARGV[8] then
   local t = redis.call('time')
-  local entry = holder_entry(ARGV[8], t[1] * 1000 + math.floor(t[2] / 1000), token)
-  redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token), 'i:' .. new_owner, entry)
+  local mark = string.format('%.0f', token)
+  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(ARGV[8], t, mark))
 else
   redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
 end

@@ -52,7 +52,7 @@ local function again(field)
 end
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
-  if ARGV[7] then redis.call('hset', rw, 'i:' .. owner, holder_entry(ARGV[7], now, token)) end
+  if ARGV[7] then redis.call('hset', rw, 'i:' .. owner, holder_entry(ARGV[7], t, string.format('%.0f', token))) end
 end
 if mode == 'read' then
   local rc, mr = 'r:' .. owner, 'mr:' .. owner
