@@ -1013,6 +1013,12 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
             "{shown:?}"
         );
         assert_eq!(written[0], format!("i:{}", shown[0].holders[0].owner));
+        // Since when: the server's TIME in ms, joined as text (seconds, then 3 digits).
+        let held_for = shown[0].holders[0].held_for;
+        assert!(
+            held_for.is_some_and(|d| d < Duration::from_secs(60)),
+            "{kind:?}: held for {held_for:?}"
+        );
         rt.block_on(inner.release()).unwrap();
         assert_eq!(info_fields(&hash), written);
         rt.block_on(outer.release()).unwrap();

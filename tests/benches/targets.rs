@@ -833,6 +833,21 @@ async fn main() {
             "<= 1.25x",
             topo[2] / topo[0] <= 1.25,
         );
+        // Diagnostic: the cluster's masters have a replica each, the single server none; a
+        // single backend on a master with a replica (the sentinels') leaves only the
+        // library's paths in the ratio.
+        row(
+            &mut rows,
+            "  diagnostic: cluster, x single on a master with a replica",
+            format!(
+                "{:.1} vs {:.1} us = {:.2}x",
+                topo[2],
+                topo[3],
+                topo[2] / topo[3]
+            ),
+            "report",
+            true,
+        );
         // Diagnostic: the floor itself through the redis-rs cluster client, against the floor
         // on one server: what that client costs the same protocol.
         let cfloor = ClusterFloor::new(&distlock_tests::cluster_urls()).await;
