@@ -749,17 +749,22 @@ async fn main() {
             fenced: true,
             ..floor.clone()
         };
+        let off = registry(&format!(
+            "mode = \"single\"\nurl = \"{single_url}\"\nholder_info = false\n"
+        ))
+        .await;
         let m = concurrent_alternating(
             &[
                 Contender::Floor(floor.clone()),
                 Contender::Lock(single.clone()),
                 Contender::Floor(fenced),
+                Contender::Lock(off),
             ],
             TASKS,
             Duration::from_millis(1500),
         )
         .await;
-        let (f, d, ff) = (m[0], m[1], m[2]);
+        let (f, d, ff, off) = (m[0], m[1], m[2], m[3]);
         row(
             &mut rows,
             format!("{TASKS} tasks, distinct keys, pairs/s / floor (fencing on)"),
@@ -771,6 +776,13 @@ async fn main() {
             &mut rows,
             format!("  diagnostic: {TASKS} tasks, Redisson fenced lock raw / floor"),
             format!("{ff:.0} / {f:.0} = {:.2}", ff / f),
+            "report",
+            true,
+        );
+        row(
+            &mut rows,
+            format!("  diagnostic: {TASKS} tasks, holder information on (default) / off"),
+            format!("{d:.0} / {off:.0} = {:.2}", d / off),
             "report",
             true,
         );

@@ -107,18 +107,31 @@ pub(crate) fn hostname() -> String {
 }
 
 /// What a holder at `site` (a site label) records: `host\tpid\tsite`, built once per site.
+/// Each thread keeps the texts it used (no lock shared by concurrent acquisitions on the
+/// hot path); the process-wide map builds each once.
 pub(crate) fn holder_text(site: &'static str) -> Arc<str> {
     /// By the label's address and length (labels are `'static` and few).
     type Texts = HashMap<(usize, usize), Arc<str>>;
     static TEXTS: Mutex<Option<Texts>> = Mutex::new(None);
-    let mut map = TEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    map.get_or_insert_with(HashMap::new)
-        .entry((site.as_ptr() as usize, site.len()))
-        .or_insert_with(|| {
-            let site = site.replace(['\t', '\n'], " ");
-            Arc::from(format!("{}\t{site}", *PROCESS))
-        })
-        .clone()
+    thread_local! {
+        static SEEN: std::cell::RefCell<Texts> = std::cell::RefCell::new(HashMap::new());
+    }
+    let at = (site.as_ptr() as usize, site.len());
+    if let Some(text) = SEEN.with(|seen| seen.borrow().get(&at).cloned()) {
+        return text;
+    }
+    let text = {
+        let mut map = TEXTS.lock().unwrap_or_else(|e| e.into_inner());
+        map.get_or_insert_with(HashMap::new)
+            .entry(at)
+            .or_insert_with(|| {
+                let site = site.replace(['\t', '\n'], " ");
+                Arc::from(format!("{}\t{site}", *PROCESS))
+            })
+            .clone()
+    };
+    SEEN.with(|seen| seen.borrow_mut().insert(at, text.clone()));
+    text
 }
 
 impl Registry {
