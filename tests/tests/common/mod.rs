@@ -195,14 +195,16 @@ pub async fn hand_off(reg: &Registry, rounds: usize) -> Vec<Duration> {
     times
 }
 
-/// Until a waiter on the backend is asleep waiting for a release (bounded).
-pub async fn wait_for_waiter(reg: &Registry, _key: &str) {
+/// Until a waiter on the backend is asleep waiting for a release (bounded). Failing, it
+/// says what the server shows of `key` (holders, waiters), to tell a waiter that never
+/// slept from one that got the lock.
+pub async fn wait_for_waiter(reg: &Registry, key: &str) {
     let start = Instant::now();
     while reg.waiting("main").unwrap_or(0) == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the waiter never started waiting"
-        );
+        if start.elapsed() >= Duration::from_secs(5) {
+            let shown = reg.inspect(key, None).await;
+            panic!("the waiter never started waiting; the server shows {shown:?}");
+        }
         tokio::task::yield_now().await;
     }
 }
