@@ -1013,7 +1013,11 @@ async fn single_crashed_fair_and_rw_holders_free_after_their_lease() {
             .acquire()
             .await
             .unwrap_or_else(|e| panic!("{kind:?} after a crashed {theirs:?}: {e}"));
-        assert!(crashed.elapsed() < WOKEN, "{:?}", crashed.elapsed());
+        assert!(
+            crashed.elapsed() < WOKEN,
+            "{kind:?} after a crashed {theirs:?}: {:?}",
+            crashed.elapsed()
+        );
         g.release().await.unwrap();
 
         // a crashed distlock holder: a fixed lease of 600 ms, never released nor renewed
