@@ -42,27 +42,10 @@ if granted then
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   return {4, tonumber(granted)}
 end
-if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
-  local count = tonumber(redis.call('hget', lock, owner) or 0)
-  if count > 0 then return count end
-  return -1
-end
-local left = redis.call('hincrby', lock, owner, -1)
-if left > 0 then
-  return left
-end
-local hold_until = tonumber(redis.call('hget', lock, 'hold:until'))
-if hold_until then
-  -- A run-once job's slot (acquire.lua's hold_at_least): kept, without a holder, until
-  -- then, exactly as release.lua keeps it; no hand-off.
-  local t = redis.call('time')
-  local until_left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
-  if until_left > 0 then
-    redis.call('hdel', lock, owner, 'i:' .. owner)
-    redis.call('pexpire', lock, until_left)
-    return 0
-  end
-end
+-- The level goes as release.lua lets it go (release_prologue.lua); a run-once job's slot
+-- kept until its `hold:until` is not handed.
+local stays = release_level(lock, owner, ARGV[4], true)
+if stays then return stays end
 -- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
 redis.call('del', lock)
 local token = next_token(fence)

@@ -1,6 +1,5 @@
--- Release one level of a reentrant (or fair) lock. Safe to run twice: the level's mark
--- (`l:<level id>`, set by the acquisition) is removed first, so a second run finds it gone
--- and changes nothing; a release never removes a level it did not take.
+-- Release one level of a reentrant (or fair) lock. Safe to run twice: see
+-- release_prologue.lua (prepended), which lets the level go.
 --
 -- KEYS[1] lock hash
 -- ARGV[1] owner id
@@ -22,25 +21,8 @@
 --   on the channel; or kept until `hold:until`); {0, error} freed, but the publish failed (an ACL user without the
 --   channel right: NOPERM): the release stands, waiters wake at the lease's end.
 local lock, owner = KEYS[1], ARGV[1]
-if redis.call('hdel', lock, 'l:' .. ARGV[4]) == 0 then
-  local count = tonumber(redis.call('hget', lock, owner) or 0)
-  if count > 0 then return count end
-  return -1
-end
-local left = redis.call('hincrby', lock, owner, -1)
-if left > 0 then
-  return left
-end
-local hold_until = ARGV[5] == '1' and tonumber(redis.call('hget', lock, 'hold:until'))
-if hold_until then
-  local t = redis.call('time')
-  local left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
-  if left > 0 then
-    redis.call('hdel', lock, owner, 'i:' .. owner)
-    redis.call('pexpire', lock, left)
-    return 0
-  end
-end
+local stays = release_level(lock, owner, ARGV[4], ARGV[5] == '1')
+if stays then return stays end
 redis.call('del', lock)
 local published = redis.pcall(ARGV[3], ARGV[2], owner)
 if type(published) == 'table' and published.err then return {0, published.err} end

@@ -62,6 +62,7 @@ pub(crate) enum Script {
 
 const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
 const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
+const RELEASE_PROLOGUE: &str = include_str!("release_prologue.lua");
 const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
 const REDISSON_TOKEN_PROLOGUE: &str = include_str!("redisson/token_prologue.lua");
 
@@ -111,7 +112,7 @@ impl Script {
         static SOURCES: LazyLock<[String; 30]> = LazyLock::new(|| {
             Script::ALL.map(|s| match s {
                 Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
-                Script::Release => include_str!("release.lua").to_owned(),
+                Script::Release => [RELEASE_PROLOGUE, include_str!("release.lua")].concat(),
                 Script::Renew => include_str!("renew.lua").to_owned(),
                 Script::ForceRelease => include_str!("force_release.lua").to_owned(),
                 Script::RwAcquire => {
@@ -162,7 +163,12 @@ impl Script {
                 .concat(),
                 Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
                 Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
-                Script::Handoff => [FENCE_PROLOGUE, include_str!("handoff.lua")].concat(),
+                Script::Handoff => [
+                    FENCE_PROLOGUE,
+                    RELEASE_PROLOGUE,
+                    include_str!("handoff.lua"),
+                ]
+                .concat(),
             })
         });
         &SOURCES[self as usize]

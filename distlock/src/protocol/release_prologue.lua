@@ -1,0 +1,31 @@
+-- One level of a reentrant (or fair) lock let go (prepended to release.lua and
+-- handoff.lua, which decide what happens when it frees the lock): release_level(lock,
+-- owner, level, may_keep) removes the level's mark first (`l:<level id>`, set by the
+-- acquisition), so a second run finds it gone and changes nothing, and a release never
+-- removes a level it did not take. `may_keep`: look for `hold:until` (acquire.lua's
+-- hold_at_least, server ms); a lock freed before that time is kept, without a holder (the
+-- owner's count and holder information `i:<owner id>` go), until then.
+-- Returns the script's answer when the lock stays: -1 the owner does not hold it (nothing
+-- changed); n > 0 still held re-entrantly (also when this level was released already); 0
+-- kept until `hold:until`. nil: the last level went and the lock is to be freed (the
+-- caller deletes or hands it).
+local function release_level(lock, owner, level, may_keep)
+  if redis.call('hdel', lock, 'l:' .. level) == 0 then
+    local count = tonumber(redis.call('hget', lock, owner) or 0)
+    if count > 0 then return count end
+    return -1
+  end
+  local left = redis.call('hincrby', lock, owner, -1)
+  if left > 0 then return left end
+  local hold_until = may_keep and tonumber(redis.call('hget', lock, 'hold:until'))
+  if hold_until then
+    local t = redis.call('time')
+    local until_left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
+    if until_left > 0 then
+      redis.call('hdel', lock, owner, 'i:' .. owner)
+      redis.call('pexpire', lock, until_left)
+      return 0
+    end
+  end
+  return nil
+end
