@@ -221,70 +221,36 @@ pub mod inspect {
 pub mod __private {
     pub use inventory;
 
-    /// The sources of the reentrant lock's scripts, for benchmarks that send the protocol
-    /// raw (see `distlock/src/protocol/*.lua` for what each takes).
+    /// The sources of the protocol's scripts, for benchmarks and tests that send the
+    /// protocol raw (see `distlock/src/protocol/*.lua` for what each takes), each exactly as
+    /// distlock sends it, prologues included (`protocol/script.rs` builds them).
     pub mod scripts {
-        /// `acquire.lua`, after the fencing counter's `fence_prologue.lua`.
-        pub const ACQUIRE: &str = concat!(
-            include_str!("protocol/fence_prologue.lua"),
-            include_str!("protocol/acquire.lua")
-        );
-        /// `release.lua` (its third argument is the publish verb).
-        pub const RELEASE: &str = include_str!("protocol/release.lua");
-        /// `renew.lua`.
-        pub const RENEW: &str = include_str!("protocol/renew.lua");
-        /// `handoff.lua` (release, and grant to a local waiter), after `fence_prologue.lua`.
-        pub const HANDOFF: &str = concat!(
-            include_str!("protocol/fence_prologue.lua"),
-            include_str!("protocol/handoff.lua")
-        );
-        /// `sem_acquire.lua`, after `sem_prologue.lua` and `fence_prologue.lua`.
-        pub const SEM_ACQUIRE: &str = concat!(
-            include_str!("protocol/sem_prologue.lua"),
-            include_str!("protocol/fence_prologue.lua"),
-            include_str!("protocol/sem_acquire.lua")
-        );
-        /// `sem_release.lua`, after `sem_prologue.lua`.
-        pub const SEM_RELEASE: &str = concat!(
-            include_str!("protocol/sem_prologue.lua"),
-            include_str!("protocol/sem_release.lua")
-        );
-        /// `fair_acquire.lua`, after `fence_prologue.lua`.
-        pub const FAIR_ACQUIRE: &str = concat!(
-            include_str!("protocol/fence_prologue.lua"),
-            include_str!("protocol/fair_acquire.lua")
-        );
-        /// `rw_acquire.lua`, after `rw_prologue.lua` and `fence_prologue.lua`.
-        pub const RW_ACQUIRE: &str = concat!(
-            include_str!("protocol/rw_prologue.lua"),
-            include_str!("protocol/fence_prologue.lua"),
-            include_str!("protocol/rw_acquire.lua")
-        );
-        /// `rw_renew.lua`, after `rw_prologue.lua`.
-        pub const RW_RENEW: &str = concat!(
-            include_str!("protocol/rw_prologue.lua"),
-            include_str!("protocol/rw_renew.lua")
-        );
-        /// Redisson's format: `redisson/lock.lua`, after `redisson/token_prologue.lua`.
-        pub const REDISSON_LOCK: &str = concat!(
-            include_str!("protocol/redisson/token_prologue.lua"),
-            include_str!("protocol/redisson/lock.lua")
-        );
-        /// Redisson's format: `redisson/read_lock.lua`, after `redisson/token_prologue.lua`.
-        pub const REDISSON_READ_LOCK: &str = concat!(
-            include_str!("protocol/redisson/token_prologue.lua"),
-            include_str!("protocol/redisson/read_lock.lua")
-        );
-        /// Redisson's format: `redisson/write_lock.lua`, after `redisson/token_prologue.lua`.
-        pub const REDISSON_WRITE_LOCK: &str = concat!(
-            include_str!("protocol/redisson/token_prologue.lua"),
-            include_str!("protocol/redisson/write_lock.lua")
-        );
-        /// Redisson's format: `redisson/fair_lock.lua`, after `redisson/token_prologue.lua`.
-        pub const REDISSON_FAIR_LOCK: &str = concat!(
-            include_str!("protocol/redisson/token_prologue.lua"),
-            include_str!("protocol/redisson/fair_lock.lua")
-        );
+        /// The `acquire` script's source, as sent with EVAL.
+        pub const ACQUIRE: &str = crate::protocol::script::sources::ACQUIRE;
+        /// The `release` script's source, as sent with EVAL.
+        pub const RELEASE: &str = crate::protocol::script::sources::RELEASE;
+        /// The `renew` script's source, as sent with EVAL.
+        pub const RENEW: &str = crate::protocol::script::sources::RENEW;
+        /// The `handoff` script's source, as sent with EVAL.
+        pub const HANDOFF: &str = crate::protocol::script::sources::HANDOFF;
+        /// The `sem_acquire` script's source, as sent with EVAL.
+        pub const SEM_ACQUIRE: &str = crate::protocol::script::sources::SEM_ACQUIRE;
+        /// The `sem_release` script's source, as sent with EVAL.
+        pub const SEM_RELEASE: &str = crate::protocol::script::sources::SEM_RELEASE;
+        /// The `fair_acquire` script's source, as sent with EVAL.
+        pub const FAIR_ACQUIRE: &str = crate::protocol::script::sources::FAIR_ACQUIRE;
+        /// The `rw_acquire` script's source, as sent with EVAL.
+        pub const RW_ACQUIRE: &str = crate::protocol::script::sources::RW_ACQUIRE;
+        /// The `rw_renew` script's source, as sent with EVAL.
+        pub const RW_RENEW: &str = crate::protocol::script::sources::RW_RENEW;
+        /// The `redisson_lock` script's source, as sent with EVAL.
+        pub const REDISSON_LOCK: &str = crate::protocol::script::sources::REDISSON_LOCK;
+        /// The `redisson_read_lock` script's source, as sent with EVAL.
+        pub const REDISSON_READ_LOCK: &str = crate::protocol::script::sources::REDISSON_READ_LOCK;
+        /// The `redisson_write_lock` script's source, as sent with EVAL.
+        pub const REDISSON_WRITE_LOCK: &str = crate::protocol::script::sources::REDISSON_WRITE_LOCK;
+        /// The `redisson_fair_lock` script's source, as sent with EVAL.
+        pub const REDISSON_FAIR_LOCK: &str = crate::protocol::script::sources::REDISSON_FAIR_LOCK;
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`

@@ -60,11 +60,54 @@ pub(crate) enum Script {
     Handoff,
 }
 
-const RW_PROLOGUE: &str = include_str!("rw_prologue.lua");
-const FENCE_PROLOGUE: &str = include_str!("fence_prologue.lua");
-const RELEASE_PROLOGUE: &str = include_str!("release_prologue.lua");
-const SEM_PROLOGUE: &str = include_str!("sem_prologue.lua");
-const REDISSON_TOKEN_PROLOGUE: &str = include_str!("redisson/token_prologue.lua");
+/// A script's source: its prologues, then its own file, joined at compile time.
+macro_rules! lua {
+    ($($file:literal),+ $(,)?) => {
+        concat!($(include_str!($file)),+)
+    };
+}
+
+/// Each script's source as sent with EVAL: the one place that names its prologues
+/// (`crate::__private::scripts` re-exports some, for the benches and tests that send the
+/// protocol raw).
+pub(crate) mod sources {
+    pub(crate) const ACQUIRE: &str = lua!("fence_prologue.lua", "acquire.lua");
+    pub(crate) const RELEASE: &str = lua!("release_prologue.lua", "release.lua");
+    pub(crate) const RENEW: &str = lua!("renew.lua");
+    pub(crate) const FORCE_RELEASE: &str = lua!("force_release.lua");
+    pub(crate) const RW_ACQUIRE: &str =
+        lua!("rw_prologue.lua", "fence_prologue.lua", "rw_acquire.lua");
+    pub(crate) const RW_RELEASE: &str = lua!("rw_prologue.lua", "rw_release.lua");
+    pub(crate) const RW_RENEW: &str = lua!("rw_prologue.lua", "rw_renew.lua");
+    pub(crate) const RW_CANCEL: &str = lua!("rw_prologue.lua", "rw_cancel.lua");
+    pub(crate) const FAIR_ACQUIRE: &str = lua!("fence_prologue.lua", "fair_acquire.lua");
+    pub(crate) const FAIR_CANCEL: &str = lua!("fair_cancel.lua");
+    pub(crate) const FENCE: &str = lua!("fence.lua");
+    pub(crate) const FENCE_GET: &str = lua!("fence_get.lua");
+    pub(crate) const INSPECT: &str = lua!("inspect.lua");
+    pub(crate) const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
+    pub(crate) const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
+    pub(crate) const REDISSON_RENEW: &str = lua!("redisson/renew.lua");
+    pub(crate) const REDISSON_FAIR_LOCK: &str =
+        lua!("redisson/token_prologue.lua", "redisson/fair_lock.lua");
+    pub(crate) const REDISSON_FAIR_UNLOCK: &str = lua!("redisson/fair_unlock.lua");
+    pub(crate) const REDISSON_FAIR_CANCEL: &str = lua!("redisson/fair_cancel.lua");
+    pub(crate) const REDISSON_READ_LOCK: &str =
+        lua!("redisson/token_prologue.lua", "redisson/read_lock.lua");
+    pub(crate) const REDISSON_READ_UNLOCK: &str = lua!("redisson/read_unlock.lua");
+    pub(crate) const REDISSON_READ_RENEW: &str = lua!("redisson/read_renew.lua");
+    pub(crate) const REDISSON_WRITE_LOCK: &str =
+        lua!("redisson/token_prologue.lua", "redisson/write_lock.lua");
+    pub(crate) const REDISSON_WRITE_UNLOCK: &str = lua!("redisson/write_unlock.lua");
+    pub(crate) const REDISSON_FAIR_FORCE_UNLOCK: &str = lua!("redisson/fair_force_unlock.lua");
+    pub(crate) const ANNOUNCE: &str = lua!("announce.lua");
+    pub(crate) const SEM_ACQUIRE: &str =
+        lua!("sem_prologue.lua", "fence_prologue.lua", "sem_acquire.lua");
+    pub(crate) const SEM_RELEASE: &str = lua!("sem_prologue.lua", "sem_release.lua");
+    pub(crate) const SEM_RENEW: &str = lua!("sem_prologue.lua", "sem_renew.lua");
+    pub(crate) const HANDOFF: &str =
+        lua!("fence_prologue.lua", "release_prologue.lua", "handoff.lua");
+}
 
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
@@ -109,69 +152,38 @@ impl Script {
 
     /// The Lua source as sent with EVAL.
     pub(crate) fn source(self) -> &'static str {
-        static SOURCES: LazyLock<[String; 30]> = LazyLock::new(|| {
-            Script::ALL.map(|s| match s {
-                Script::Acquire => [FENCE_PROLOGUE, include_str!("acquire.lua")].concat(),
-                Script::Release => [RELEASE_PROLOGUE, include_str!("release.lua")].concat(),
-                Script::Renew => include_str!("renew.lua").to_owned(),
-                Script::ForceRelease => include_str!("force_release.lua").to_owned(),
-                Script::RwAcquire => {
-                    [RW_PROLOGUE, FENCE_PROLOGUE, include_str!("rw_acquire.lua")].concat()
-                }
-                Script::RwRelease => [RW_PROLOGUE, include_str!("rw_release.lua")].concat(),
-                Script::RwRenew => [RW_PROLOGUE, include_str!("rw_renew.lua")].concat(),
-                Script::RwCancel => [RW_PROLOGUE, include_str!("rw_cancel.lua")].concat(),
-                Script::FairAcquire => [FENCE_PROLOGUE, include_str!("fair_acquire.lua")].concat(),
-                Script::FairCancel => include_str!("fair_cancel.lua").to_owned(),
-                Script::Fence => include_str!("fence.lua").to_owned(),
-                Script::FenceGet => include_str!("fence_get.lua").to_owned(),
-                Script::Inspect => include_str!("inspect.lua").to_owned(),
-                Script::RedissonLock => {
-                    [REDISSON_TOKEN_PROLOGUE, include_str!("redisson/lock.lua")].concat()
-                }
-                Script::RedissonUnlock => include_str!("redisson/unlock.lua").to_owned(),
-                Script::RedissonRenew => include_str!("redisson/renew.lua").to_owned(),
-                Script::RedissonFairLock => [
-                    REDISSON_TOKEN_PROLOGUE,
-                    include_str!("redisson/fair_lock.lua"),
-                ]
-                .concat(),
-                Script::RedissonFairUnlock => include_str!("redisson/fair_unlock.lua").to_owned(),
-                Script::RedissonFairCancel => include_str!("redisson/fair_cancel.lua").to_owned(),
-                Script::RedissonReadLock => [
-                    REDISSON_TOKEN_PROLOGUE,
-                    include_str!("redisson/read_lock.lua"),
-                ]
-                .concat(),
-                Script::RedissonReadUnlock => include_str!("redisson/read_unlock.lua").to_owned(),
-                Script::RedissonReadRenew => include_str!("redisson/read_renew.lua").to_owned(),
-                Script::RedissonWriteLock => [
-                    REDISSON_TOKEN_PROLOGUE,
-                    include_str!("redisson/write_lock.lua"),
-                ]
-                .concat(),
-                Script::RedissonWriteUnlock => include_str!("redisson/write_unlock.lua").to_owned(),
-                Script::RedissonFairForceUnlock => {
-                    include_str!("redisson/fair_force_unlock.lua").to_owned()
-                }
-                Script::Announce => include_str!("announce.lua").to_owned(),
-                Script::SemAcquire => [
-                    SEM_PROLOGUE,
-                    FENCE_PROLOGUE,
-                    include_str!("sem_acquire.lua"),
-                ]
-                .concat(),
-                Script::SemRelease => [SEM_PROLOGUE, include_str!("sem_release.lua")].concat(),
-                Script::SemRenew => [SEM_PROLOGUE, include_str!("sem_renew.lua")].concat(),
-                Script::Handoff => [
-                    FENCE_PROLOGUE,
-                    RELEASE_PROLOGUE,
-                    include_str!("handoff.lua"),
-                ]
-                .concat(),
-            })
-        });
-        &SOURCES[self as usize]
+        match self {
+            Script::Acquire => sources::ACQUIRE,
+            Script::Release => sources::RELEASE,
+            Script::Renew => sources::RENEW,
+            Script::ForceRelease => sources::FORCE_RELEASE,
+            Script::RwAcquire => sources::RW_ACQUIRE,
+            Script::RwRelease => sources::RW_RELEASE,
+            Script::RwRenew => sources::RW_RENEW,
+            Script::RwCancel => sources::RW_CANCEL,
+            Script::FairAcquire => sources::FAIR_ACQUIRE,
+            Script::FairCancel => sources::FAIR_CANCEL,
+            Script::Fence => sources::FENCE,
+            Script::FenceGet => sources::FENCE_GET,
+            Script::Inspect => sources::INSPECT,
+            Script::RedissonLock => sources::REDISSON_LOCK,
+            Script::RedissonUnlock => sources::REDISSON_UNLOCK,
+            Script::RedissonRenew => sources::REDISSON_RENEW,
+            Script::RedissonFairLock => sources::REDISSON_FAIR_LOCK,
+            Script::RedissonFairUnlock => sources::REDISSON_FAIR_UNLOCK,
+            Script::RedissonFairCancel => sources::REDISSON_FAIR_CANCEL,
+            Script::RedissonReadLock => sources::REDISSON_READ_LOCK,
+            Script::RedissonReadUnlock => sources::REDISSON_READ_UNLOCK,
+            Script::RedissonReadRenew => sources::REDISSON_READ_RENEW,
+            Script::RedissonWriteLock => sources::REDISSON_WRITE_LOCK,
+            Script::RedissonWriteUnlock => sources::REDISSON_WRITE_UNLOCK,
+            Script::RedissonFairForceUnlock => sources::REDISSON_FAIR_FORCE_UNLOCK,
+            Script::Announce => sources::ANNOUNCE,
+            Script::SemAcquire => sources::SEM_ACQUIRE,
+            Script::SemRelease => sources::SEM_RELEASE,
+            Script::SemRenew => sources::SEM_RENEW,
+            Script::Handoff => sources::HANDOFF,
+        }
     }
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
