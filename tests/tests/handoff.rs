@@ -405,6 +405,35 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         format!("{:?}", cmd(&addr, &["HGETALL", lock])),
         format!("{before:?}")
     );
+    // A fencing counter that is not a number: the script fails on it before any write.
+    assert_eq!(cmd(&addr, &["SET", fence, "x"]).as_str(), Some("OK"));
+    let corrupt = resp_command(
+        &addr,
+        &[
+            "EVAL",
+            script,
+            "2",
+            lock,
+            fence,
+            "old",
+            "c",
+            "publish",
+            "0000000000000001",
+            "new",
+            "5000",
+            "0000000000000002",
+        ],
+    );
+    assert!(
+        matches!(&corrupt, Ok(RespValue::Error(e)) if e.contains("not an integer")),
+        "{corrupt:?}"
+    );
+    assert_eq!(
+        format!("{:?}", cmd(&addr, &["HGETALL", lock])),
+        format!("{before:?}"),
+        "nothing written before the counter's error"
+    );
+    assert_eq!(cmd(&addr, &["DEL", fence]).as_int(), Some(1));
     let first = run("5000");
     let pair = |v: &RespValue| {
         let a = v.as_array().unwrap_or_default();
@@ -429,10 +458,12 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         "counted once"
     );
     assert_eq!(cmd(&addr, &["HEXISTS", lock, "old"]).as_int(), Some(0));
+    // The script draws its token before its first write (so a counter that is not a
+    // number fails it before anything is written): the run again drew one it left unused.
     assert_eq!(
         cmd(&addr, &["GET", fence]).as_str().map(str::to_owned),
-        Some(token.to_string()),
-        "one token drawn"
+        Some((token + 1).to_string()),
+        "the transfer's token, and one the run again left unused"
     );
     let pttl = cmd(&addr, &["PTTL", lock]).as_int().unwrap_or(-2);
     assert!(pttl > 0 && pttl <= 5000, "the waiter's lease: {pttl}");

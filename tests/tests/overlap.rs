@@ -410,7 +410,7 @@ async fn lost_is_signalled_before_the_server_expires_the_lease() {
     proxy.set_blackhole(false);
 }
 
-/// Item 13: a fencing counter does not live forever (its life slides with its use), and a
+/// Item 13: a fencing counter does not live forever (24 h from when it started), and a
 /// counter that vanished (expired, evicted) starts above every token it gave.
 #[tokio::test]
 async fn fencing_counters_expire_and_restart_above_their_tokens() {

@@ -19,6 +19,10 @@ use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, Publish};
 
+/// The life of a fencing counter from when it is started, in ms: 24 h (as
+/// `fence_prologue.lua` sets it).
+const COUNTER_LIFE_MS: u64 = 86_400_000;
+
 /// Renewals sent in one pipeline.
 const RENEW_BATCH: usize = 512;
 
@@ -212,17 +216,26 @@ impl Server {
     }
 
     /// `INCRBY key by`: raises a node's fencing counter that lags behind the token a quorum
-    /// acquisition handed out (counters only ever grow, so overshooting is harmless).
+    /// acquisition handed out (counters only ever grow, so overshooting is harmless). In
+    /// the same round trip `PEXPIRE key 24h NX`: a counter keeps the expiry it was started
+    /// with (`fence_prologue.lua`), and one the `INCRBY` created (the counter vanished since
+    /// the acquisition) gets one, so no counter lives forever.
     pub(crate) async fn incr_by(&self, key: &str, by: u64) -> Result<u64, DriverError> {
-        let mut cmd = redis::cmd("INCRBY");
-        cmd.arg(key).arg(by);
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCRBY").arg(key).arg(by);
+        pipe.cmd("PEXPIRE")
+            .arg(key)
+            .arg(COUNTER_LIFE_MS)
+            .arg("NX")
+            .ignore();
         let mut conn = self.conn.clone();
         bounded(
             &self.address,
             "INCRBY timed out",
             self.response_timeout,
-            cmd.query_async(&mut conn),
+            pipe.query_async::<(u64,)>(&mut conn),
         )
         .await
+        .map(|(counter,)| counter)
     }
 }

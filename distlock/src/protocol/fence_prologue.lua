@@ -1,24 +1,23 @@
 -- The fencing counter of a lock (prepended to the acquire scripts): next_token(key) gives
--- the next token of the key's counter, whose life slides with its use (24 h after its last
--- token, so no counter lives forever).
+-- the next token of the key's counter. A counter lives 24 h from when it was started (its
+-- expiry is set then, and INCR keeps it), so no counter lives forever, and a token costs
+-- one INCR.
 --
--- A counter that does not exist (never used, or unused for 24 h, or deleted, evicted, lost
--- in a failover) starts from the server's clock in microseconds (+ 1), so its tokens are
--- above every token the lost counter gave, as long as (a) the server's clock did not go
--- back by more than the time since the lost counter was seeded, and (b) the key was locked
--- fewer than once per microsecond on average over the lost counter's life. (Seeded in
--- milliseconds × 1000, a counter lost and seeded again within the same millisecond gave
--- the same token twice.) A counter seeded so stays below 2^53 (exact in Lua) until the
--- year 2255.
+-- A counter that does not exist (never used, or started more than 24 h ago, or deleted,
+-- evicted, lost in a failover) starts from the server's clock in microseconds (+ 1), so its
+-- tokens are above every token the lost counter gave, as long as (a) the server's clock did
+-- not go back by more than the time since the lost counter was started, and (b) the key
+-- was locked fewer than once per microsecond on average over the lost counter's life.
+-- (Started in milliseconds × 1000, a counter lost and started again within the same
+-- millisecond gave the same token twice.) A counter started so stays below 2^53 (exact in
+-- Lua) until the year 2255.
 local function next_token(fence)
   local token = redis.call('incr', fence)
   if token == 1 then
     local t = redis.call('time')
     token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
     redis.call('set', fence, string.format('%.0f', token), 'px', 86400000)
-    return token
   end
-  redis.call('pexpire', fence, 86400000)
   return token
 end
 -- holder_entry(text, time, token): the holder information of a new holder (`text` is its

@@ -1,17 +1,19 @@
 -- Release one level of a reentrant lock and, when that frees it, hand it straight to a
 -- waiter of the same process (direct hand-off): the lock never becomes free, so nothing
 -- is published (remote waiters keep waiting); the waiter is told in-process. When the
--- release does not free it (a re-entrant level, not held, a `hold:until` keeping it) this
--- is release.lua exactly, PUBLISH included.
+-- release does not free it (a re-entrant level, not held) this answers as release.lua.
+-- Only for holds taken without hold_at_least (the client's choice), so it never keeps a
+-- lock until `hold:until`.
 -- Safe to run twice: a run again after a transfer finds the new holder's level mark and
 -- answers the same token (the expiry raised to a full lease from the run again, as
 -- acquire.lua does); every argument is checked before the first write.
+-- Costs 7 calls when it hands the lock (INCR, HDEL, HINCRBY, DEL, TIME, HSET, PEXPIRE).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id of the releasing hold
--- ARGV[2] channel
--- ARGV[3] the publish verb: 'spublish' (Redis Cluster) or 'publish'
+-- ARGV[2], ARGV[3] the channel and publish verb, as release.lua's (unused: this script never
+--   frees the lock, so it has nothing to publish)
 -- ARGV[4] level id of the acquisition released
 -- ARGV[5] the waiter's owner id (not the releasing owner)
 -- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
@@ -21,8 +23,7 @@
 --   holder's goes with the old hold
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
 --   new one from the counter); else as release.lua: -1 the owner does not hold it
---   (nothing changed); n > 0 still held re-entrantly; 0 freed (and published, or kept
---   until `hold:until`); {0, error} freed, but the publish failed.
+--   (nothing changed); n > 0 still held re-entrantly.
 local lock, fence, owner, new_owner = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
 local lease, new_level = tonumber(ARGV[6]), 'l:' .. tostring(ARGV[7])
 -- Checked before the first write, so a bad argument leaves nothing behind.
@@ -32,23 +33,24 @@ end
 if not new_owner or new_owner == '' or new_owner == owner or not ARGV[7] then
   return redis.error_reply('ERR distlock: hand-off to a missing or the same owner')
 end
-local counted = redis.call('get', fence)
-if counted and not tonumber(counted) then
-  return redis.error_reply('ERR distlock: the fencing counter is not a number: ' .. fence)
-end
--- A run again of a transfer that was made: the same answer.
-local granted = redis.call('hget', lock, new_level)
-if granted then
+-- The waiter's token is drawn first: the counter's INCR is the one command here that can
+-- fail on what it finds (a counter that is not a number), and it fails before anything is
+-- written. A run that does not transfer (a run again, a level still held, not held) leaves
+-- its token unused: tokens only ever have to grow.
+local token = next_token(fence)
+-- The level goes as release.lua lets it go (release_level, release_prologue.lua). A run
+-- again of a transfer that was made finds the level gone and the waiter's level there: the
+-- same answer, with the token the transfer drew. The client hands off only holds taken
+-- without hold_at_least (and only their outermost level), so no `hold:until` is looked for.
+local stays = release_level(lock, owner, ARGV[4], false, function()
+  local granted = redis.call('hget', lock, new_level)
+  if not granted then return nil end
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   return {4, tonumber(granted)}
-end
--- The level goes as release.lua lets it go (release_prologue.lua); a run-once job's slot
--- kept until its `hold:until` is not handed.
-local stays = release_level(lock, owner, ARGV[4], true)
+end)
 if stays then return stays end
 -- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
 redis.call('del', lock)
-local token = next_token(fence)
 if ARGV[8] then
   local t = redis.call('time')
   local mark = string.format('%.0f', token)

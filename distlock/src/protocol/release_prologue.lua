@@ -8,9 +8,12 @@
 -- Returns the script's answer when the lock stays: -1 the owner does not hold it (nothing
 -- changed); n > 0 still held re-entrantly (also when this level was released already); 0
 -- kept until `hold:until`. nil: the last level went and the lock is to be freed (the
--- caller deletes or hands it).
-local function release_level(lock, owner, level, may_keep)
+-- caller deletes or hands it). `gone` (optional): asked first when the level's mark is not
+-- there (a run again); its answer, if any, is the script's.
+local function release_level(lock, owner, level, may_keep, gone)
   if redis.call('hdel', lock, 'l:' .. level) == 0 then
+    local answer = gone and gone()
+    if answer then return answer end
     local count = tonumber(redis.call('hget', lock, owner) or 0)
     if count > 0 then return count end
     return -1
