@@ -13,7 +13,10 @@
 //! - retries of transient backend errors, with backoff, within the wait;
 //! - a queued waiter's place (fair and write locks), left on every way out but acquiring;
 //! - the wait itself: subscribed to the release channel before the next attempt, woken by
-//!   a release or by the holder's lease end, whichever comes first.
+//!   a release or by the holder's lease end, whichever comes first; while the channel is
+//!   not confirmed (its subscriber down, too few nodes of a quorum backend), polling with
+//!   backoff (10 ms doubling to 1 s) and asking for the subscription again, counted as a
+//!   waiter all the same.
 //!
 //! What differs between primitives is data: the [`LockKeys`] (shape and format) and the
 //! [`Request`]'s terms.
@@ -142,6 +145,8 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     let mut pending: Option<ReleaseOnDrop> = None;
     let mut watch: Option<Watch> = None;
     let mut backend_retry = Backoff::retry();
+    // The pauses of a waiter that polls while its release channel is not confirmed.
+    let mut poll = Backoff::poll();
     // A fair or write waiter is queued in the backend once refused: on every way out but
     // acquiring (timeout, error, this future dropped) it leaves the queue again.
     let mut queued: Option<Queued> = None;
@@ -342,58 +347,69 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
             rank = Some(p.rank());
             place = Some(p);
         }
-        let sleep_on = match &watch {
-            None => {
-                tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
-                drop(notified);
-                let w = backend
+        let fresh = watch.is_none();
+        if fresh {
+            tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
+            drop(notified);
+            watch = Some(
+                backend
                     .hub
-                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys));
-                // Subscribed before the next attempt, so a release after it is seen. Without
-                // a subscription (subscriber down) the lease's end is the next chance.
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                watch = Some(w);
-                // The channel was live before the refused attempt (other waiters of this
-                // process keep it subscribed) and has seen no release since, counted after
-                // this wake-up is enabled: nothing was missed, so sleep now instead of
-                // trying again.
-                match (seen, watch.as_ref()) {
-                    (Some(before), Some(w)) => {
-                        let mut n = Box::pin(w.notified());
-                        n.as_mut().enable();
-                        (w.messages() == Some(before)).then_some(n)
-                    }
-                    _ => None,
-                }
-            }
-            Some(w) if !w.is_live() => {
-                drop(notified);
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                None
-            }
-            Some(_) => notified,
+                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys)),
+            );
+            notified = watch.as_ref().map(|w| {
+                let mut n = Box::pin(w.notified());
+                n.as_mut().enable();
+                n
+            });
+        }
+        // Both are set by now (a watch made above comes with its wake-up enabled).
+        let (Some(w), Some(n)) = (watch.as_ref(), notified) else {
+            continue;
         };
-        if let Some(n) = sleep_on {
+        let heard = if w.is_live() {
+            poll.reset();
+            // Just subscribed (here or by another waiter of this process) after the refused
+            // attempt: try again at once, as a release in between was not heard — unless
+            // the channel was live before that attempt (other waiters of this process keep
+            // it subscribed) and has seen no release since, counted after this wake-up was
+            // enabled: nothing was missed, so sleep now.
+            if fresh && !matches!(seen, Some(before) if w.messages() == Some(before)) {
+                continue;
+            }
             let _asleep = Asleep::new(&backend.waiting);
             let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
-            let heard = tokio::select! {
+            tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
                 o = handed(place.as_mut()) => Some(o),
-            };
-            match heard {
-                Some(Outcome::Granted { token, sent, undo }) => {
-                    undo.disarm();
-                    return Ok(grant(keys, hold, token, true, sent, permit));
-                }
-                // Claimed, not handed over: the place is gone; try as usual.
-                Some(Outcome::Retry) => place = None,
-                None => {}
             }
+        } else {
+            // Releases may not reach this process: the channel is not subscribed yet, its
+            // subscriber is down, or too few nodes of a quorum backend confirmed it. The
+            // waiter asks for the subscription (again) and polls meanwhile: it tries again
+            // after a pause that grows from a few ms to a second (bounded by the holder's
+            // lease end and the wait), or as soon as the channel is confirmed, a message
+            // arrives anyway (from a node that did confirm it) or a reconnect wakes it —
+            // never asleep until the lease's end without hearing a release. It counts as a
+            // waiter then, but for its first subscription (a few ms at most).
+            let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
+            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, site));
+            let wake = until.min(Instant::now() + poll.pause());
+            tokio::select! {
+                _ = n => None,
+                _ = tokio::time::sleep_until(wake) => None,
+                true = w.subscribe(wake) => None,
+                o = handed(place.as_mut()) => Some(o),
+            }
+        };
+        match heard {
+            Some(Outcome::Granted { token, sent, undo }) => {
+                undo.disarm();
+                return Ok(grant(keys, hold, token, true, sent, permit));
+            }
+            // Claimed, not handed over: the place is gone; try as usual.
+            Some(Outcome::Retry) => place = None,
+            None => {}
         }
     }
 }
