@@ -150,6 +150,10 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     // A fair or write waiter is queued in the backend once refused: on every way out but
     // acquiring (timeout, error, this future dropped) it leaves the queue again.
     let mut queued: Option<Queued> = None;
+    // A place left under an old field (Redisson's format, after a transient error): left
+    // before the next attempt, which queues under the new field — else that attempt would
+    // queue behind it, and wait until its deadline (the whole allowance) to be served.
+    let mut stale: Option<Queued> = None;
     // A fresh acquisition of a lock that hands off waits as a local waiter too: a release
     // in this process grants it the lock directly (`crate::primitives::handoff`).
     let handoffs = match &backend.handoffs {
@@ -190,6 +194,24 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     // Its grant, should one come, is released by the releaser.
                     Err(_) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
                 }
+            }
+        }
+        if let Some(q) = stale.as_mut() {
+            match crate::rt::runtime::entered(backend.cancel(&q.keys, q.owner)).await {
+                Ok(_) => {
+                    q.armed = false;
+                    stale = None;
+                }
+                // Not through yet: the same backoff as the attempts, within the wait.
+                Err(e) if e.is_transient() && Instant::now() < deadline => {
+                    let pause = backend_retry.pause();
+                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
+                        "distlock: leaving the wait queue under an old field failed; retrying within the wait");
+                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                    continue;
+                }
+                // Left to the background (the place expires at its deadline at the latest).
+                Err(_) => drop(stale.take()),
             }
         }
         let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
@@ -259,9 +281,9 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     // retry is a fresh acquisition with a field of its own.
                     drop(pending.take());
                     hold = Hold::fresh();
-                    // A queued fair waiter leaves the queue under its old field (in the
-                    // background) and listens on the new field's channel.
-                    drop(queued.take());
+                    // A queued fair waiter leaves the queue under its old field before it
+                    // queues again (below), and listens on the new field's channel.
+                    stale = queued.take();
                     watch = None;
                 }
                 let pause = backend_retry.pause();
