@@ -217,6 +217,13 @@ async fn a_waiter_whose_subscription_is_never_confirmed_is_counted_and_polls() {
     })
     .await;
     assert!(!waiting.is_finished(), "the lock is still held");
+    // Time is what is tested here: its polling pauses grow to their 1 s ceiling meanwhile
+    // (10 + 20 + ... + 640 ms at most), and stay bounded there.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    poll(SLACK, "the waiter still counted as waiting", || {
+        s.waiter.waiting("main").unwrap_or(0) > 0
+    })
+    .await;
 
     let released = Instant::now();
     held.release().await.unwrap();
