@@ -373,6 +373,8 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         if fresh {
             tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
             drop(notified);
+            // Its first subscription is waited for a first pause only.
+            poll.reset();
             watch = Some(
                 backend
                     .hub
