@@ -183,3 +183,58 @@ async fn a_subscriber_keeps_reconnecting_while_the_path_is_dead_and_serves_waite
     );
     guard.release().await.unwrap();
 }
+
+/// A waiter whose subscription is never confirmed (every subscriber flow dies at its
+/// `SUBSCRIBE`, from before the waiter came) counts as a waiter, and hears the release
+/// promptly by polling with a bounded backoff while it asks for the subscription again,
+/// instead of waiting for the subscription (or the holder's 60 s lease) without a count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_subscription_is_never_confirmed_is_counted_and_polls() {
+    let s = setup().await;
+    s.proxy.set_silence_on_send(Some(SUB));
+    s.proxy.silence_flows_that_sent(SUB);
+    let held = s
+        .holder
+        .lock("k3")
+        .lease(Lease::Fixed(HOLDER_LEASE))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = s.waiter.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("k3")
+            .wait(Duration::from_secs(90))
+            .acquire()
+            .await
+    });
+    poll(SLACK, "the waiter counted as waiting", || {
+        s.waiter.waiting("main").unwrap_or(0) > 0
+    })
+    .await;
+    poll(SLACK, "the waiter's SUBSCRIBE sent, and silenced", || {
+        s.proxy.flows_that_sent(SUB).1 >= 1
+    })
+    .await;
+    assert!(!waiting.is_finished(), "the lock is still held");
+    // Time is what is tested here: its polling pauses grow to their 1 s ceiling meanwhile
+    // (10 + 20 + ... + 640 ms at most), and stay bounded there.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    poll(SLACK, "the waiter still counted as waiting", || {
+        s.waiter.waiting("main").unwrap_or(0) > 0
+    })
+    .await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(SLACK, waiting)
+        .await
+        .expect("the waiter did not hear the release (it waits for the lease's end)")
+        .unwrap()
+        .expect("the waiter acquires");
+    let woken = released.elapsed();
+    eprintln!(
+        "subscription never confirmed: the waiter holds the lock {woken:?} after the release"
+    );
+    guard.release().await.unwrap();
+}

@@ -11,6 +11,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use distlock::{InitError, Lease, LockError, LockKind as Kind, Registry};
+use distlock_tests::proxy::Proxy;
 use distlock_tests::redisson::{
     fair_queue_name, fair_timeout_name, generate_id, lock_channel, rwlock_channel, token_name,
     LockKind, Redisson, RedissonConfig,
@@ -1721,4 +1722,88 @@ async fn single_java_reader_watchdog_never_cuts_a_distlock_reader_short() {
         drop(reader);
         int(&addr, &["DEL", &token_name(&name)]);
     }
+}
+
+/// A Redisson-format fair waiter whose attempt fails with a transient error retries under a
+/// new owner field (its format cannot tell a retry from a re-entry). Its place under the old
+/// field must be gone before the retry queues: else the retry sits behind its own old
+/// place, whose deadline is its whole allowance (20 s here) after it queued, and is served
+/// only then. Here the old place's cancel cannot get through either: the waiter's
+/// connection to the server is blackholed from before the crashed Redisson holder's lease
+/// ends until its attempts and that cancel have timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_fair_retry_after_a_transient_error_is_not_queued_behind_its_old_place() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let proxy = Proxy::start(&addr);
+    let reg = Registry::from_str(&format!(
+        "{}response_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n",
+        single_config(&proxy.url(), "30s")
+    ))
+    .await
+    .expect("connect through the proxy");
+    let name = unique("fair-retry");
+    // A crashed Redisson holder (watchdog lease 1.5 s, renewals stopped), on the server
+    // directly.
+    let r = emulator(
+        &server.url(),
+        RedissonConfig {
+            watchdog_timeout: Duration::from_millis(1500),
+            ..RedissonConfig::default()
+        },
+    )
+    .await;
+    assert!(r.lock(&name, LockKind::Fair).try_lock_now(1).await.unwrap());
+    r.crash();
+    let waiter = {
+        let (reg, name) = (reg.clone(), name.clone());
+        tokio::spawn(async move {
+            reg.lock(&name)
+                .kind(Kind::Fair)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    queue_len(&addr, &name, 1).await;
+    let first = queue(&addr, &name);
+    let start = Instant::now();
+    while reg.waiting("main").unwrap_or(0) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "never asleep");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Blackholed until the lease has ended and the waiter's attempt at its end, and the
+    // cancel of its old place after it, have timed out (300 ms each).
+    proxy.set_blackhole(true);
+    while int(&addr, &["EXISTS", &name]) == 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the lease never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!waiter.is_finished(), "nothing reaches the server");
+    proxy.set_blackhole(false);
+    let healed = Instant::now();
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "not served within 5 s of the path healing; the queue is {:?} (first {first:?})",
+                queue(&addr, &name)
+            )
+        })
+        .expect("waiter task")
+        .expect("the waiter acquires");
+    let took = healed.elapsed();
+    println!("fair retry after a transient error: served {took:?} after the path healed");
+    assert!(took < WOKEN, "{took:?}");
+    assert!(
+        queue(&addr, &name).is_empty(),
+        "nothing left queued: {:?}",
+        queue(&addr, &name)
+    );
+    g.release().await.unwrap();
+    int(&addr, &["DEL", &token_name(&name)]);
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use distlock::{InitError, Lease, LockError, Registry};
+use distlock_tests::proxy::Proxy;
 use distlock_tests::{addr_of, redlock_urls, resp_command, resp_command_timeout, RedisProcess};
 use quorum_common::*;
 
@@ -470,4 +471,70 @@ async fn slow_node_does_not_delay_the_lock() {
         tokio::task::yield_now().await;
     }
     let _ = resp_command(&slow, &["PING"]);
+}
+
+/// A waiter whose release channel cannot be confirmed by enough nodes (here the
+/// `SUBSCRIBE` of 3 of the 5 nodes is never answered, through fault proxies that silence
+/// the subscriber flows: 2 nodes can confirm, 3 are needed) still counts as a waiter and
+/// hears the holder's release promptly: it polls with a bounded backoff while it asks for
+/// the subscription again, instead of sleeping until the holder's 60 s lease ends.
+/// (`hand_off_is_prompt::redlock` of the matrix once failed under load with "the waiter
+/// never started waiting": its subscription was not confirmed within `connect_timeout`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_subscription_is_not_confirmed_is_counted_and_hears_the_release() {
+    const SUB: &[u8] = b"SUBSCRIBE";
+    let urls = redlock_urls();
+    let proxies: Vec<Proxy> = urls[..3]
+        .iter()
+        .map(|u| Proxy::start(&addr_of(u)))
+        .collect();
+    for p in &proxies {
+        p.set_silence_on_send(Some(SUB));
+    }
+    let via: Vec<String> = proxies
+        .iter()
+        .map(Proxy::url)
+        .chain(urls[3..].iter().cloned())
+        .collect();
+    let waiter_reg = Arc::new(connect("redlock", &via, "200ms").await);
+    let holder_reg = registry().await;
+    let key = unique("unconfirmed");
+    let held = holder_reg
+        .lock(key.as_str())
+        .lease(Lease::Fixed(Duration::from_secs(60)))
+        .acquire()
+        .await
+        .expect("holder acquires");
+    let waiting = {
+        let (reg, key) = (waiter_reg.clone(), key.clone());
+        tokio::spawn(async move {
+            reg.lock(key.as_str())
+                .wait(Duration::from_secs(90))
+                .acquire()
+                .await
+        })
+    };
+    // Counted as a waiter although its channel is not confirmed (before: not counted, and
+    // asleep until the lease's end).
+    wait_for_waiter(&waiter_reg, &key).await;
+    let start = Instant::now();
+    while proxies.iter().any(|p| p.flows_that_sent(SUB).1 == 0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "every proxied node's subscriber flow sent SUBSCRIBE and went silent"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!waiting.is_finished(), "the lock is still held");
+
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter did not hear the release within 5 s (it sleeps until the holder's 60 s lease ends)")
+        .expect("waiter task")
+        .expect("the waiter acquires");
+    let took = released.elapsed();
+    println!("redlock: unconfirmed subscription (3 of 5 nodes silent): the waiter holds the lock {took:?} after the release");
+    guard.release().await.expect("release");
 }

@@ -568,9 +568,9 @@ async fn run(
                     match subscribed {
                         Ok(Ok(())) => r.channel.confirm(),
                         Ok(Err(e)) => tracing::warn!(backend = %backend, channel = %r.channel.name, error = %e,
-                            "distlock: SSUBSCRIBE failed; the waiter falls back to the lease's end"),
+                            "distlock: SSUBSCRIBE failed; the waiter polls until it is subscribed"),
                         Err(_) => tracing::warn!(backend = %backend, channel = %r.channel.name,
-                            "distlock: SSUBSCRIBE timed out; the waiter falls back to the lease's end"),
+                            "distlock: SSUBSCRIBE timed out; the waiter polls until it is subscribed"),
                     }
                 }
                 let _ = r.done.send(());

@@ -2,8 +2,9 @@
 //! on, turns release messages into wake-ups, and reconnects (re-subscribing and waking
 //! every waiter once, since releases may have been missed) when the connection drops,
 //! after a pause that doubles on every reconnect until a connection stays up for
-//! [`STABLE_AFTER`]. While it is down, waiters wait for the reconnect's wake-up or for the
-//! lease they wait on to end, whichever comes first.
+//! [`STABLE_AFTER`]. While it is down, waiters poll (an attempt after a pause of 10 ms
+//! doubling to 1 s, within the lease they wait on and their wait) until the reconnect's
+//! wake-up.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -189,7 +190,13 @@ async fn run(
                     _ = &mut sleep => break,
                     _ = reset_signal(&mut reset) => break,
                     r = requests.recv() => match r {
-                        Some(r) => pending.push(r),
+                        Some(r) => {
+                            // A request nobody waits for any more is dropped: its channel,
+                            // if still waited on, is in the hub and subscribed on connecting
+                            // anyway (a waiter that polls asks again every round).
+                            pending.retain(|r| !r.done.is_closed());
+                            pending.push(r);
+                        }
                         None => return,
                     },
                 }
@@ -206,7 +213,7 @@ async fn run(
                     Ok(Err(e)) => e.to_string(),
                     _ => format!("no connection within {connect_timeout:?}"),
                 };
-                tracing::warn!(backend = %backend, error = %why, "distlock: subscriber cannot connect; waiters fall back to lease expiry");
+                tracing::warn!(backend = %backend, error = %why, "distlock: subscriber cannot connect; waiters poll meanwhile");
                 delay = Some(backoff.pause());
                 continue;
             }

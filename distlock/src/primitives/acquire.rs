@@ -13,7 +13,10 @@
 //! - retries of transient backend errors, with backoff, within the wait;
 //! - a queued waiter's place (fair and write locks), left on every way out but acquiring;
 //! - the wait itself: subscribed to the release channel before the next attempt, woken by
-//!   a release or by the holder's lease end, whichever comes first.
+//!   a release or by the holder's lease end, whichever comes first; while the channel is
+//!   not confirmed (its subscriber down, too few nodes of a quorum backend), polling with
+//!   backoff (10 ms doubling to 1 s) and asking for the subscription again, counted as a
+//!   waiter all the same.
 //!
 //! What differs between primitives is data: the [`LockKeys`] (shape and format) and the
 //! [`Request`]'s terms.
@@ -142,9 +145,15 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     let mut pending: Option<ReleaseOnDrop> = None;
     let mut watch: Option<Watch> = None;
     let mut backend_retry = Backoff::retry();
+    // The pauses of a waiter that polls while its release channel is not confirmed.
+    let mut poll = Backoff::poll();
     // A fair or write waiter is queued in the backend once refused: on every way out but
     // acquiring (timeout, error, this future dropped) it leaves the queue again.
     let mut queued: Option<Queued> = None;
+    // A place left under an old field (Redisson's format, after a transient error): left
+    // before the next attempt, which queues under the new field — else that attempt would
+    // queue behind it, and wait until its deadline (the whole allowance) to be served.
+    let mut stale: Option<Queued> = None;
     // A fresh acquisition of a lock that hands off waits as a local waiter too: a release
     // in this process grants it the lock directly (`crate::primitives::handoff`).
     let handoffs = match &backend.handoffs {
@@ -185,6 +194,24 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     // Its grant, should one come, is released by the releaser.
                     Err(_) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
                 }
+            }
+        }
+        if let Some(q) = stale.as_mut() {
+            match crate::rt::runtime::entered(backend.cancel(&q.keys, q.owner)).await {
+                Ok(_) => {
+                    q.armed = false;
+                    stale = None;
+                }
+                // Not through yet: the same backoff as the attempts, within the wait.
+                Err(e) if e.is_transient() && Instant::now() < deadline => {
+                    let pause = backend_retry.pause();
+                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
+                        "distlock: leaving the wait queue under an old field failed; retrying within the wait");
+                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                    continue;
+                }
+                // Left to the background (the place expires at its deadline at the latest).
+                Err(_) => drop(stale.take()),
             }
         }
         let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
@@ -254,9 +281,9 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                     // retry is a fresh acquisition with a field of its own.
                     drop(pending.take());
                     hold = Hold::fresh();
-                    // A queued fair waiter leaves the queue under its old field (in the
-                    // background) and listens on the new field's channel.
-                    drop(queued.take());
+                    // A queued fair waiter leaves the queue under its old field before it
+                    // queues again (below), and listens on the new field's channel.
+                    stale = queued.take();
                     watch = None;
                 }
                 let pause = backend_retry.pause();
@@ -342,58 +369,71 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
             rank = Some(p.rank());
             place = Some(p);
         }
-        let sleep_on = match &watch {
-            None => {
-                tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
-                drop(notified);
-                let w = backend
+        let fresh = watch.is_none();
+        if fresh {
+            tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
+            drop(notified);
+            // Its first subscription is waited for a first pause only.
+            poll.reset();
+            watch = Some(
+                backend
                     .hub
-                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys));
-                // Subscribed before the next attempt, so a release after it is seen. Without
-                // a subscription (subscriber down) the lease's end is the next chance.
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                watch = Some(w);
-                // The channel was live before the refused attempt (other waiters of this
-                // process keep it subscribed) and has seen no release since, counted after
-                // this wake-up is enabled: nothing was missed, so sleep now instead of
-                // trying again.
-                match (seen, watch.as_ref()) {
-                    (Some(before), Some(w)) => {
-                        let mut n = Box::pin(w.notified());
-                        n.as_mut().enable();
-                        (w.messages() == Some(before)).then_some(n)
-                    }
-                    _ => None,
-                }
-            }
-            Some(w) if !w.is_live() => {
-                drop(notified);
-                if !w.subscribe(until).await {
-                    tokio::time::sleep_until(until).await;
-                }
-                None
-            }
-            Some(_) => notified,
+                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys)),
+            );
+            notified = watch.as_ref().map(|w| {
+                let mut n = Box::pin(w.notified());
+                n.as_mut().enable();
+                n
+            });
+        }
+        // Both are set by now (a watch made above comes with its wake-up enabled).
+        let (Some(w), Some(n)) = (watch.as_ref(), notified) else {
+            continue;
         };
-        if let Some(n) = sleep_on {
+        let heard = if w.is_live() {
+            poll.reset();
+            // Just subscribed (here or by another waiter of this process) after the refused
+            // attempt: try again at once, as a release in between was not heard — unless
+            // the channel was live before that attempt (other waiters of this process keep
+            // it subscribed) and has seen no release since, counted after this wake-up was
+            // enabled: nothing was missed, so sleep now.
+            if fresh && !matches!(seen, Some(before) if w.messages() == Some(before)) {
+                continue;
+            }
             let _asleep = Asleep::new(&backend.waiting);
             let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
-            let heard = tokio::select! {
+            tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
                 o = handed(place.as_mut()) => Some(o),
-            };
-            match heard {
-                Some(Outcome::Granted { token, sent, undo }) => {
-                    undo.disarm();
-                    return Ok(grant(keys, hold, token, true, sent, permit));
-                }
-                // Claimed, not handed over: the place is gone; try as usual.
-                Some(Outcome::Retry) => place = None,
-                None => {}
             }
+        } else {
+            // Releases may not reach this process: the channel is not subscribed yet, its
+            // subscriber is down, or too few nodes of a quorum backend confirmed it. The
+            // waiter asks for the subscription (again) and polls meanwhile: it tries again
+            // after a pause that grows from a few ms to a second (bounded by the holder's
+            // lease end and the wait), or as soon as the channel is confirmed, a message
+            // arrives anyway (from a node that did confirm it) or a reconnect wakes it —
+            // never asleep until the lease's end without hearing a release. It counts as a
+            // waiter then, but for its first subscription (a few ms at most).
+            let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
+            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, site));
+            let wake = until.min(Instant::now() + poll.pause());
+            tokio::select! {
+                _ = n => None,
+                _ = tokio::time::sleep_until(wake) => None,
+                true = w.subscribe(wake) => None,
+                o = handed(place.as_mut()) => Some(o),
+            }
+        };
+        match heard {
+            Some(Outcome::Granted { token, sent, undo }) => {
+                undo.disarm();
+                return Ok(grant(keys, hold, token, true, sent, permit));
+            }
+            // Claimed, not handed over: the place is gone; try as usual.
+            Some(Outcome::Retry) => place = None,
+            None => {}
         }
     }
 }

@@ -23,6 +23,13 @@ impl Backoff {
         Backoff::new(Duration::from_millis(20), Duration::from_millis(250))
     }
 
+    /// A waiter polling the lock while its release channel is not confirmed (its
+    /// subscriber is down, or too few nodes of a quorum backend confirmed it): 10 ms
+    /// doubling up to 1 s, so a release costs it at most about a second meanwhile.
+    pub(crate) fn poll() -> Backoff {
+        Backoff::new(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
     pub(crate) fn new(first: Duration, max: Duration) -> Backoff {
         Backoff {
             first,

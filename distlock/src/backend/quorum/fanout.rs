@@ -124,7 +124,7 @@ async fn confirm(
             return;
         }
     }
-    // Too few nodes within `patience`: the waiter falls back to the lease's end, and asks
-    // again on its next round. The nodes' subscribers keep trying meanwhile.
+    // Too few nodes within `patience`: the waiter polls, and asks again on each of its
+    // rounds (backing off). The nodes' subscribers keep trying meanwhile.
     tracing::debug!(channel = %channel.name, live, needed, "distlock: too few nodes confirmed a subscription");
 }
