@@ -437,3 +437,97 @@ async fn fencing_counters_expire_and_restart_above_their_tokens() {
     );
     g.release().await.expect("release");
 }
+
+/// A release that frees without counting down (`Hold::sole`: the client knows the level is
+/// the owner's only one) run twice: the second run finds the level gone and changes nothing.
+#[test]
+fn a_sole_release_run_twice_frees_once() {
+    use distlock::__private::scripts::{ACQUIRE, RELEASE};
+    let hash = format!("lock:{{{}}}", unique("sole-twice"));
+    let fence = format!("{hash}:fence");
+    let first = eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "a1", "0"]);
+    assert!(matches!(&first, RespValue::Array(a) if a.first() == Some(&RespValue::Integer(1))), "{first:?}");
+    let args = [OWNER, "ch", "publish", "a1", "0", "1"];
+    assert_eq!(eval(RELEASE, &[&hash], &args), RespValue::Integer(0), "freed");
+    assert_eq!(
+        eval(RELEASE, &[&hash], &args),
+        RespValue::Integer(-1),
+        "run again: not held, nothing changed"
+    );
+}
+
+/// The release of an outermost hold with no nested hold live frees the lock without
+/// counting down (no `HINCRBY`: one call fewer), and a nested acquisition racing that
+/// release, in either order, either holds a lock that exists (the release counted it down)
+/// or fails with `LeaseLost` (it found the hold gone) — never holds a lock that is gone.
+#[tokio::test]
+async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_nothing() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&server.url(), "").await;
+    let info = |addr: &str| match resp_command(addr, &["INFO", "commandstats"]).expect("INFO") {
+        RespValue::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("{other:?}"),
+    };
+    let exists = |key: &str| {
+        resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}")]).expect("EXISTS")
+            == RespValue::Integer(1)
+    };
+    let key = unique("sole");
+    let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+    assert_eq!(resp_command(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT"), RespValue::Simple("OK".into()));
+    g.release().await.expect("release");
+    let stats = info(&addr);
+    assert!(stats.contains("cmdstat_del:"), "{stats}");
+    assert!(!stats.contains("cmdstat_hincrby:"), "the only level goes without counting down: {stats}");
+
+    let (mut held, mut lost) = (0, 0);
+    for i in 0..90u32 {
+        let key = format!("{key}:{i}");
+        let outer = reg
+            .lock(key.as_str())
+            .lease(Lease::Fixed(Duration::from_secs(10)))
+            .acquire()
+            .await
+            .expect("outer");
+        // Either future may go first, each after 0 to 2 yields.
+        let (before_nested, before_release) = (i % 3, (i / 3) % 3);
+        let nested = outer.scope({
+            let (reg, key) = (reg.clone(), key.clone());
+            async move {
+                for _ in 0..before_nested {
+                    tokio::task::yield_now().await;
+                }
+                reg.lock(key.as_str()).wait(Duration::from_secs(5)).acquire().await
+            }
+        });
+        let release = async {
+            for _ in 0..before_release {
+                tokio::task::yield_now().await;
+            }
+            outer.release().await
+        };
+        let (n, r) = if i % 2 == 0 {
+            tokio::join!(nested, release)
+        } else {
+            let (r, n) = tokio::join!(release, nested);
+            (n, r)
+        };
+        r.expect("the outer release");
+        match n {
+            Ok(g) => {
+                held += 1;
+                assert!(exists(&key), "round {i}: a nested hold of a lock that is gone");
+                g.release().await.expect("the nested hold was held");
+                assert!(!exists(&key), "round {i}: freed by the nested release");
+            }
+            Err(LockError::LeaseLost { .. }) => {
+                lost += 1;
+                assert!(!exists(&key), "round {i}: the outer release freed it");
+            }
+            Err(e) => panic!("round {i}: {e}"),
+        }
+    }
+    // Both orders happened.
+    assert!(held > 0 && lost > 0, "held {held}, lost {lost}");
+}

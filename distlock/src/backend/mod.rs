@@ -654,6 +654,18 @@ impl Backend {
 
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
     pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, hold: Hold) {
+        self.release_in_background_holding(keys, hold, None);
+    }
+
+    /// [`Backend::release_in_background`], keeping `permit` (a hold's nested permit, taken
+    /// for a release that frees without counting down: `Hold::sole`) until the release has
+    /// run, so no nested acquisition of that hold runs on the server before it.
+    pub(crate) fn release_in_background_holding(
+        self: &Arc<Self>,
+        keys: LockKeys,
+        hold: Hold,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         match &self.driver {
             Driver::Memory(m) => {
                 m.release(&keys, hold);
@@ -667,6 +679,7 @@ impl Backend {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
+                    drop(permit);
                 }));
             }
         }

@@ -68,6 +68,11 @@ pub(crate) struct Hold {
     /// out, so nothing ran under it, and what it set for after its holder (a run-once
     /// job's `hold:until`) goes with it. See [`Hold::undoing`].
     pub(crate) undo: bool,
+    /// Set on the release of an outermost hold that holds its nested permit (see
+    /// `LeaseState::nested`) until the release has run: no nested hold of it is live, and
+    /// none can run on the server before this release, so this level is the owner's only
+    /// one and the script frees the lock without counting down (one call fewer).
+    pub(crate) sole: bool,
     /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
     /// (a read-write lock) of the other mode.
     pub(crate) under: Under,
@@ -95,6 +100,7 @@ impl Hold {
             nested: false,
             under: Under::Same,
             undo: false,
+            sole: false,
         }
     }
 
@@ -110,6 +116,7 @@ impl Hold {
             level: rand::random(),
             nested: true,
             undo: false,
+            sole: false,
             under,
         }
     }
@@ -127,7 +134,11 @@ impl Hold {
 
     /// This acquisition, as the release that undoes it sees it (`undo` set).
     pub(crate) fn undoing(self) -> Hold {
-        Hold { undo: true, ..self }
+        Hold {
+            undo: true,
+            sole: false,
+            ..self
+        }
     }
 
     /// The level id as the scripts take it.

@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::lease::held::LeaseState;
 use crate::lease::owner::Hold;
 use crate::primitives::handoff::{Claimed, Undo};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{HandedOff, Released};
 use crate::LockError;
 
@@ -163,13 +163,14 @@ impl Drop for Held {
     fn drop(&mut self) {
         if self.state.begin_release() {
             let s = &self.state;
+            let (sole, hold) = sole_hold(s);
             if let Some(claimed) = claim_waiter(s, &self.backend) {
                 tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; handing the lock to a local waiter in the background");
-                let (backend, keys, hold) = (self.backend.clone(), s.keys.clone(), s.hold);
+                let (backend, keys) = (self.backend.clone(), s.keys.clone());
                 // On a runtime that is shutting down the task is dropped: the waiter hears
                 // "retry" and the lease runs out on its own.
                 drop(self.backend.runtime.spawn(async move {
-                    if let Err(e) = hand_off(&backend, &keys, hold, claimed).await {
+                    if let Err(e) = hand_off(&backend, &keys, hold, claimed, sole).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
@@ -177,7 +178,8 @@ impl Drop for Held {
                 return;
             }
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
-            self.backend.release_in_background(s.keys.clone(), s.hold);
+            self.backend
+                .release_in_background_holding(s.keys.clone(), hold, sole);
         }
     }
 }
@@ -195,6 +197,28 @@ fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
         .claim(&state.keys.hash, state.owner)
 }
 
+/// The hold to release, and the permit that makes it the owner's only level (`Hold::sole`):
+/// an outermost hold of a reentrant or fair lock in distlock's format takes its nested
+/// permit (`LeaseState::nested`) when no nested hold has it. Kept until the release has run
+/// on the server (through its background re-send, if it comes to that), a nested
+/// acquisition of this hold waits for it and then finds the hold gone; one that had the
+/// permit first has run before this release (its level counts) or was dropped (its undo
+/// finds the lock freed).
+fn sole_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
+    let eligible = state.outermost
+        && !state.hold.nested
+        && !state.keys.format.is_redisson()
+        && matches!(state.keys.shape, Shape::Reentrant | Shape::Fair);
+    let permit = eligible
+        .then(|| state.nested().try_acquire_owned().ok())
+        .flatten();
+    let hold = Hold {
+        sole: permit.is_some(),
+        ..state.hold
+    };
+    (permit, hold)
+}
+
 /// Release `hold` and hand the lock to the `claimed` waiter in one script. The waiter
 /// hears the grant (or, when the release did not free the lock, "retry"); a grant whose
 /// waiter left is released in the background; an outcome not known (a transient error,
@@ -205,10 +229,12 @@ async fn hand_off(
     keys: &LockKeys,
     hold: Hold,
     claimed: Claimed,
+    sole: Option<OwnedSemaphorePermit>,
 ) -> Result<(), LockError> {
     let (to, lease, holder) = (claimed.hold, claimed.lease, claimed.holder.clone());
     let pending = UndoHandOff {
         armed: Some((backend.clone(), keys.clone(), hold, claimed)),
+        sole,
     };
     let sent = tokio::time::Instant::now();
     let result =
@@ -230,14 +256,14 @@ async fn hand_off(
                 }
                 b.release_in_background(k, to.undoing());
             });
-            match pending.disarm() {
+            match pending.disarm().0 {
                 Some(c) => c.grant(token, sent, undo),
                 None => drop(undo),
             }
             return Ok(());
         }
         Ok(Some(HandedOff::Released(r))) => {
-            if let Some(c) = pending.disarm() {
+            if let Some(c) = pending.disarm().0 {
                 c.retry();
             }
             r
@@ -247,10 +273,11 @@ async fn hand_off(
         // Refused before anything was written (the script checks first): the waiter tries
         // as usual, and this is an ordinary release.
         Ok(None) | Err(_) => {
-            if let Some(c) = pending.disarm() {
+            let (claimed, sole) = pending.disarm();
+            if let Some(c) = claimed {
                 c.retry();
             }
-            return release_plain(keys, hold, backend).await;
+            return release_plain(keys, hold, backend, sole).await;
         }
     };
     released_result(released, keys, backend)
@@ -262,12 +289,18 @@ async fn hand_off(
 /// find a grant that is about to go).
 struct UndoHandOff {
     armed: Option<(Arc<Backend>, LockKeys, Hold, Claimed)>,
+    /// The released hold's nested permit (`sole_hold`), kept through the undo.
+    sole: Option<OwnedSemaphorePermit>,
 }
 
 impl UndoHandOff {
-    /// The outcome is known: the claimed waiter, to tell it (armed until disarmed).
-    fn disarm(mut self) -> Option<Claimed> {
-        self.armed.take().map(|(_, _, _, claimed)| claimed)
+    /// The outcome is known: the claimed waiter, to tell it (armed until disarmed), and
+    /// the permit, to keep for as long as the caller's release may still run.
+    fn disarm(mut self) -> (Option<Claimed>, Option<OwnedSemaphorePermit>) {
+        (
+            self.armed.take().map(|(_, _, _, claimed)| claimed),
+            self.sole.take(),
+        )
     }
 }
 
@@ -276,7 +309,7 @@ impl Drop for UndoHandOff {
         if let Some((backend, keys, hold, claimed)) = self.armed.take() {
             tracing::debug!(backend = %backend.name, key = %keys.user,
                 "distlock: a hand-off was cancelled after it was sent; undoing it in the background");
-            let b = backend.clone();
+            let (b, sole) = (backend.clone(), self.sole.take());
             drop(b.runtime.spawn(async move {
                 for h in [hold, claimed.hold.undoing()] {
                     if let Err(e) = backend.release(&keys, h).await {
@@ -284,6 +317,7 @@ impl Drop for UndoHandOff {
                             "distlock: undoing a hand-off failed; the lease will run out");
                     }
                 }
+                drop(sole);
                 claimed.retry();
             }));
         }
@@ -291,21 +325,26 @@ impl Drop for UndoHandOff {
 }
 
 async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), LockError> {
+    let (sole, hold) = sole_hold(state);
     if let Some(claimed) = claim_waiter(state, backend) {
-        return hand_off(backend, &state.keys, state.hold, claimed).await;
+        return hand_off(backend, &state.keys, hold, claimed, sole).await;
     }
-    release_plain(&state.keys, state.hold, backend).await
+    release_plain(&state.keys, hold, backend, sole).await
 }
 
+/// Release `hold`; `sole`, its nested permit when it frees without counting down
+/// (`sole_hold`), is kept until the release has run.
 async fn release_plain(
     keys: &LockKeys,
     hold: Hold,
     backend: &Arc<Backend>,
+    sole: Option<OwnedSemaphorePermit>,
 ) -> Result<(), LockError> {
     // Dropped before the reply (a cancelled task, a timeout around this call): the release
     // is sent again in the background; the level (a semaphore's holder id) makes a second
     // run harmless.
-    let pending = ReleaseOnDrop::new(backend, keys, hold);
+    let mut pending = ReleaseOnDrop::new(backend, keys, hold);
+    pending.permit = sole;
     let result = crate::rt::runtime::entered(backend.release(keys, hold)).await;
     // A transient failure (the reply lost, the server restarting): sent again in the
     // background; otherwise the outcome is known.
@@ -331,12 +370,15 @@ fn released_result(r: Released, keys: &LockKeys, backend: &Backend) -> Result<()
 /// level once, so releasing a level that was never taken, or twice, changes nothing.
 pub(crate) struct ReleaseOnDrop {
     armed: Option<(Arc<Backend>, LockKeys, Hold)>,
+    /// A released hold's nested permit (`sole_hold`), kept through the background re-send.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl ReleaseOnDrop {
     pub(crate) fn new(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
         ReleaseOnDrop {
             armed: Some((backend.clone(), keys.clone(), hold)),
+            permit: None,
         }
     }
 
@@ -358,7 +400,7 @@ impl Drop for ReleaseOnDrop {
         if let Some((backend, keys, hold)) = self.armed.take() {
             tracing::debug!(backend = %backend.name, key = %keys.user,
                 "distlock: an acquire or release was cancelled after it was sent; releasing its level in the background");
-            backend.release_in_background(keys, hold);
+            backend.release_in_background_holding(keys, hold, self.permit.take());
         }
     }
 }

@@ -80,7 +80,8 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
                 "1"
             } else {
                 "0"
-            }),
+            })
+            .arg(if hold.sole { "1" } else { "0" }),
         Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)
             .arg(hold.owner.hex())
             .arg(rw_mode(&keys.shape))
@@ -117,7 +118,8 @@ pub(crate) fn handoff(
     .arg(hold.level_hex())
     .arg(to.owner.hex())
     .arg(millis(lease))
-    .arg(to.level_hex());
+    .arg(to.level_hex())
+    .arg(if hold.sole { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
     // hold, in the lock's hash).
     if let Some(holder) = holder {

@@ -7,7 +7,8 @@
 -- Safe to run twice: a run again after a transfer finds the new holder's level mark and
 -- answers the same token (the expiry raised to a full lease from the run again, as
 -- acquire.lua does); every argument is checked before the first write.
--- Costs 7 calls when it hands the lock (INCR, HDEL, HINCRBY, DEL, TIME, HSET, PEXPIRE).
+-- Costs 6 calls when it hands the owner's only level (INCR, HDEL, DEL, TIME, HSET,
+-- PEXPIRE; HINCRBY more for a level that is not known to be the only one).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
 -- KEYS[2] fencing counter
@@ -18,7 +19,9 @@
 -- ARGV[5] the waiter's owner id (not the releasing owner)
 -- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[7] the waiter's level id (its fresh acquisition's)
--- ARGV[8] (optional) the waiter's `host\tpid\tsite` when it records holder information:
+-- ARGV[8] '1' when the released level is the owner's only one (as release.lua's ARGV[6]),
+--   else '0' or absent
+-- ARGV[9] (optional) the waiter's `host\tpid\tsite` when it records holder information:
 --   written as acquire.lua writes a new holder's (`i:<owner id>` in the lock hash); the old
 --   holder's goes with the old hold
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
@@ -47,14 +50,14 @@ local stays = release_level(lock, owner, ARGV[4], false, function()
   if not granted then return nil end
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   return {4, tonumber(granted)}
-end)
+end, ARGV[8] == '1')
 if stays then return stays end
 -- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
 redis.call('del', lock)
-if ARGV[8] then
+if ARGV[9] then
   local t = redis.call('time')
   local mark = string.format('%.0f', token)
-  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(ARGV[8], t, mark))
+  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(ARGV[9], t, mark))
 else
   redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
 end

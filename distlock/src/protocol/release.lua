@@ -12,6 +12,9 @@
 --   acquisition whose outcome its caller never learned (the reply lost, the future
 --   dropped: no guard was handed out, the job did not run): the lock goes with the
 --   `hold:until` that acquisition set, so the slot is free for the job to run elsewhere
+-- ARGV[6] '1' when this level is the owner's only one (the client holds off its nested
+--   acquisitions until this has run: `Hold::sole`): freed without counting down; else '0'
+--   or absent
 -- The owner's holder information (`i:<owner id>`, see acquire.lua) goes with the lock.
 -- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
 -- freed before that time is kept, without a holder, until then: nothing is published, and
@@ -21,7 +24,7 @@
 --   on the channel; or kept until `hold:until`); {0, error} freed, but the publish failed (an ACL user without the
 --   channel right: NOPERM): the release stands, waiters wake at the lease's end.
 local lock, owner = KEYS[1], ARGV[1]
-local stays = release_level(lock, owner, ARGV[4], ARGV[5] == '1')
+local stays = release_level(lock, owner, ARGV[4], ARGV[5] == '1', nil, ARGV[6] == '1')
 if stays then return stays end
 redis.call('del', lock)
 local published = redis.pcall(ARGV[3], ARGV[2], owner)

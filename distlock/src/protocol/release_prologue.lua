@@ -9,8 +9,11 @@
 -- changed); n > 0 still held re-entrantly (also when this level was released already); 0
 -- kept until `hold:until`. nil: the last level went and the lock is to be freed (the
 -- caller deletes or hands it). `gone` (optional): asked first when the level's mark is not
--- there (a run again); its answer, if any, is the script's.
-local function release_level(lock, owner, level, may_keep, gone)
+-- there (a run again); its answer, if any, is the script's. `sole`: the client says this
+-- level is the owner's only one (no nested hold of it is live, and none can run before
+-- this release: see `Hold::sole`), so a level that goes frees the lock without counting
+-- down.
+local function release_level(lock, owner, level, may_keep, gone, sole)
   if redis.call('hdel', lock, 'l:' .. level) == 0 then
     local answer = gone and gone()
     if answer then return answer end
@@ -18,8 +21,10 @@ local function release_level(lock, owner, level, may_keep, gone)
     if count > 0 then return count end
     return -1
   end
-  local left = redis.call('hincrby', lock, owner, -1)
-  if left > 0 then return left end
+  if not sole then
+    local left = redis.call('hincrby', lock, owner, -1)
+    if left > 0 then return left end
+  end
   local hold_until = may_keep and tonumber(redis.call('hget', lock, 'hold:until'))
   if hold_until then
     local t = redis.call('time')
