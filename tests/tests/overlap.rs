@@ -446,9 +446,16 @@ fn a_sole_release_run_twice_frees_once() {
     let hash = format!("lock:{{{}}}", unique("sole-twice"));
     let fence = format!("{hash}:fence");
     let first = eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "a1", "0"]);
-    assert!(matches!(&first, RespValue::Array(a) if a.first() == Some(&RespValue::Integer(1))), "{first:?}");
+    assert!(
+        matches!(&first, RespValue::Array(a) if a.first() == Some(&RespValue::Integer(1))),
+        "{first:?}"
+    );
     let args = [OWNER, "ch", "publish", "a1", "0", "1"];
-    assert_eq!(eval(RELEASE, &[&hash], &args), RespValue::Integer(0), "freed");
+    assert_eq!(
+        eval(RELEASE, &[&hash], &args),
+        RespValue::Integer(0),
+        "freed"
+    );
     assert_eq!(
         eval(RELEASE, &[&hash], &args),
         RespValue::Integer(-1),
@@ -475,11 +482,17 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
     };
     let key = unique("sole");
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
-    assert_eq!(resp_command(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT"), RespValue::Simple("OK".into()));
+    assert_eq!(
+        resp_command(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT"),
+        RespValue::Simple("OK".into())
+    );
     g.release().await.expect("release");
     let stats = info(&addr);
     assert!(stats.contains("cmdstat_del:"), "{stats}");
-    assert!(!stats.contains("cmdstat_hincrby:"), "the only level goes without counting down: {stats}");
+    assert!(
+        !stats.contains("cmdstat_hincrby:"),
+        "the only level goes without counting down: {stats}"
+    );
 
     let (mut held, mut lost) = (0, 0);
     for i in 0..90u32 {
@@ -498,7 +511,10 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
                 for _ in 0..before_nested {
                     tokio::task::yield_now().await;
                 }
-                reg.lock(key.as_str()).wait(Duration::from_secs(5)).acquire().await
+                reg.lock(key.as_str())
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
             }
         });
         let release = async {
@@ -517,7 +533,10 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
         match n {
             Ok(g) => {
                 held += 1;
-                assert!(exists(&key), "round {i}: a nested hold of a lock that is gone");
+                assert!(
+                    exists(&key),
+                    "round {i}: a nested hold of a lock that is gone"
+                );
                 g.release().await.expect("the nested hold was held");
                 assert!(!exists(&key), "round {i}: freed by the nested release");
             }
