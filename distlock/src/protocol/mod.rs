@@ -205,6 +205,10 @@ mod tests {
         assert_eq!(plain.args[2], b"publish");
         assert_eq!(sharded.args[2], b"spublish");
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
+        assert_eq!(plain.args[5], b"0", "counted down");
+        let sole = release(&keys, Hold { sole: true, ..hold }, Publish::Plain);
+        assert_eq!(sole.args[5], b"1", "the owner's only level (Hold::sole)");
+        assert!(!hold.undoing().sole, "an undo is never sole");
     }
 
     #[test]
@@ -219,20 +223,27 @@ mod tests {
         assert_eq!(call.args[4], new.owner.hex());
         assert_eq!(call.args[5], b"5000");
         assert_eq!(call.args[6], new.level_hex().as_bytes());
-        assert_eq!(call.args.len(), 7, "no holder information: no 8th argument");
+        assert_eq!(call.args[7], b"0", "not known to be the owner's only level");
+        assert_eq!(call.args.len(), 8, "no holder information: no 9th argument");
+        let sole = Hold { sole: true, ..old };
+        let call_sole = handoff(&keys, sole, new, d, None, Publish::Plain).unwrap();
+        assert_eq!(
+            call_sole.args[7], b"1",
+            "the owner's only level (Hold::sole)"
+        );
         let with_info = handoff(&keys, old, new, d, Some("h\t1\ts"), Publish::Plain).unwrap();
         assert_eq!(
             with_info.keys.len(),
             2,
             "the information is in the lock's hash"
         );
-        assert_eq!(with_info.args[7], b"h\t1\ts");
+        assert_eq!(with_info.args[8], b"h\t1\ts");
         keys = keys.with_holder("h\t2\tt".into());
         let old_records = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(old_records.keys.len(), 2);
         assert_eq!(
             old_records.args.len(),
-            7,
+            8,
             "the old entry goes with its hold; no new one"
         );
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
