@@ -149,6 +149,50 @@ def tables(res, runs):
         "every acquisition counts (a release followed by the same task's next acquisition too); "
         "in brackets the acquisitions by another task than the last holder."
     )
+    out.append("")
+    out.extend(handoffs(res, runs))
+    return out
+
+
+def handoffs(res, runs):
+    """The hot key by hand-off (an acquisition by another task than the last holder): what the
+    issue's hot-key target counts, with the commands sent per hand-off."""
+    out = [
+        "| hot key, 16 tasks | hand-offs/s (run 1 · run 2) | ÷ best peer | commands per hand-off |",
+        "|---|---|---|---|",
+    ]
+    per = {}
+    for c, label, _ in CONTENDERS:
+        vals, cmds = [], []
+        for k in range(runs):
+            r = res[k]["hotkey"].get(c, {"error": "missing"})
+            if "error" in r or not r.get("switches_per_s"):
+                vals.append(None)
+                cmds.append(None)
+                continue
+            vals.append(r["switches_per_s"])
+            cmds.append(r["cmds_per_op"] * r["value"] / r["switches_per_s"])
+        per[c] = (label, vals, cmds)
+    best = []
+    for k in range(runs):
+        peers = [(v[1][k], c) for c, v in per.items() if c in PEERS and v[1][k] is not None]
+        best.append(max(peers) if peers else None)
+    for c, (label, vals, cmds) in per.items():
+        if all(v is None for v in vals):
+            continue
+        shown = " · ".join("—" if v is None else f"{v / 1000:.1f}k" for v in vals)
+        rats = " · ".join(
+            "—" if v is None or b is None else f"{v / b[0]:.2f}" + ("★" if b[1] == c else "")
+            for v, b in zip(vals, best)
+        )
+        cm = " · ".join("—" if x is None else f"{x:.1f}" for x in cmds)
+        out.append(f"| {label} | {shown} | {rats} | {cm} |")
+    out.append("")
+    out.append(
+        "A hand-off: an acquisition by another task than the last holder (the bracketed figure "
+        "above). Commands per hand-off: commands/op × acquisitions ÷ hand-offs (a poller's "
+        "re-acquisitions by the same task and its refused polls are part of what each hand-off cost)."
+    )
     return out
 
 
