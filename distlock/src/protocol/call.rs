@@ -30,7 +30,9 @@ impl Call {
         Call {
             script,
             keys: names,
-            args: Vec::new(),
+            // Room for the longest argument list (rw_acquire's, with holder information),
+            // so pushing them does not grow the vector.
+            args: Vec::with_capacity(8),
         }
     }
 

@@ -15,16 +15,19 @@ fn is_noscript(r: &RedisResult<Value>) -> bool {
 }
 
 fn command(call: &Call, by_sha: bool) -> Cmd {
-    let mut cmd = if by_sha {
-        let mut c = redis::cmd("EVALSHA");
-        c.arg(call.script.sha());
-        c
+    let (verb, script) = if by_sha {
+        ("EVALSHA", call.script.sha())
     } else {
-        let mut c = redis::cmd("EVAL");
-        c.arg(call.script.source());
-        c
+        ("EVAL", call.script.source())
     };
-    cmd.arg(call.keys.len());
+    // Sized up front: the command's buffer is not grown (and copied) argument by argument.
+    let data = verb.len()
+        + script.len()
+        + 20
+        + call.keys.iter().map(String::len).sum::<usize>()
+        + call.args.iter().map(Vec::len).sum::<usize>();
+    let mut cmd = Cmd::with_capacity(3 + call.keys.len() + call.args.len(), data);
+    cmd.arg(verb).arg(script).arg(call.keys.len());
     for k in &call.keys {
         cmd.arg(k);
     }
