@@ -8,6 +8,47 @@ use super::reply::UnexpectedReply;
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::script::{Attempt, HandedOff, Released, Script};
 
+/// What a call's argument can be made of: text or bytes, moved in when owned.
+pub(crate) trait IntoArg {
+    fn into_arg(self) -> Vec<u8>;
+}
+
+impl IntoArg for String {
+    fn into_arg(self) -> Vec<u8> {
+        self.into_bytes()
+    }
+}
+
+impl IntoArg for Vec<u8> {
+    fn into_arg(self) -> Vec<u8> {
+        self
+    }
+}
+
+impl IntoArg for &String {
+    fn into_arg(self) -> Vec<u8> {
+        self.as_bytes().to_vec()
+    }
+}
+
+impl IntoArg for &str {
+    fn into_arg(self) -> Vec<u8> {
+        self.as_bytes().to_vec()
+    }
+}
+
+impl<const N: usize> IntoArg for [u8; N] {
+    fn into_arg(self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
+impl IntoArg for &[u8] {
+    fn into_arg(self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
 /// One script call: the script, its keys and its arguments.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
@@ -42,9 +83,9 @@ impl Call {
         Call { script, keys, args }
     }
 
-    /// One more argument.
-    pub(crate) fn arg(mut self, a: impl AsRef<[u8]>) -> Call {
-        self.args.push(a.as_ref().to_vec());
+    /// One more argument (an owned `String` is moved in, not copied).
+    pub(crate) fn arg(mut self, a: impl IntoArg) -> Call {
+        self.args.push(a.into_arg());
         self
     }
 
