@@ -224,34 +224,7 @@ pub mod __private {
     /// The sources of the protocol's scripts, for benchmarks and tests that send the
     /// protocol raw (see `distlock/src/protocol/*.lua` for what each takes), each exactly as
     /// distlock sends it, prologues included (`protocol/script.rs` builds them).
-    pub mod scripts {
-        /// The `acquire` script's source, as sent with EVAL.
-        pub const ACQUIRE: &str = crate::protocol::script::sources::ACQUIRE;
-        /// The `release` script's source, as sent with EVAL.
-        pub const RELEASE: &str = crate::protocol::script::sources::RELEASE;
-        /// The `renew` script's source, as sent with EVAL.
-        pub const RENEW: &str = crate::protocol::script::sources::RENEW;
-        /// The `handoff` script's source, as sent with EVAL.
-        pub const HANDOFF: &str = crate::protocol::script::sources::HANDOFF;
-        /// The `sem_acquire` script's source, as sent with EVAL.
-        pub const SEM_ACQUIRE: &str = crate::protocol::script::sources::SEM_ACQUIRE;
-        /// The `sem_release` script's source, as sent with EVAL.
-        pub const SEM_RELEASE: &str = crate::protocol::script::sources::SEM_RELEASE;
-        /// The `fair_acquire` script's source, as sent with EVAL.
-        pub const FAIR_ACQUIRE: &str = crate::protocol::script::sources::FAIR_ACQUIRE;
-        /// The `rw_acquire` script's source, as sent with EVAL.
-        pub const RW_ACQUIRE: &str = crate::protocol::script::sources::RW_ACQUIRE;
-        /// The `rw_renew` script's source, as sent with EVAL.
-        pub const RW_RENEW: &str = crate::protocol::script::sources::RW_RENEW;
-        /// The `redisson_lock` script's source, as sent with EVAL.
-        pub const REDISSON_LOCK: &str = crate::protocol::script::sources::REDISSON_LOCK;
-        /// The `redisson_read_lock` script's source, as sent with EVAL.
-        pub const REDISSON_READ_LOCK: &str = crate::protocol::script::sources::REDISSON_READ_LOCK;
-        /// The `redisson_write_lock` script's source, as sent with EVAL.
-        pub const REDISSON_WRITE_LOCK: &str = crate::protocol::script::sources::REDISSON_WRITE_LOCK;
-        /// The `redisson_fair_lock` script's source, as sent with EVAL.
-        pub const REDISSON_FAIR_LOCK: &str = crate::protocol::script::sources::REDISSON_FAIR_LOCK;
-    }
+    pub use crate::protocol::script::sources as scripts;
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`
     /// and the `stop` character (the first one of the template's text after the

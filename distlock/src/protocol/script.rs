@@ -68,45 +68,44 @@ macro_rules! lua {
 }
 
 /// Each script's source as sent with EVAL: the one place that names its prologues
-/// (`crate::__private::scripts` re-exports some, for the benches and tests that send the
-/// protocol raw).
-pub(crate) mod sources {
-    pub(crate) const ACQUIRE: &str = lua!("fence_prologue.lua", "acquire.lua");
-    pub(crate) const RELEASE: &str = lua!("release_prologue.lua", "release.lua");
-    pub(crate) const RENEW: &str = lua!("renew.lua");
-    pub(crate) const FORCE_RELEASE: &str = lua!("force_release.lua");
-    pub(crate) const RW_ACQUIRE: &str =
-        lua!("rw_prologue.lua", "fence_prologue.lua", "rw_acquire.lua");
-    pub(crate) const RW_RELEASE: &str = lua!("rw_prologue.lua", "rw_release.lua");
-    pub(crate) const RW_RENEW: &str = lua!("rw_prologue.lua", "rw_renew.lua");
-    pub(crate) const RW_CANCEL: &str = lua!("rw_prologue.lua", "rw_cancel.lua");
-    pub(crate) const FAIR_ACQUIRE: &str = lua!("fence_prologue.lua", "fair_acquire.lua");
-    pub(crate) const FAIR_CANCEL: &str = lua!("fair_cancel.lua");
-    pub(crate) const FENCE: &str = lua!("fence.lua");
-    pub(crate) const FENCE_GET: &str = lua!("fence_get.lua");
-    pub(crate) const INSPECT: &str = lua!("inspect.lua");
-    pub(crate) const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
-    pub(crate) const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
-    pub(crate) const REDISSON_RENEW: &str = lua!("redisson/renew.lua");
-    pub(crate) const REDISSON_FAIR_LOCK: &str =
+/// (`crate::__private::scripts` is this module, for the benches and tests that send the
+/// protocol raw). Each constant is named after its `.lua` file, whose head documents its
+/// KEYS and ARGV.
+#[allow(missing_docs)]
+pub mod sources {
+    pub const ACQUIRE: &str = lua!("fence_prologue.lua", "acquire.lua");
+    pub const RELEASE: &str = lua!("release_prologue.lua", "release.lua");
+    pub const RENEW: &str = lua!("renew.lua");
+    pub const FORCE_RELEASE: &str = lua!("force_release.lua");
+    pub const RW_ACQUIRE: &str = lua!("rw_prologue.lua", "fence_prologue.lua", "rw_acquire.lua");
+    pub const RW_RELEASE: &str = lua!("rw_prologue.lua", "rw_release.lua");
+    pub const RW_RENEW: &str = lua!("rw_prologue.lua", "rw_renew.lua");
+    pub const RW_CANCEL: &str = lua!("rw_prologue.lua", "rw_cancel.lua");
+    pub const FAIR_ACQUIRE: &str = lua!("fence_prologue.lua", "fair_acquire.lua");
+    pub const FAIR_CANCEL: &str = lua!("fair_cancel.lua");
+    pub const FENCE: &str = lua!("fence.lua");
+    pub const FENCE_GET: &str = lua!("fence_get.lua");
+    pub const INSPECT: &str = lua!("inspect.lua");
+    pub const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
+    pub const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
+    pub const REDISSON_RENEW: &str = lua!("redisson/renew.lua");
+    pub const REDISSON_FAIR_LOCK: &str =
         lua!("redisson/token_prologue.lua", "redisson/fair_lock.lua");
-    pub(crate) const REDISSON_FAIR_UNLOCK: &str = lua!("redisson/fair_unlock.lua");
-    pub(crate) const REDISSON_FAIR_CANCEL: &str = lua!("redisson/fair_cancel.lua");
-    pub(crate) const REDISSON_READ_LOCK: &str =
+    pub const REDISSON_FAIR_UNLOCK: &str = lua!("redisson/fair_unlock.lua");
+    pub const REDISSON_FAIR_CANCEL: &str = lua!("redisson/fair_cancel.lua");
+    pub const REDISSON_READ_LOCK: &str =
         lua!("redisson/token_prologue.lua", "redisson/read_lock.lua");
-    pub(crate) const REDISSON_READ_UNLOCK: &str = lua!("redisson/read_unlock.lua");
-    pub(crate) const REDISSON_READ_RENEW: &str = lua!("redisson/read_renew.lua");
-    pub(crate) const REDISSON_WRITE_LOCK: &str =
+    pub const REDISSON_READ_UNLOCK: &str = lua!("redisson/read_unlock.lua");
+    pub const REDISSON_READ_RENEW: &str = lua!("redisson/read_renew.lua");
+    pub const REDISSON_WRITE_LOCK: &str =
         lua!("redisson/token_prologue.lua", "redisson/write_lock.lua");
-    pub(crate) const REDISSON_WRITE_UNLOCK: &str = lua!("redisson/write_unlock.lua");
-    pub(crate) const REDISSON_FAIR_FORCE_UNLOCK: &str = lua!("redisson/fair_force_unlock.lua");
-    pub(crate) const ANNOUNCE: &str = lua!("announce.lua");
-    pub(crate) const SEM_ACQUIRE: &str =
-        lua!("sem_prologue.lua", "fence_prologue.lua", "sem_acquire.lua");
-    pub(crate) const SEM_RELEASE: &str = lua!("sem_prologue.lua", "sem_release.lua");
-    pub(crate) const SEM_RENEW: &str = lua!("sem_prologue.lua", "sem_renew.lua");
-    pub(crate) const HANDOFF: &str =
-        lua!("fence_prologue.lua", "release_prologue.lua", "handoff.lua");
+    pub const REDISSON_WRITE_UNLOCK: &str = lua!("redisson/write_unlock.lua");
+    pub const REDISSON_FAIR_FORCE_UNLOCK: &str = lua!("redisson/fair_force_unlock.lua");
+    pub const ANNOUNCE: &str = lua!("announce.lua");
+    pub const SEM_ACQUIRE: &str = lua!("sem_prologue.lua", "fence_prologue.lua", "sem_acquire.lua");
+    pub const SEM_RELEASE: &str = lua!("sem_prologue.lua", "sem_release.lua");
+    pub const SEM_RENEW: &str = lua!("sem_prologue.lua", "sem_renew.lua");
+    pub const HANDOFF: &str = lua!("fence_prologue.lua", "release_prologue.lua", "handoff.lua");
 }
 
 impl Script {
