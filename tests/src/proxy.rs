@@ -48,6 +48,8 @@ struct Faults {
     latency_us: AtomicU64,
     blackhole: AtomicBool,
     refuse: AtomicBool,
+    /// Non-zero: connections from this accepted one on (1-based) are refused.
+    refuse_from: AtomicU64,
     reset_replies: AtomicU64,
     slow_close_us: AtomicU64,
     /// Bumped to reset every open connection; a connection that sees it change closes with RST.
@@ -237,6 +239,15 @@ impl Proxy {
         }
     }
 
+    /// Refuse (reset right after accept) every connection from the `n`-th accepted one on
+    /// (counting from the proxy's start, from 1); the open ones go on. `None`: no such
+    /// limit. E.g. `Some(2)` lets a client's first connection through and no other.
+    pub fn set_refuse_from(&self, n: Option<u64>) {
+        self.faults
+            .refuse_from
+            .store(n.unwrap_or(0), Ordering::SeqCst);
+    }
+
     /// The next `n` replies from the server (chunks read from it) are swallowed and their
     /// connection reset: the command ran on the server, the client never hears of it.
     pub fn reset_after_replies(&self, n: u64) {
@@ -318,6 +329,7 @@ impl Proxy {
         self.set_slow_close(Duration::ZERO);
         self.reset_after_replies(0);
         self.faults.refuse.store(false, Ordering::SeqCst);
+        self.set_refuse_from(None);
         self.set_blackhole(false);
     }
 }
@@ -351,8 +363,9 @@ async fn accept_loop(
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         };
-        accepted.fetch_add(1, Ordering::Relaxed);
-        if faults.refuse.load(Ordering::SeqCst) {
+        let number = accepted.fetch_add(1, Ordering::Relaxed) + 1;
+        let from = faults.refuse_from.load(Ordering::SeqCst);
+        if faults.refuse.load(Ordering::SeqCst) || (from != 0 && number >= from) {
             rst(client);
             continue;
         }

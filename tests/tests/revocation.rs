@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{quoted, unique};
 use distlock::{Lease, LockError, LockKind, Registry};
+use distlock_tests::proxy::Proxy;
 use distlock_tests::{
     cluster_urls, redlock_urls, resp_command, sentinel_master_name, sentinel_urls, single_url,
     RedisProcess, RespValue,
@@ -366,6 +367,45 @@ async fn a_restarted_server_is_heard_of_on_the_reconnect() {
     assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
     eprintln!(
         "restart: lost() resolved {:?} after the server answered again",
+        back.elapsed()
+    );
+    assert!(!g.is_held());
+}
+
+/// The same when the subscriber's first connection comes only after the restart (on a busy
+/// machine it may not have connected when the lock was taken and the server went down):
+/// the run id to compare with is the one the server had when the backend connected, not
+/// the one the subscriber first saw. A proxy lets the command connection (the first) through
+/// and refuses every other until the server is back.
+#[tokio::test]
+async fn a_restart_before_the_subscriber_first_connected_is_heard_of() {
+    let mut server = RedisProcess::start_on_port(private_port(), &[]);
+    let proxy = Proxy::start(&server.addr());
+    proxy.set_refuse_from(Some(2));
+    let reg = registry_for(&format!("mode = \"single\"\nurl = \"{}\"", proxy.url())).await;
+    let g = reg
+        .lock(unique("revoke-restart-early").as_str())
+        .lease(Lease::Auto)
+        .acquire()
+        .await
+        .expect("acquire");
+    assert_eq!(
+        proxy.open_connections(),
+        1,
+        "only the command connection is open: the subscriber has not connected"
+    );
+    let lost = std::pin::pin!(g.lost());
+    server.stop();
+    server.restart();
+    proxy.set_refuse_from(None);
+    let back = Instant::now();
+    let bound = Duration::from_secs(3);
+    let e = tokio::time::timeout(bound, lost).await.unwrap_or_else(|_| {
+        panic!("the holder did not hear of the restart within {bound:?} of the server answering again (its next renewal is 10 s away)")
+    });
+    assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
+    eprintln!(
+        "restart before the first subscription: lost() resolved {:?} after the server answered again",
         back.elapsed()
     );
     assert!(!g.is_held());

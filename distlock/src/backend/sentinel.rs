@@ -133,7 +133,7 @@ pub(crate) async fn connect(
         master.pubsub_connector(),
         settings.connect_timeout,
         Some(master.changes()),
-        Some(master.refresher()),
+        Some(master.refresher().await),
     );
     Ok((master, hub))
 }
@@ -359,10 +359,12 @@ impl SentinelMaster {
     }
 
     /// The subscriber's reconnect hook: refresh the current master's command connection.
-    /// It answers whether the master changed (a new run id: a failover, or a restart).
-    fn refresher(self: &Arc<Self>) -> super::subscriber::Reconnected {
+    /// It answers whether the master changed (a new run id: a failover, or a restart)
+    /// since now (the run id the master has now is recorded).
+    async fn refresher(self: &Arc<Self>) -> super::subscriber::Reconnected {
         let weak = Arc::downgrade(self);
-        let seen = Arc::new(super::subscriber::RunId::default());
+        let server = self.current().server.clone();
+        let seen = Arc::new(super::subscriber::RunId::of(&server).await);
         Arc::new(move || {
             let server = weak.upgrade().map(|m| m.current().server.clone());
             let seen = seen.clone();

@@ -19,6 +19,7 @@ pub(crate) async fn connect(
 ) -> Result<(Server, Arc<Hub>), DriverError> {
     let client = settings.client_for(url)?;
     let server = Server::connect(settings, &url.address, client.clone()).await?;
+    let seen = subscriber::RunId::of(&server).await;
     let (hub, requests) = Hub::subscribed(settings.revocation.clone());
     subscriber::spawn(
         backend.clone(),
@@ -27,7 +28,7 @@ pub(crate) async fn connect(
         subscriber::connector(&url.address, client),
         settings.connect_timeout,
         None,
-        Some(subscriber::refresh(server.clone())),
+        Some(subscriber::refresh(server.clone(), seen)),
     );
     Ok((server, hub))
 }

@@ -48,13 +48,27 @@ pub(crate) type Reconnected =
 
 /// The run id (`INFO server`'s `run_id`) a server had at the last connection: a new one
 /// means the server restarted (without persistence it lost every lock) or another server
-/// answers now (a failover).
+/// answers now (a failover). It is first recorded when the command connection is first
+/// made (at init, or when a node that was down at start-up is first reached), so the
+/// subscriber compares its first connection too: on a busy machine that may come only
+/// after a lock was taken and the server restarted.
 #[derive(Debug, Default)]
 pub(crate) struct RunId(std::sync::Mutex<(bool, Option<String>)>);
 
 impl RunId {
-    /// Record `now` (`None`: not known, e.g. `INFO` refused); whether the server may have
-    /// changed since the last call. The first call only records.
+    /// Recorded as `id` (`None`: not known, e.g. `INFO` refused).
+    pub(crate) fn recorded(id: Option<String>) -> RunId {
+        RunId(std::sync::Mutex::new((true, id)))
+    }
+
+    /// The run id of `server` now, recorded.
+    pub(crate) async fn of(server: &super::server::Server) -> RunId {
+        RunId::recorded(server.run_id().await.ok().flatten())
+    }
+
+    /// Record `now` (`None`: not known); whether the server may have changed since the
+    /// last record. Nothing recorded yet (no command connection was ever made, so nothing
+    /// can be held there): only records.
     pub(crate) fn changed(&self, now: Option<String>) -> bool {
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (called, before) = &mut *seen;
@@ -72,9 +86,10 @@ impl RunId {
 
 /// A [`Reconnected`] hook for the command connection of `server`: PING it until it answers
 /// (the first PING may get the error of a reconnect attempt made while the server was
-/// down; that error starts a new attempt), at most three times; then compare its run id.
-pub(crate) fn refresh(server: super::server::Server) -> Reconnected {
-    let seen = Arc::new(RunId::default());
+/// down; that error starts a new attempt), at most three times; then compare its run id
+/// with `seen` (recorded when `server` connected).
+pub(crate) fn refresh(server: super::server::Server, seen: RunId) -> Reconnected {
+    let seen = Arc::new(seen);
     Arc::new(move || {
         let (server, seen) = (server.clone(), seen.clone());
         Box::pin(async move {
@@ -113,8 +128,9 @@ pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
 /// Spawn the subscriber of one backend (or one node). It ends when the hub is dropped.
 /// With `reset`, every change of it drops the connection and connects again (through
 /// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
-/// After every connection, `reconnected` runs (bounded by `connect_timeout`) before the
-/// waiters are woken; when it finds the server changed, the hub is told (`Revoked::All`).
+/// After every connection (the first one too), `reconnected` runs (bounded by
+/// `connect_timeout`) before the waiters are woken; when it finds the server changed (or
+/// does not answer in time), the hub is told (`Revoked::All`).
 /// Every connection also subscribes the hub's revocation channel (a refusal, e.g. an ACL
 /// user without the channel right, is logged and leaves revocations to the renewals).
 pub(crate) fn spawn(
@@ -173,7 +189,6 @@ async fn run(
     mut reset: Option<watch::Receiver<u64>>,
     reconnected: Option<Reconnected>,
 ) {
-    let mut first = true;
     let mut backoff = Backoff::reconnect();
     let mut pending: Vec<SubscribeRequest> = Vec::new();
     // After a failure, the pause before the next connection (every reconnect backs off:
@@ -244,16 +259,15 @@ async fn run(
                     "distlock: cannot subscribe the revocation channel; a forced release is heard at the next renewal");
             }
         }
-        let was_first = std::mem::replace(&mut first, false);
         let changed = match &reconnected {
             // Not answered in time: not known either.
             Some(hook) => tokio::time::timeout(connect_timeout, hook())
                 .await
-                .unwrap_or(!was_first),
+                .unwrap_or(true),
             None => false,
         };
         if let Some(h) = hub.upgrade() {
-            if changed && !was_first {
+            if changed {
                 tracing::warn!(backend = %backend, "distlock: the server restarted or another one took over; checking every lease held there");
                 h.revoked(crate::rt::hub::Revoked::All);
             }
@@ -350,11 +364,26 @@ mod tests {
     #[test]
     fn a_new_or_unknown_run_id_is_a_change() {
         let seen = RunId::default();
-        assert!(!seen.changed(Some("a".into())), "the first only records");
+        assert!(
+            !seen.changed(Some("a".into())),
+            "nothing recorded: only records"
+        );
         assert!(!seen.changed(Some("a".into())));
         assert!(seen.changed(Some("b".into())), "restarted");
         assert!(seen.changed(None), "not known");
         assert!(seen.changed(Some("b".into())), "not known before");
         assert!(!seen.changed(Some("b".into())));
+    }
+
+    #[test]
+    fn the_first_connection_is_compared_with_the_recorded_run_id() {
+        let seen = RunId::recorded(Some("a".into()));
+        assert!(seen.changed(Some("b".into())), "restarted before it");
+        assert!(!seen.changed(Some("b".into())));
+        let unknown = RunId::recorded(None);
+        assert!(
+            unknown.changed(Some("a".into())),
+            "not known at the connect"
+        );
     }
 }

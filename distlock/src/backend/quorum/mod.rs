@@ -117,7 +117,6 @@ use tokio::time::Instant;
 use self::node::Node;
 use super::conn::Settings;
 use super::error::DriverError;
-use super::server::Server;
 use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;
@@ -223,7 +222,7 @@ pub(crate) async fn connect(
     let connected = futures_util::future::join_all(
         clients
             .iter()
-            .map(|(address, c)| Server::connect(settings, address, c.clone())),
+            .map(|(address, c)| node::connect(settings, address, c.clone())),
     )
     .await;
     let n = urls.len();
@@ -233,7 +232,7 @@ pub(crate) async fn connect(
     for ((address, client), result) in clients.iter().zip(connected) {
         let node = Arc::new(Node::new(address.clone()));
         match result {
-            Ok(server) => node.connected(server),
+            Ok((server, run_id)) => node.connected(server, run_id),
             Err(e) => down.push((node.clone(), client.clone(), e)),
         }
         nodes.push(node);

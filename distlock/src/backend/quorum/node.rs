@@ -23,6 +23,9 @@ const SKIP_FAILED_FOR: Duration = Duration::from_millis(200);
 pub(super) struct Node {
     pub(super) address: String,
     server: OnceLock<Server>,
+    /// The run id of the node's server, recorded when it was first connected and compared
+    /// on every connection of its subscriber.
+    seen: super::super::subscriber::RunId,
     /// Left out of acquisitions until then (nanos on `clock`; 0: never failed).
     skip_until: AtomicU64,
 }
@@ -32,12 +35,15 @@ impl Node {
         Node {
             address,
             server: OnceLock::new(),
+            seen: super::super::subscriber::RunId::default(),
             skip_until: AtomicU64::new(0),
         }
     }
 
-    /// Connected once.
-    pub(super) fn connected(&self, server: Server) {
+    /// Connected once, to a server whose run id was then `run_id` (recorded before the
+    /// server is used, so nothing can be held there before the record).
+    pub(super) fn connected(&self, server: Server, run_id: Option<String>) {
+        self.seen.changed(run_id);
         let _ = self.server.set(server);
     }
 
@@ -98,20 +104,32 @@ impl Node {
 /// `subscriber::RunId`); then the backend checks every lease at once (the quorum renewal
 /// finds which of them still hold on enough nodes).
 pub(super) fn refresher(node: Weak<Node>) -> super::super::subscriber::Reconnected {
-    let seen = Arc::new(super::super::subscriber::RunId::default());
     Arc::new(move || {
-        let (node, seen) = (node.clone(), seen.clone());
+        let node = node.clone();
         Box::pin(async move {
             let Some(server) = node.upgrade().and_then(|n| n.server().ok().cloned()) else {
                 return false;
             };
             let r = super::super::subscriber::refresh_now(&server).await;
-            if let Some(n) = node.upgrade() {
-                n.answered(&r);
-            }
-            seen.changed(server.run_id().await.ok().flatten())
+            let now = server.run_id().await.ok().flatten();
+            let Some(n) = node.upgrade() else {
+                return false;
+            };
+            n.answered(&r);
+            n.seen.changed(now)
         })
     })
+}
+
+/// Connect to the node at `address` and learn its server's run id (for [`Node::connected`]).
+pub(super) async fn connect(
+    settings: &Settings,
+    address: &str,
+    client: redis::Client,
+) -> Result<(Server, Option<String>), DriverError> {
+    let server = Server::connect(settings, address, client).await?;
+    let run_id = server.run_id().await.ok().flatten();
+    Ok((server, run_id))
 }
 
 /// Connect to a node that was down at start-up, retrying with backoff until it answers (or
@@ -129,11 +147,11 @@ pub(super) fn spawn_connect(
             let Some(address) = node.upgrade().map(|n| n.address.clone()) else {
                 return;
             };
-            match Server::connect(&settings, &address, client.clone()).await {
-                Ok(server) => {
+            match connect(&settings, &address, client.clone()).await {
+                Ok((server, run_id)) => {
                     if let Some(node) = node.upgrade() {
                         tracing::info!(backend = %backend, node = %node.address, "distlock: node connected");
-                        node.connected(server);
+                        node.connected(server, run_id);
                     }
                     return;
                 }
