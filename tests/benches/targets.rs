@@ -186,6 +186,51 @@ impl ClusterFloor {
 
 // ------------------------------------------------------------------ helpers
 
+/// The URL of the master serving slot 0's range in `CLUSTER SLOTS` (asked of `node`), and
+/// every slot it serves.
+async fn first_cluster_master(
+    node: &str,
+) -> (
+    String,
+    std::collections::HashSet<redis::cluster_routing::Slot>,
+) {
+    use redis::Value;
+    let mut conn = support::floor::connect(node).await;
+    let ranges: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .expect("CLUSTER SLOTS");
+    let Value::Array(ranges) = ranges else {
+        panic!("CLUSTER SLOTS: {ranges:?}")
+    };
+    let entry = |r: &Value| -> Option<(i64, i64, String)> {
+        let Value::Array(items) = r else { return None };
+        let (Value::Int(start), Value::Int(end), Value::Array(master)) =
+            (items.first()?, items.get(1)?, items.get(2)?)
+        else {
+            return None;
+        };
+        let host: String = redis::from_redis_value(master.first()?.clone()).ok()?;
+        let port: i64 = redis::from_redis_value(master.get(1)?.clone()).ok()?;
+        Some((*start, *end, format!("{host}:{port}")))
+    };
+    let all: Vec<_> = ranges.iter().filter_map(entry).collect();
+    let first = all
+        .iter()
+        .min_by_key(|e| e.0)
+        .expect("a slot range")
+        .2
+        .clone();
+    let slots = all
+        .iter()
+        .filter(|e| e.2 == first)
+        .flat_map(|e| e.0..=e.1)
+        .filter_map(|n| redis::cluster_routing::Slot::new(u16::try_from(n).ok()?))
+        .collect();
+    (format!("redis://{first}"), slots)
+}
+
 fn unique() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -205,6 +250,11 @@ async fn registry(backend: &str) -> Registry {
 enum Contender {
     Floor(Floor),
     ClusterFloor(ClusterFloor),
+    /// The floor straight on one cluster master, on keys of its own slots.
+    MasterFloor(
+        Floor,
+        Arc<std::collections::HashSet<redis::cluster_routing::Slot>>,
+    ),
     Lock(Registry),
     Attribute,
     Run(Registry),
@@ -215,6 +265,13 @@ impl Contender {
         match self {
             Contender::Floor(f) => f.pair(&key, owner).await,
             Contender::ClusterFloor(f) => f.pair(&key, owner).await,
+            Contender::MasterFloor(f, slots) => {
+                let key = (0..)
+                    .map(|n| format!("{key}:{n}"))
+                    .find(|k| slots.contains(&redis::cluster_routing::Slot::for_key(k)))
+                    .expect("a key of the master's slots");
+                f.pair(&key, owner).await
+            }
             Contender::Lock(reg) => {
                 let g = reg
                     .lock(key)
@@ -810,12 +867,18 @@ async fn main() {
         )
         .expect("the sentinels name a master");
         let on_master = registry(&format!("mode = \"single\"\nurl = \"redis://{master}\"\n")).await;
+        // The floor on the single server and straight on one cluster master (a plain
+        // connection, keys of its own slots), in the same run: what each server costs the
+        // same protocol with no library and no routing.
+        let (master_url, slots) = first_cluster_master(&distlock_tests::cluster_urls()[0]).await;
         let topo = sequential(
             &[
                 Contender::Lock(single.clone()),
                 Contender::Lock(sentinel.clone()),
                 Contender::Lock(cluster.clone()),
                 Contender::Lock(on_master.clone()),
+                Contender::Floor(floor.clone()),
+                Contender::MasterFloor(Floor::new(&master_url).await, Arc::new(slots)),
             ],
             10,
             300,
@@ -876,6 +939,28 @@ async fn main() {
             &mut rows,
             "  diagnostic: floor via the redis-rs cluster client, x floor",
             format!("{:.1} vs {:.1} us = {:.2}x", cf[1], cf[0], cf[1] / cf[0]),
+            "report",
+            true,
+        );
+        // Diagnostic: the same split by what the server costs. The floor on a cluster master
+        // against the floor on the single server is the server's share (its replica, the
+        // cluster bus); distlock against the floor on each is the library's share.
+        row(
+            &mut rows,
+            "  diagnostic: floor on a cluster master, x floor on single",
+            format!(
+                "{:.1} vs {:.1} us = {:.2}x",
+                topo[5],
+                topo[4],
+                topo[5] / topo[4]
+            ),
+            "report",
+            true,
+        );
+        row(
+            &mut rows,
+            "  diagnostic: cluster x floor on a cluster master / single x floor",
+            format!("{:.2}x / {:.2}x", topo[2] / topo[5], topo[0] / topo[4]),
             "report",
             true,
         );
