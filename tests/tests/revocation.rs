@@ -271,14 +271,20 @@ async fn redissons_own_force_unlock_is_heard_at_once() {
 
 /// `n` ports of 17450..17499 nothing listens on (nor on +10000).
 fn private_ports(n: usize) -> Vec<u16> {
+    // Handed out to a test of this process already (a port is free until its server
+    // binds it: two tests running at once must not both be given it).
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let ports: Vec<u16> = (17450..17500)
         .filter(|p| {
-            std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()
+            !given.contains(p)
+                && std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", *p + 10000)).is_ok()
         })
         .take(n)
         .collect();
     assert_eq!(ports.len(), n, "{n} free ports in 17450..17499");
+    given.extend(&ports);
     ports
 }
 
@@ -409,4 +415,54 @@ async fn a_restart_before_the_subscriber_first_connected_is_heard_of() {
         back.elapsed()
     );
     assert!(!g.is_held());
+}
+
+/// A forced release published while the holder's subscriber is not listening is heard on
+/// its connection, not at the next renewal: before its first connection (a proxy lets the
+/// command connection through and refuses every other), and while it reconnects (the proxy
+/// resets every connection and refuses new ones meanwhile). The administrator reaches the
+/// server directly.
+#[tokio::test]
+async fn a_forced_release_sent_while_the_subscriber_was_not_listening_is_heard_on_its_connection() {
+    let proxy = Proxy::start(&distlock_tests::addr_of(&single_url()));
+    proxy.set_refuse_from(Some(2));
+    let holder = registry_for(&format!("mode = \"single\"\nurl = \"{}\"", proxy.url())).await;
+    let admin = registry_for(&backend("single")).await;
+    let bound = Duration::from_secs(3);
+    for round in ["before the first connection", "while reconnecting"] {
+        let key = unique("revoke-unheard");
+        let g = holder
+            .lock(key.as_str())
+            .lease(Lease::Auto)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{round}: acquire: {e}"));
+        if round == "while reconnecting" {
+            // Every connection is reset; the command connection is let through again
+            // (the next accepted one), the subscriber's attempts are refused.
+            let next = proxy.accepted() + 2;
+            proxy.set_refuse_from(Some(next));
+            proxy.reset_all();
+        }
+        assert!(
+            admin
+                .lock(key.as_str())
+                .force_unlock()
+                .await
+                .expect("force_unlock"),
+            "{round}: force_unlock found the lock"
+        );
+        let lost = std::pin::pin!(g.lost());
+        proxy.set_refuse_from(None);
+        let allowed = Instant::now();
+        let e = tokio::time::timeout(bound, lost).await.unwrap_or_else(|_| {
+            panic!("{round}: the holder did not hear of the forced release within {bound:?} of its subscriber being let through (its next renewal is 10 s away)")
+        });
+        assert!(matches!(e, LockError::LeaseLost { .. }), "{round}: {e:?}");
+        eprintln!(
+            "{round}: lost() resolved {:?} after the subscriber was let through",
+            allowed.elapsed()
+        );
+        assert!(!g.is_held(), "{round}");
+    }
 }

@@ -582,9 +582,11 @@ async fn run(
                         recheck = None;
                         if masters_changed(known.as_ref(), &now) {
                             tracing::warn!(backend = %backend, "distlock: a cluster master restarted or was replaced; checking every lease");
-                            if let Some(h) = hub.upgrade() {
-                                h.revoked(crate::rt::hub::Revoked::All);
-                            }
+                        }
+                        // Checked after every disconnection, the masters changed or not: a
+                        // revocation published while the subscription was down was missed.
+                        if let Some(h) = hub.upgrade() {
+                            h.revoked(crate::rt::hub::Revoked::All);
                         }
                         known = Some(now);
                     }

@@ -41,8 +41,8 @@ pub(crate) type Connector = Arc<
 /// Run every time the subscriber connected (the first time too): it knows the server is
 /// back, so the command connection is made to reconnect now, before the waiters are woken
 /// and before the next request, instead of failing that request first. Answers whether
-/// the server may have changed since the last connection ([`RunId`]): then the leases
-/// held there are checked at once (`Revoked::All`).
+/// the server may have changed since the last connection ([`RunId`]), for the log: the
+/// leases held there are checked at once (`Revoked::All`) on every connection anyway.
 pub(crate) type Reconnected =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, bool> + Send + Sync>;
 
@@ -129,8 +129,9 @@ pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
 /// With `reset`, every change of it drops the connection and connects again (through
 /// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
 /// After every connection (the first one too), `reconnected` runs (bounded by
-/// `connect_timeout`) before the waiters are woken; when it finds the server changed (or
-/// does not answer in time), the hub is told (`Revoked::All`).
+/// `connect_timeout`) before the waiters are woken, and the hub is told to check every
+/// lease held there (`Revoked::All`): the server may have changed, and revocations
+/// published while no subscription listened were missed.
 /// Every connection also subscribes the hub's revocation channel (a refusal, e.g. an ACL
 /// user without the channel right, is logged and leaves revocations to the renewals).
 pub(crate) fn spawn(
@@ -269,8 +270,12 @@ async fn run(
         if let Some(h) = hub.upgrade() {
             if changed {
                 tracing::warn!(backend = %backend, "distlock: the server restarted or another one took over; checking every lease held there");
-                h.revoked(crate::rt::hub::Revoked::All);
             }
+            // Every connection, the first one too, checks the leases held there (none at
+            // init: nothing is sent): a revocation published while no subscription
+            // listened (before this connection, or while reconnecting) is heard now, not
+            // at the next renewal.
+            h.revoked(crate::rt::hub::Revoked::All);
             h.connected();
             h.wake_all();
         }

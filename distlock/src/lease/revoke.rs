@@ -9,9 +9,11 @@
 //!   every backend listens on; the memory backend hands it over directly;
 //! - in Redisson's format, a message on the channel of a lock held here (Redisson's own
 //!   `forceUnlock` publishes there);
-//! - a subscriber that connected again and found another run id (`INFO server`): the
-//!   server restarted (without persistence it lost every lock) or another one took over (a
-//!   sentinel `+switch-master`, a cluster failover); on a redlock/multi backend, per node.
+//! - a subscriber that connected (the first time too) or connected again: the server may
+//!   have restarted (without persistence it lost every lock; its run id, `INFO server`,
+//!   tells, for the log) or another one taken over (a sentinel `+switch-master`, a cluster
+//!   failover), and a revocation message published while no subscription listened was
+//!   missed; on a redlock/multi backend, per node.
 //!
 //! Then one task per backend checks the leases concerned with one renewal round (the auto
 //! ones renewed for the usual lease, the fixed ones asked for what is left of theirs, which
@@ -20,12 +22,10 @@
 //! (re-acquired since, or kept by a replica) stays held. A check that fails (the server
 //! still down) leaves the lease to the watchdog.
 //!
-//! What is left: a revocation message published while a subscriber is disconnected is not
-//! received; a lease whose lock was deleted then is found at its next renewal (at most
-//! `watchdog_timeout / 3` later), unless the reconnect finds a new run id. A lock deleted
-//! without a message (`DEL` by hand, eviction, `FLUSHALL`) is found at the next renewal too,
-//! and so is a Redisson fair lock force-unlocked by Redisson itself (it wakes only the
-//! queue's head, on a channel of its own).
+//! What is left: a lock deleted without a message (`DEL` by hand, eviction, `FLUSHALL`) is
+//! found at the next renewal (at most `watchdog_timeout / 3` later), and so is a Redisson
+//! fair lock force-unlocked by Redisson itself (it wakes only the queue's head, on a
+//! channel of its own).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -99,7 +99,7 @@ async fn run(backend: Weak<Backend>, pending: Arc<Mutex<Pending>>, mut woken: mp
             continue;
         }
         let why = if all {
-            "the lock was gone when checked after the server restarted or another one took over"
+            "the lock was gone when checked on the subscriber's connection (a server restart, a failover, or a revocation sent while it was not listening)"
         } else {
             "the lock was gone when checked after a revocation message (a forced release)"
         };
