@@ -353,68 +353,61 @@ async fn a_sentinel_failover_to_a_master_without_the_lock_is_heard_of_at_once() 
 /// the server answering again, not at its next renewal.
 #[tokio::test]
 async fn a_restarted_server_is_heard_of_on_the_reconnect() {
+    restart_is_heard("restart", false).await;
+}
+
+/// The same when the subscriber's first connection comes only after the restart (on a busy
+/// machine it may not have connected when the lock was taken and the server went down):
+/// the run id to compare with is the one the server had when the backend connected, not
+/// the one the subscriber first saw.
+#[tokio::test]
+async fn a_restart_before_the_subscriber_first_connected_is_heard_of() {
+    restart_is_heard("restart before the first subscription", true).await;
+}
+
+/// Hold a lock on a private server, restart it empty: the holder hears within 3 s of the
+/// server answering again. `early`: a proxy between them lets the command connection (the
+/// first) through and refuses every other until the server is back.
+async fn restart_is_heard(what: &str, early: bool) {
     let mut server = RedisProcess::start_on_port(private_port(), &[]);
-    let reg = registry_for(&format!("mode = \"single\"\nurl = \"{}\"", server.url())).await;
+    let proxy = early.then(|| {
+        let p = Proxy::start(&server.addr());
+        p.set_refuse_from(Some(2));
+        p
+    });
+    let url = proxy.as_ref().map_or_else(|| server.url(), Proxy::url);
+    let reg = registry_for(&format!("mode = \"single\"\nurl = \"{url}\"")).await;
     let g = reg
         .lock(unique("revoke-restart").as_str())
         .lease(Lease::Auto)
         .acquire()
         .await
         .expect("acquire");
+    if let Some(p) = &proxy {
+        assert_eq!(
+            p.open_connections(),
+            1,
+            "only the command connection is open: the subscriber has not connected"
+        );
+    }
     let lost = std::pin::pin!(g.lost());
     server.stop();
     server.restart();
+    if let Some(p) = &proxy {
+        p.set_refuse_from(None);
+    }
     let back = Instant::now();
     // The subscriber reconnects after its backoff (at most 1 s), then asks the run id.
     let bound = Duration::from_secs(3);
     let e = tokio::time::timeout(bound, lost).await.unwrap_or_else(|_| {
-        panic!("the holder did not hear of the restart within {bound:?} of the server answering again (its next renewal is 10 s away)")
+        panic!("{what}: the holder did not hear of the restart within {bound:?} of the server answering again (its next renewal is 10 s away)")
     });
-    assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
+    assert!(matches!(e, LockError::LeaseLost { .. }), "{what}: {e:?}");
     eprintln!(
-        "restart: lost() resolved {:?} after the server answered again",
+        "{what}: lost() resolved {:?} after the server answered again",
         back.elapsed()
     );
-    assert!(!g.is_held());
-}
-
-/// The same when the subscriber's first connection comes only after the restart (on a busy
-/// machine it may not have connected when the lock was taken and the server went down):
-/// the run id to compare with is the one the server had when the backend connected, not
-/// the one the subscriber first saw. A proxy lets the command connection (the first) through
-/// and refuses every other until the server is back.
-#[tokio::test]
-async fn a_restart_before_the_subscriber_first_connected_is_heard_of() {
-    let mut server = RedisProcess::start_on_port(private_port(), &[]);
-    let proxy = Proxy::start(&server.addr());
-    proxy.set_refuse_from(Some(2));
-    let reg = registry_for(&format!("mode = \"single\"\nurl = \"{}\"", proxy.url())).await;
-    let g = reg
-        .lock(unique("revoke-restart-early").as_str())
-        .lease(Lease::Auto)
-        .acquire()
-        .await
-        .expect("acquire");
-    assert_eq!(
-        proxy.open_connections(),
-        1,
-        "only the command connection is open: the subscriber has not connected"
-    );
-    let lost = std::pin::pin!(g.lost());
-    server.stop();
-    server.restart();
-    proxy.set_refuse_from(None);
-    let back = Instant::now();
-    let bound = Duration::from_secs(3);
-    let e = tokio::time::timeout(bound, lost).await.unwrap_or_else(|_| {
-        panic!("the holder did not hear of the restart within {bound:?} of the server answering again (its next renewal is 10 s away)")
-    });
-    assert!(matches!(e, LockError::LeaseLost { .. }), "{e:?}");
-    eprintln!(
-        "restart before the first subscription: lost() resolved {:?} after the server answered again",
-        back.elapsed()
-    );
-    assert!(!g.is_held());
+    assert!(!g.is_held(), "{what}");
 }
 
 /// A forced release published while the holder's subscriber is not listening is heard on

@@ -39,6 +39,8 @@ const RESOURCE_PORT: u16 = 17300;
 const FIRST_NODE_PORT: u16 = 17301;
 const WATCHDOG: Duration = Duration::from_secs(1);
 const HOLD_MS: u64 = 60;
+/// A holder is paused only while at least this much of its hold's sleep is left.
+const HOLD_LEFT: Duration = Duration::from_millis(15);
 const WORKERS: usize = 3;
 /// Sentinels of the `sentinel` backend.
 const SENTINEL_PORTS: [u16; 3] = [17307, 17308, 17309];
@@ -799,18 +801,33 @@ impl Run {
         None
     }
 
-    /// Stop worker `i` for `d` while it is inside a section whose acquire it has recorded.
-    /// If, once stopped, its history shows it between sections (it may have acquired again
-    /// without recording it yet), it is continued at once and tried again, so a recorded
-    /// acquire instant is never delayed by a pause. Every stop is recorded.
+    /// Worker `i`'s section, while it is asleep in its hold (its acquire recorded, no
+    /// write yet, and at least [`HOLD_LEFT`] of the hold left): how long ago it acquired.
+    fn asleep_in_hold(&self, i: usize) -> Option<Duration> {
+        let line = last_line(&self.workers[i].history)?;
+        let mut fields = line.split_whitespace();
+        if fields.next()? != "A" {
+            return None;
+        }
+        let at: u64 = fields.nth(1)?.parse().ok()?;
+        let ago = Duration::from_nanos(now_ns().saturating_sub(at));
+        (ago + HOLD_LEFT <= Duration::from_millis(HOLD_MS)).then_some(ago)
+    }
+
+    /// Stop worker `i` for `d` while it is asleep in its hold ([`Run::asleep_in_hold`]).
+    /// If, once stopped, it is anywhere else (between sections: it may have acquired again
+    /// without recording it yet; or at its hold's end, where the stop could land between
+    /// its last look at `lost()` and its write, which no library can tell it of), it is
+    /// continued at once and tried again, so a recorded instant is never delayed by a
+    /// pause. Every stop is recorded.
     fn pause(&mut self, i: usize, d: Duration) {
         let pid = self.workers[i].child.id();
-        for _ in 0..50 {
+        // About 0.4 s of tries: the worker's next section comes within it.
+        for _ in 0..100 {
             signal(pid, libc::SIGSTOP);
             let from = now_ns();
             wait_stopped(pid);
-            let inside = last_line(&self.workers[i].history)
-                .is_some_and(|l| !l.starts_with('R') && !l.starts_with('E'));
+            let inside = self.asleep_in_hold(i).is_some();
             if inside {
                 std::thread::sleep(d);
             }
@@ -1108,8 +1125,14 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
         match s.name {
             "pause" => {
                 if let Some(i) = run.wait_holder() {
-                    // Into its section (its GET done, asleep before the SET).
-                    std::thread::sleep(Duration::from_millis(20));
+                    // Into its section (its GET done, asleep before the SET), if it has
+                    // just acquired; `pause` waits for its next section otherwise.
+                    if run
+                        .asleep_in_hold(i)
+                        .is_some_and(|ago| ago < Duration::from_millis(20))
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
                     run.pause(i, WATCHDOG * 5 / 2);
                 }
                 std::thread::sleep(Duration::from_millis(800));
