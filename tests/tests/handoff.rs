@@ -23,17 +23,23 @@ fn config(url: &str, holder_info: bool) -> String {
     )
 }
 
+/// (Every registry here is returned once its subscriber connected: the tests count
+/// commands.)
 async fn registry(url: &str, holder_info: bool) -> Registry {
-    Registry::from_str(&config(url, holder_info))
+    let reg = Registry::from_str(&config(url, holder_info))
         .await
-        .expect("connect to the private redis-server")
+        .expect("connect to the private redis-server");
+    common::subscriber_connected(&reg).await;
+    reg
 }
 
 /// A registry on `url` with `handoff = false`: barging.
 async fn barging(url: &str) -> Registry {
-    Registry::from_str(&format!("{}handoff = false\n", config(url, false)))
+    let reg = Registry::from_str(&format!("{}handoff = false\n", config(url, false)))
         .await
-        .expect("connect to the private redis-server")
+        .expect("connect to the private redis-server");
+    common::subscriber_connected(&reg).await;
+    reg
 }
 
 /// The calls of `command` since the last `CONFIG RESETSTAT` (`INFO commandstats`; commands

@@ -38,11 +38,13 @@ use crate::backend::Backend;
 use crate::lease::held::{LeaseState, Leases};
 use crate::rt::hub::{OnRevoked, Revoked};
 
-/// What is to be checked: the locks named (by Redis key or channel), or everything.
+/// What is to be checked: the locks named (by Redis key or channel) in revocation
+/// messages, and the locks held when a subscriber connected (by Redis key: the leases held
+/// then, not those taken after, which the connection's subscription covers).
 #[derive(Debug, Default)]
 struct Pending {
     keys: HashSet<String>,
-    all: bool,
+    held: HashSet<String>,
 }
 
 /// Start listening for revocations on `backend` (its hub's callback) and the task that
@@ -59,7 +61,11 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
         };
         let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
         match what {
-            Revoked::All => p.all = true,
+            // Nothing held now: nothing to check (a connection at init sends nothing).
+            Revoked::All => {
+                let held = leases.held(|_| true);
+                p.held.extend(held.iter().map(|l| l.keys.hash.clone()));
+            }
             // Only names of leases held here are kept: the set stays as small as they are.
             Revoked::Key(key) => {
                 if !leases.held(|l| concerns(l, key)).is_empty() {
@@ -67,7 +73,7 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
                 }
             }
         }
-        let due = p.all || !p.keys.is_empty();
+        let due = !p.held.is_empty() || !p.keys.is_empty();
         drop(p);
         if due {
             let _ = wake.try_send(());
@@ -90,15 +96,15 @@ async fn run(backend: Weak<Backend>, pending: Arc<Mutex<Pending>>, mut woken: mp
         let Some(backend) = backend.upgrade() else {
             return;
         };
-        let Pending { keys, all } =
+        let Pending { keys, held } =
             std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
         let leases = backend
             .leases
-            .held(|l| all || keys.iter().any(|k| concerns(l, k)));
+            .held(|l| held.contains(&l.keys.hash) || keys.iter().any(|k| concerns(l, k)));
         if leases.is_empty() {
             continue;
         }
-        let why = if all {
+        let why = if !held.is_empty() {
             "the lock was gone when checked on the subscriber's connection (a server restart, a failover, or a revocation sent while it was not listening)"
         } else {
             "the lock was gone when checked after a revocation message (a forced release)"
