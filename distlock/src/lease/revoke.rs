@@ -38,13 +38,11 @@ use crate::backend::Backend;
 use crate::lease::held::{LeaseState, Leases};
 use crate::rt::hub::{OnRevoked, Revoked};
 
-/// What is to be checked: the locks named (by Redis key or channel) in revocation
-/// messages, and the locks held when a subscriber connected (by Redis key: the leases held
-/// then, not those taken after, which the connection's subscription covers).
+/// What is to be checked: the locks named (by Redis key or channel), or everything.
 #[derive(Debug, Default)]
 struct Pending {
     keys: HashSet<String>,
-    held: HashSet<String>,
+    all: bool,
 }
 
 /// Start listening for revocations on `backend` (its hub's callback) and the task that
@@ -61,11 +59,10 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
         };
         let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
         match what {
-            // Nothing held now: nothing to check (a connection at init sends nothing).
-            Revoked::All => {
-                let held = leases.held(|_| true);
-                p.held.extend(held.iter().map(|l| l.keys.hash.clone()));
-            }
+            // Every lease held when the check runs, not only when the connection came:
+            // one whose acquisition ran before the subscription but registered after
+            // this call is checked too (one renewal more, at most, for one taken after).
+            Revoked::All => p.all = true,
             // Only names of leases held here are kept: the set stays as small as they are.
             Revoked::Key(key) => {
                 if !leases.held(|l| concerns(l, key)).is_empty() {
@@ -73,7 +70,7 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
                 }
             }
         }
-        let due = !p.held.is_empty() || !p.keys.is_empty();
+        let due = p.all || !p.keys.is_empty();
         drop(p);
         if due {
             let _ = wake.try_send(());
@@ -96,15 +93,15 @@ async fn run(backend: Weak<Backend>, pending: Arc<Mutex<Pending>>, mut woken: mp
         let Some(backend) = backend.upgrade() else {
             return;
         };
-        let Pending { keys, held } =
+        let Pending { keys, all } =
             std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
         let leases = backend
             .leases
-            .held(|l| held.contains(&l.keys.hash) || keys.iter().any(|k| concerns(l, k)));
+            .held(|l| all || keys.iter().any(|k| concerns(l, k)));
         if leases.is_empty() {
             continue;
         }
-        let why = if !held.is_empty() {
+        let why = if all {
             "the lock was gone when checked on the subscriber's connection (a server restart, a failover, or a revocation sent while it was not listening)"
         } else {
             "the lock was gone when checked after a revocation message (a forced release)"
