@@ -41,8 +41,9 @@ pub(crate) type Connector = Arc<
 /// Run every time the subscriber connected (the first time too): it knows the server is
 /// back, so the command connection is made to reconnect now, before the waiters are woken
 /// and before the next request, instead of failing that request first. Answers whether
-/// the server may have changed since the last connection ([`RunId`]), for the log: the
-/// leases held there are checked at once (`Revoked::All`) on every connection anyway.
+/// the server is known to have changed since the last connection ([`RunId`]), for the
+/// log: the leases held there are checked at once (`Revoked::All`) on every connection
+/// anyway.
 pub(crate) type Reconnected =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, bool> + Send + Sync>;
 
@@ -66,17 +67,17 @@ impl RunId {
         RunId::recorded(server.run_id().await.ok().flatten())
     }
 
-    /// Record `now` (`None`: not known); whether the server may have changed since the
-    /// last record. Nothing recorded yet (no command connection was ever made, so nothing
-    /// can be held there): only records.
+    /// Record `now` (`None`: not known); whether the server is known to have changed since
+    /// the last record (two run ids known, and different). It decides a log line only:
+    /// every connection checks the leases anyway, so a run id not known (`INFO` refused, as
+    /// under the least-privilege ACL) is not reported as a change on every connection.
     pub(crate) fn changed(&self, now: Option<String>) -> bool {
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (called, before) = &mut *seen;
         let changed = match (&*before, &now) {
             _ if !*called => false,
             (Some(a), Some(b)) => a != b,
-            // Not known: a check costs one renewal round, a miss a lease.
-            _ => true,
+            _ => false,
         };
         *called = true;
         *before = now;
@@ -129,9 +130,9 @@ pub(crate) fn connector(address: &str, client: redis::Client) -> Connector {
 /// With `reset`, every change of it drops the connection and connects again (through
 /// `connect`, which may now reach another server: a sentinel failover), waking every waiter.
 /// After every connection (the first one too), `reconnected` runs (bounded by
-/// `connect_timeout`) before the waiters are woken, and the hub is told to check every
-/// lease held there (`Revoked::All`): the server may have changed, and revocations
-/// published while no subscription listened were missed.
+/// `connect_timeout`; a server it finds replaced is logged) before the waiters are woken,
+/// and the hub is told to check every lease held there (`Revoked::All`): the server may
+/// have changed, and revocations published while no subscription listened were missed.
 /// Every connection also subscribes the hub's revocation channel (a refusal, e.g. an ACL
 /// user without the channel right, is logged and leaves revocations to the renewals).
 pub(crate) fn spawn(
@@ -264,7 +265,7 @@ async fn run(
             // Not answered in time: not known either.
             Some(hook) => tokio::time::timeout(connect_timeout, hook())
                 .await
-                .unwrap_or(true),
+                .unwrap_or(false),
             None => false,
         };
         if let Some(h) = hub.upgrade() {
@@ -367,7 +368,7 @@ mod tests {
     use super::RunId;
 
     #[test]
-    fn a_new_or_unknown_run_id_is_a_change() {
+    fn a_new_run_id_is_a_change_and_an_unknown_one_is_not() {
         let seen = RunId::default();
         assert!(
             !seen.changed(Some("a".into())),
@@ -375,9 +376,10 @@ mod tests {
         );
         assert!(!seen.changed(Some("a".into())));
         assert!(seen.changed(Some("b".into())), "restarted");
-        assert!(seen.changed(None), "not known");
-        assert!(seen.changed(Some("b".into())), "not known before");
+        assert!(!seen.changed(None), "not known: not reported");
+        assert!(!seen.changed(Some("b".into())), "not known before");
         assert!(!seen.changed(Some("b".into())));
+        assert!(seen.changed(Some("c".into())));
     }
 
     #[test]
@@ -387,8 +389,8 @@ mod tests {
         assert!(!seen.changed(Some("b".into())));
         let unknown = RunId::recorded(None);
         assert!(
-            unknown.changed(Some("a".into())),
-            "not known at the connect"
+            !unknown.changed(Some("a".into())),
+            "not known at the connect: not reported"
         );
     }
 }
