@@ -23,14 +23,23 @@ fn config(url: &str, holder_info: bool) -> String {
     )
 }
 
-/// (Every registry here is returned once its subscriber connected: the tests count
-/// commands.)
+/// Every registry here is returned once its subscriber connected ([`subscribed`]).
 async fn registry(url: &str, holder_info: bool) -> Registry {
     let reg = Registry::from_str(&config(url, holder_info))
         .await
         .expect("connect to the private redis-server");
-    common::subscriber_connected(&reg).await;
+    subscribed(&reg).await;
     reg
+}
+
+/// Until `reg`'s subscriber has connected once: its first connection checks the leases
+/// held then, and a waiter polls until it is subscribed, so the tests count commands only
+/// after it.
+async fn subscribed(reg: &Registry) {
+    eventually(Duration::from_secs(5), "the subscriber connects", || {
+        reg.subscriber_connections("main").unwrap_or(0) > 0
+    })
+    .await;
 }
 
 /// A registry on `url` with `handoff = false`: barging.
@@ -38,7 +47,7 @@ async fn barging(url: &str) -> Registry {
     let reg = Registry::from_str(&format!("{}handoff = false\n", config(url, false)))
         .await
         .expect("connect to the private redis-server");
-    common::subscriber_connected(&reg).await;
+    subscribed(&reg).await;
     reg
 }
 

@@ -214,17 +214,3 @@ pub fn percentile(times: &mut [Duration], p: f64) -> Duration {
     let i = ((times.len() as f64 - 1.0) * p).round() as usize;
     times[i]
 }
-
-/// Until the backend `main`'s subscriber has connected once (bounded: 5 s). Its first
-/// connection checks the leases held then (`lease/revoke.rs`), and a waiter polls until
-/// it is subscribed: a test that counts commands takes its locks after it.
-pub async fn subscriber_connected(reg: &Registry) {
-    let start = Instant::now();
-    while reg.subscriber_connections("main").unwrap_or(0) == 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the subscriber did not connect within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
