@@ -604,3 +604,56 @@ async fn with_handoff_false_sixteen_tasks_on_one_key_exclude_each_other() {
         .collect();
     assert!(left.is_empty(), "nothing left held: {left:?}");
 }
+
+/// A hot key whose releases always find a waiter of their own process (four tasks of
+/// registry `a` taking it in turn) does not starve a waiter of another process (registry
+/// `b`, as a second process would be): it gets the lock well within its `wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_another_process_is_not_starved_by_local_hand_offs() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let server = RedisProcess::start();
+    let a = registry(&server.url(), false).await;
+    let b = registry(&server.url(), false).await;
+    let key = "handoff:remote";
+    let stop = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (a, stop, taken) = (a.clone(), stop.clone(), taken.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = a
+                        .lock(key)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("a's acquire");
+                    taken.fetch_add(1, Ordering::Relaxed);
+                    // The work done under the lock.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    g.release().await.expect("a's release");
+                }
+            })
+        })
+        .collect();
+    // `a`'s tasks hand the lock on among themselves.
+    eventually(Duration::from_secs(5), "a's tasks take turns", || {
+        taken.load(Ordering::Relaxed) >= 20
+    })
+    .await;
+    let start = Instant::now();
+    let got = b.lock(key).wait(Duration::from_secs(5)).acquire().await;
+    let waited = start.elapsed();
+    let before = taken.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let got = got.unwrap_or_else(|e| {
+        panic!("the other process's waiter got nothing in {waited:?} ({before} acquisitions by a): {e}")
+    });
+    println!("the other process's waiter waited {waited:?} ({before} acquisitions by a)");
+    assert!(got.is_held());
+    got.release().await.expect("b's release");
+    for t in tasks {
+        t.await.expect("a's task");
+    }
+}

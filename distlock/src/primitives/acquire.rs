@@ -160,6 +160,12 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         Some(w) if !hold.nested && crate::primitives::handoff::eligible(&keys) => Some(w.clone()),
         _ => None,
     };
+    // Its refused attempts tell the holder's process that a waiter of another process is
+    // there: it lets the lock go free for it at its next release instead of handing it to
+    // one of its own (`acquire.lua`, `Hub::take_remote_waiter`).
+    if let Some(w) = &handoffs {
+        keys.handoff_tag = Some(w.tag().clone());
+    }
     let mut place: Option<Place> = None;
     let mut rank: Option<u64> = None;
     let grant = |keys: LockKeys, hold: Hold, token: u64, outermost: bool, sent: Instant, permit| {

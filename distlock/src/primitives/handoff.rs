@@ -115,8 +115,12 @@ struct Slot {
 }
 
 /// The local waiters of one backend, by lock hash key.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Waiters {
+    /// This backend's tag (random, 16 hex digits): what its refused attempts publish
+    /// (`w\t<tag>`, `acquire.lua`), so the holder's process can tell a waiter of another
+    /// process from one of its own.
+    tag: Arc<str>,
     map: Mutex<HashMap<String, BTreeMap<u64, Slot>>>,
     next: AtomicU64,
     /// The locks handed to a waiter of this process, until that grant's lease end: held
@@ -135,7 +139,25 @@ pub(crate) struct Waiters {
     marked: AtomicUsize,
 }
 
+impl Default for Waiters {
+    fn default() -> Waiters {
+        Waiters {
+            tag: format!("{:016x}", rand::random::<u64>()).into(),
+            map: Mutex::default(),
+            next: AtomicU64::default(),
+            handed: Mutex::default(),
+            queued: AtomicUsize::default(),
+            marked: AtomicUsize::default(),
+        }
+    }
+}
+
 impl Waiters {
+    /// This backend's tag (see the field).
+    pub(crate) fn tag(&self) -> &Arc<str> {
+        &self.tag
+    }
+
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<u64, Slot>>> {
         // Every change is one insert or remove: a poisoned lock is still consistent.
         self.map.lock().unwrap_or_else(|e| e.into_inner())
@@ -215,6 +237,14 @@ impl Waiters {
             self.marked.fetch_sub(1, Ordering::Release);
         }
         None
+    }
+
+    /// A release of `key` lets it go free for a waiter of another process: this process's
+    /// acquirers of it (its local waiters, woken by that release, and new ones) wait
+    /// without an attempt for [`HANDED_TRUST`] at most — long enough for that waiter,
+    /// woken by the release's PUBLISH, to take it — and then try as usual.
+    pub(crate) fn yield_to_remote(&self, key: &str) {
+        self.mark_handed(key, Instant::now() + HANDED_TRUST);
     }
 
     /// Take the first waiter of `key` still waiting, but not of `owner` (the releaser's):

@@ -16,7 +16,14 @@
 -- ARGV[6] (optional, holder information on) this holder's `host\tpid\tsite`: a new holder
 --   writes it, with the server TIME in ms and the token appended, as the field
 --   `i:<owner id>` of the lock hash, in the same HSET as its count: it lives and goes with
---   the lock, and costs no key, no write and no expiry of its own.
+--   the lock, and costs no key, no write and no expiry of its own. '' (or absent): none.
+-- ARGV[7], ARGV[8], ARGV[9] (optional; a fresh acquisition on a backend that hands off)
+--   the tag of the acquirer's process (its backend's hand-off waiters), the lock's channel
+--   and the publish verb: an attempt refused because another owner holds the lock
+--   publishes `w\t<tag>` there, so that the holder's process, if it hands the lock on
+--   among its own waiters, lets it go free once for this waiter of another process
+--   instead (`crate::primitives::handoff`). Publishes nothing else and writes nothing; a
+--   failed publish (an ACL user without the channel right) is ignored.
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -27,6 +34,7 @@
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], 'l:' .. ARGV[3]
 local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
 local at_least = ARGV[5] == nil and 0 or tonumber(ARGV[5])
+local holder = ARGV[6] ~= '' and ARGV[6] or nil
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
@@ -57,17 +65,18 @@ if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, level) == 1 then
     return again({1, tonumber(redis.call('hget', lock, level))})
   end
+  if ARGV[7] then redis.pcall(ARGV[9], ARGV[8], 'w\t' .. ARGV[7]) end
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)
 local mark = string.format('%.0f', token)
-if ARGV[6] or at_least > 0 then
+if holder or at_least > 0 then
   local t = redis.call('time')
   if at_least > 0 then
     redis.call('hset', lock, 'hold:until', string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + at_least))
   end
-  if ARGV[6] then
-    redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(ARGV[6], t, mark))
+  if holder then
+    redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(holder, t, mark))
   else
     redis.call('hset', lock, owner, 1, level, mark)
   end

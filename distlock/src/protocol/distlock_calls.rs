@@ -10,8 +10,15 @@ use crate::protocol::script::{millis, Publish, Script};
 use crate::LockKind;
 
 /// The acquire call. `wait`: how long the caller may still wait (fair and write locks
-/// queue for that long).
-pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+/// queue for that long). `publish`: how a refused fresh acquisition of a lock that hands
+/// off tells the holder's process it waits (`LockKeys::handoff_tag`).
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    hold: Hold,
+    lease: Duration,
+    wait: Duration,
+    publish: Publish,
+) -> Call {
     let wait = wait.as_millis().min(i64::MAX as u128).to_string();
     let nested = hold.nested_arg();
     let mut call = match &keys.shape {
@@ -39,6 +46,12 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
     call.keys.push(keys.fence.clone());
     if let Some(holder) = &keys.holder {
         call = call.arg(&**holder);
+    }
+    if let (Shape::Reentrant, Some(tag), false) = (&keys.shape, &keys.handoff_tag, hold.nested) {
+        if keys.holder.is_none() {
+            call = call.arg("");
+        }
+        call = call.arg(&**tag).arg(&keys.channel).arg(publish.verb());
     }
     call
 }

@@ -38,6 +38,11 @@ pub(crate) struct LockKeys {
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
+    /// The tag of this process's hand-off waiters (its backend's
+    /// `crate::primitives::handoff::Waiters`), set on a fresh acquisition of a lock that
+    /// hands off: its refused attempts tell the holder's process that a waiter of another
+    /// process is there (`acquire.lua`).
+    pub handoff_tag: Option<std::sync::Arc<str>>,
 }
 
 /// The layout of a lock on Redis, one variant per family of scripts. Every function that
@@ -187,6 +192,7 @@ impl LockKeys {
             format: Format::Distlock,
             holder: None,
             hold_at_least: None,
+            handoff_tag: None,
         })
     }
 

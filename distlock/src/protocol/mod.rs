@@ -45,10 +45,16 @@ fn redisson(keys: &LockKeys) -> Option<(LockKind, &RedissonKeys)> {
 
 /// The acquire call for `keys`. `wait`: how long the caller may still wait (fair and write
 /// locks queue for that long).
-pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    hold: Hold,
+    lease: Duration,
+    wait: Duration,
+    publish: Publish,
+) -> Call {
     match redisson(keys) {
         Some((kind, r)) => redisson_calls::acquire(keys, kind, r, hold, lease, wait),
-        None => distlock_calls::acquire(keys, hold, lease, wait),
+        None => distlock_calls::acquire(keys, hold, lease, wait, publish),
     }
 }
 
@@ -156,7 +162,13 @@ mod tests {
         );
         let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5).unwrap();
         let hold = Hold::fresh();
-        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        let a = acquire(
+            &keys,
+            hold,
+            Duration::from_secs(30),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.script, Script::SemAcquire);
         assert_eq!(
             a.keys,
@@ -289,7 +301,13 @@ mod tests {
         .unwrap();
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
-        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        let a = acquire(
+            &keys,
+            hold,
+            Duration::from_secs(30),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.script, Script::RedissonLock);
         assert_eq!(a.keys, vec!["order:42", "redisson_lock_token:{order:42}"]);
         assert_eq!(a.args, vec![b"30000".to_vec(), field.clone().into_bytes()]);
@@ -298,6 +316,7 @@ mod tests {
             Hold::nested(hold.owner),
             Duration::from_secs(1),
             Duration::ZERO,
+            Publish::Plain,
         );
         assert_eq!(nested.args[2], b"1", "only re-enter");
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
@@ -347,7 +366,7 @@ mod tests {
         if let Format::Redisson(r) = &mut fair.format {
             r.allowance = Duration::from_secs(5);
         }
-        let a = acquire(&fair, hold, d, Duration::from_secs(5));
+        let a = acquire(&fair, hold, d, Duration::from_secs(5), Publish::Plain);
         assert_eq!(a.script, Script::RedissonFairLock);
         assert_eq!(
             a.keys,
@@ -361,7 +380,10 @@ mod tests {
         assert_eq!(a.args[1], field.as_bytes());
         assert_eq!(a.args[2], b"5000", "the allowance");
         assert_eq!(a.args[3], b"wait");
-        assert_eq!(acquire(&fair, hold, d, Duration::ZERO).args[3], b"try");
+        assert_eq!(
+            acquire(&fair, hold, d, Duration::ZERO, Publish::Plain).args[3],
+            b"try"
+        );
         let r = release(&fair, hold, Publish::Plain);
         assert_eq!(r.script, Script::RedissonFairUnlock);
         assert_eq!(r.keys[3], "redisson_lock__channel:{o}");
@@ -385,7 +407,7 @@ mod tests {
         );
 
         let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
-        let a = acquire(&read, hold, d, Duration::ZERO);
+        let a = acquire(&read, hold, d, Duration::ZERO, Publish::Plain);
         assert_eq!(a.script, Script::RedissonReadLock);
         assert_eq!(a.keys[1], format!("{{o}}:{field}:rwlock_timeout"));
         assert_eq!(a.args[2], format!("{field}:write").as_bytes());
@@ -399,7 +421,7 @@ mod tests {
         assert_eq!(w.keys, vec!["o", "{o}"]);
 
         let write = LockKeys::redisson("o".into(), LockKind::Write, d).unwrap();
-        let a = acquire(&write, hold, d, Duration::from_secs(1));
+        let a = acquire(&write, hold, d, Duration::from_secs(1), Publish::Plain);
         assert_eq!(a.script, Script::RedissonWriteLock);
         assert_eq!(a.args[1], format!("{field}:write").as_bytes());
         let r = release(&write, hold, Publish::Plain);
@@ -415,7 +437,12 @@ mod tests {
         assert_eq!(a.args[2], b"1");
         let a = acquire(&write, nested(Under::Read), d, Duration::ZERO);
         assert_eq!(a.args[2..], [b"r".to_vec(), field.clone().into_bytes()]);
-        assert_eq!(acquire(&read, hold, d, Duration::ZERO).args.len(), 3);
+        assert_eq!(
+            acquire(&read, hold, d, Duration::ZERO, Publish::Plain)
+                .args
+                .len(),
+            3
+        );
         let a = acquire(&read, nested(Under::Write), d, Duration::ZERO);
         assert_eq!(a.args[3], b"w");
         assert_eq!(
@@ -444,7 +471,13 @@ mod tests {
     #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
-        let call = acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);
+        let call = acquire(
+            &keys,
+            Hold::fresh(),
+            Duration::from_secs(1),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(call.keys.len(), 2);
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(
