@@ -72,8 +72,8 @@ fn exists(addr: &str, key: &str) -> bool {
     cmd(addr, &["EXISTS", key]).as_int() == Some(1)
 }
 
-/// The owners in a lock's hash (its fields but the level marks and `hold:until`), with
-/// their counts.
+/// The owners in a lock's hash (its fields but the level marks, the holder information,
+/// `hold:until` and the waiting processes `w`), with their counts.
 fn owners(addr: &str, key: &str) -> Vec<(String, String)> {
     let all = cmd(addr, &["HGETALL", key]);
     let items: Vec<String> = all
@@ -84,7 +84,12 @@ fn owners(addr: &str, key: &str) -> Vec<(String, String)> {
         .collect();
     items
         .chunks(2)
-        .filter(|p| !p[0].starts_with("l:") && !p[0].starts_with("i:") && p[0] != "hold:until")
+        .filter(|p| {
+            !p[0].starts_with("l:")
+                && !p[0].starts_with("i:")
+                && p[0] != "hold:until"
+                && p[0] != "w"
+        })
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect()
 }
@@ -656,4 +661,161 @@ async fn a_waiter_of_another_process_is_not_starved_by_local_hand_offs() {
     for t in tasks {
         t.await.expect("a's task");
     }
+}
+
+/// Two processes (registries) with four tasks each on one hot key: both keep getting it
+/// (each process's waiters are handed it among themselves, and a waiter of the other
+/// process is let in), holders exclude each other, and tokens grow with every owner
+/// change, across processes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_hot_key_both_get_it_and_exclude_each_other() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let server = RedisProcess::start();
+    let regs = [
+        registry(&server.url(), false).await,
+        registry(&server.url(), true).await,
+    ];
+    let key = "handoff:two";
+    let inside = Arc::new(AtomicBool::new(false));
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let until = Instant::now() + Duration::from_millis(1500);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (reg, inside, notes) = (regs[i % 2].clone(), inside.clone(), notes.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let g = reg
+                        .lock(key)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    notes.lock().unwrap().push((i % 2, g.fencing_token()));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let notes = notes.lock().unwrap().clone();
+    let per = [0, 1].map(|p| notes.iter().filter(|(q, _)| *q == p).count());
+    let switches = notes.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    println!(
+        "two processes on one hot key: {} and {} acquisitions, {switches} switches between them",
+        per[0], per[1]
+    );
+    assert!(
+        per.iter().all(|n| *n >= 5),
+        "each process got it at least 5 times: {per:?}"
+    );
+    assert!(
+        notes.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens strictly increasing in acquisition order"
+    );
+    assert!(
+        !exists(&server.addr(), &format!("lock:{{{key}}}")),
+        "free at the end"
+    );
+}
+
+/// The scripts by themselves: a refused attempt leaves its process's tag in the lock's `w`
+/// (each tag once); a hand-off that finds only the releasing process's own tag there hands
+/// the lock on, and one that finds another process's frees it and publishes (release.lua's
+/// answer, 0); a hand-off or a release clears `w` with the lock.
+#[test]
+fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let (acquire, handoff) = (
+        distlock::__private::scripts::ACQUIRE,
+        distlock::__private::scripts::HANDOFF,
+    );
+    let (lock, fence, channel) = ("lock:{w}", "lock:{w}:fence", "lock:{w}:released");
+    let take = |owner: &str, level: &str| {
+        let v = cmd(
+            &addr,
+            &[
+                "EVAL", acquire, "2", lock, fence, owner, "10000", level, "0", "0", "", "aaaa",
+            ],
+        );
+        v.as_array()
+            .unwrap_or_default()
+            .first()
+            .and_then(RespValue::as_int)
+    };
+    let refused = |tag: &str| {
+        let v = cmd(
+            &addr,
+            &[
+                "EVAL",
+                acquire,
+                "2",
+                lock,
+                fence,
+                "waiter",
+                "10000",
+                "00000000000000ff",
+                "0",
+                "0",
+                "",
+                tag,
+            ],
+        );
+        v.as_array()
+            .unwrap_or_default()
+            .first()
+            .and_then(RespValue::as_int)
+    };
+    let hand = |owner: &str, level: &str, to: &str, to_level: &str| {
+        cmd(
+            &addr,
+            &[
+                "EVAL", handoff, "2", lock, fence, owner, channel, "publish", level, to, "10000",
+                to_level, "1", "", "aaaa",
+            ],
+        )
+    };
+    assert_eq!(take("one", "0000000000000001"), Some(1), "acquired");
+    // Two refused attempts of this process ("aaaa"): its tag, once.
+    for tag in ["aaaa", "aaaa"] {
+        assert_eq!(refused(tag), Some(0), "refused");
+    }
+    assert_eq!(cmd(&addr, &["HGET", lock, "w"]).as_str(), Some(",aaaa"));
+    // Only this process's own waiters: handed on, and `w` goes with the old hold.
+    let v = hand("one", "0000000000000001", "two", "0000000000000002");
+    assert_eq!(
+        v.as_array()
+            .unwrap_or_default()
+            .first()
+            .and_then(RespValue::as_int),
+        Some(4),
+        "handed on: {v:?}"
+    );
+    assert_eq!(cmd(&addr, &["HEXISTS", lock, "w"]).as_int(), Some(0));
+    // And of another process ("bbbb") too: each tag once.
+    for tag in ["bbbb", "aaaa", "bbbb"] {
+        assert_eq!(refused(tag), Some(0), "refused");
+    }
+    assert_eq!(
+        cmd(&addr, &["HGET", lock, "w"]).as_str(),
+        Some(",bbbb,aaaa")
+    );
+    assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+    // A waiter of another process: freed and published, not handed on.
+    let v = hand("two", "0000000000000002", "three", "0000000000000003");
+    assert_eq!(v.as_int(), Some(0), "freed: {v:?}");
+    assert!(!exists(&addr, lock), "free for the other process's waiter");
+    assert_eq!(calls(&addr, "publish"), 1, "published");
+    // Run again: the level is gone and nobody holds it.
+    assert_eq!(
+        hand("two", "0000000000000002", "three", "0000000000000003").as_int(),
+        Some(-1)
+    );
+    assert!(!exists(&addr, lock), "nothing written by the run again");
 }

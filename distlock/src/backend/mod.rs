@@ -281,13 +281,8 @@ impl Backend {
                 Driver::Sentinel(m) => m.hands_off(),
                 Driver::Memory(_) | Driver::Quorum(_) => false,
             };
-        let handoffs = hands_off.then(|| {
-            let w = Arc::new(crate::primitives::handoff::Waiters::default());
-            hub.set_tag(w.tag().clone());
-            w
-        });
         let backend = Backend {
-            handoffs,
+            handoffs: hands_off.then(Default::default),
             name,
             address,
             prefix: defaults.key_prefix.clone(),

@@ -234,7 +234,7 @@ impl SentinelMaster {
         let (Some(sync), Some(conn)) = (self.sync, &current.sync_conn) else {
             return self.checked(current.server.acquire(keys, hold, lease, wait).await);
         };
-        let call = crate::protocol::acquire(keys, hold, lease, wait, current.server.publish);
+        let call = crate::protocol::acquire(keys, hold, lease, wait);
         let (attempt, acked) = self.checked(
             current
                 .server

@@ -354,11 +354,12 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
 
 /// The inspect script's reply as the locks it shows (`None`: not that script's reply).
 /// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`),
-/// `i:<owner id>` the holders' information, and `hold:until` a run-once job's
-/// `hold_at_least`; owners are the other fields (so a lock kept after its job by
-/// `hold_at_least` shows no holder).
+/// `i:<owner id>` the holders' information, `hold:until` a run-once job's
+/// `hold_at_least`, and `w` the processes with a waiter refused it (`protocol/handoff.lua`);
+/// owners are the other fields (so a lock kept after its job by `hold_at_least` shows no
+/// holder).
 fn is_owner(field: &str) -> bool {
-    !(field.starts_with("l:") || field.starts_with("i:") || field == "hold:until")
+    !(field.starts_with("l:") || field.starts_with("i:") || field == "hold:until" || field == "w")
 }
 
 /// The holder information entries of a lock's hash (`i:<owner id>` -> entry), by owner.

@@ -186,20 +186,15 @@ impl Drop for Held {
 
 /// The first local waiter of this lock to hand it to on this release, if it hands off
 /// (`crate::primitives::handoff`): an outermost hold of an eligible lock, on a backend that
-/// hands off — unless a waiter of another process was refused the lock since this process
-/// last released it: then this release frees it and publishes, and this process's
-/// acquirers hold off for a moment so that waiter can take it (else a hot key's local
-/// waiters would keep it in this process, and a waiter elsewhere would hear nothing).
+/// hands off.
 fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
     if !state.outermost || state.hold.nested || !crate::primitives::handoff::eligible(&state.keys) {
         return None;
     }
-    let waiters = backend.handoffs.as_ref()?;
-    if backend.hub.take_remote_waiter(&state.keys.channel) {
-        waiters.yield_to_remote(&state.keys.hash);
-        return None;
-    }
-    waiters.claim(&state.keys.hash, state.owner)
+    backend
+        .handoffs
+        .as_ref()?
+        .claim(&state.keys.hash, state.owner)
 }
 
 /// The hold to release, and the permit that makes it the owner's only level (`Hold::sole`):
@@ -268,6 +263,12 @@ async fn hand_off(
             return Ok(());
         }
         Ok(Some(HandedOff::Released(r))) => {
+            // Freed instead of handed on: a waiter of another process was refused it
+            // meanwhile (`handoff.lua`). This process's acquirers, the claimed waiter
+            // first, hold off for a moment so that waiter can take it.
+            if let (Released::Freed, Some(w)) = (&r, &backend.handoffs) {
+                w.yield_to_remote(&keys.hash);
+            }
             if let Some(c) = pending.disarm().0 {
                 c.retry();
             }

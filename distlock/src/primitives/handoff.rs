@@ -12,6 +12,10 @@
 //!   outcome ([`Claimed::grant`] or [`Claimed::retry`]): its level may be granted by the
 //!   script, and an attempt of its own with that level would find the grant (acquire.lua's
 //!   run again) while the releaser, hearing the waiter gone, released it.
+//! - A waiter of another process is not starved: its refused attempt leaves its process's
+//!   [`Waiters::tag`] in the lock (`acquire.lua`), and the script then frees the lock and
+//!   publishes instead of handing it on; this process's acquirers hold off for a moment
+//!   ([`Waiters::yield_to_remote`]) so that waiter takes it.
 //! - A releaser whose outcome is unknown (its future dropped, a transient error) undoes the
 //!   waiter's possible grant before telling it to retry (`guard.rs`); a grant whose waiter
 //!   left is released by the releaser. No lock stays held by nobody.
@@ -117,9 +121,9 @@ struct Slot {
 /// The local waiters of one backend, by lock hash key.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    /// This backend's tag (random, 16 hex digits): what its refused attempts publish
-    /// (`w\t<tag>`, `acquire.lua`), so the holder's process can tell a waiter of another
-    /// process from one of its own.
+    /// This backend's tag (random, 16 hex digits): what its refused attempts leave in the
+    /// lock's field `w` (`acquire.lua`), so that a hand-off by the holder's process can
+    /// tell a waiter of another process from one of its own (`handoff.lua`).
     tag: Arc<str>,
     map: Mutex<HashMap<String, BTreeMap<u64, Slot>>>,
     next: AtomicU64,

@@ -17,13 +17,11 @@
 --   writes it, with the server TIME in ms and the token appended, as the field
 --   `i:<owner id>` of the lock hash, in the same HSET as its count: it lives and goes with
 --   the lock, and costs no key, no write and no expiry of its own. '' (or absent): none.
--- ARGV[7], ARGV[8], ARGV[9] (optional; a fresh acquisition on a backend that hands off)
---   the tag of the acquirer's process (its backend's hand-off waiters), the lock's channel
---   and the publish verb: an attempt refused because another owner holds the lock
---   publishes `w\t<tag>` there, so that the holder's process, if it hands the lock on
---   among its own waiters, lets it go free once for this waiter of another process
---   instead (`crate::primitives::handoff`). Publishes nothing else and writes nothing; a
---   failed publish (an ACL user without the channel right) is ignored.
+-- ARGV[7] (optional; a fresh acquisition on a backend that hands off) the tag of the
+--   acquirer's process (its backend's hand-off waiters): an attempt refused because another
+--   owner holds the lock adds it to the lock's field `w` (`,<tag>` per waiting process, each
+--   once; it goes with the lock), so that a hand-off among the holder process's own waiters
+--   lets the lock go free instead (handoff.lua).
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -65,7 +63,10 @@ if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, level) == 1 then
     return again({1, tonumber(redis.call('hget', lock, level))})
   end
-  if ARGV[7] then redis.pcall(ARGV[9], ARGV[8], 'w\t' .. ARGV[7]) end
+  if ARGV[7] then
+    local w = redis.call('hget', lock, 'w') or ''
+    if not string.find(w, ARGV[7], 1, true) then redis.call('hset', lock, 'w', w .. ',' .. ARGV[7]) end
+  end
   return {0, redis.call('pttl', lock)}
 end
 local token = next_token(fence)

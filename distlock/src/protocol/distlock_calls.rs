@@ -10,15 +10,9 @@ use crate::protocol::script::{millis, Publish, Script};
 use crate::LockKind;
 
 /// The acquire call. `wait`: how long the caller may still wait (fair and write locks
-/// queue for that long). `publish`: how a refused fresh acquisition of a lock that hands
-/// off tells the holder's process it waits (`LockKeys::handoff_tag`).
-pub(crate) fn acquire(
-    keys: &LockKeys,
-    hold: Hold,
-    lease: Duration,
-    wait: Duration,
-    publish: Publish,
-) -> Call {
+/// queue for that long). A refused fresh acquisition of a lock that hands off leaves its
+/// process's tag in the lock (`LockKeys::handoff_tag`, `acquire.lua`).
+pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
     let wait = wait.as_millis().min(i64::MAX as u128).to_string();
     let nested = hold.nested_arg();
     let mut call = match &keys.shape {
@@ -51,7 +45,7 @@ pub(crate) fn acquire(
         if keys.holder.is_none() {
             call = call.arg("");
         }
-        call = call.arg(&**tag).arg(&keys.channel).arg(publish.verb());
+        call = call.arg(&**tag);
     }
     call
 }
@@ -134,9 +128,11 @@ pub(crate) fn handoff(
     .arg(to.level_hex())
     .arg(if hold.sole { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
-    // hold, in the lock's hash).
-    if let Some(holder) = holder {
-        call = call.arg(holder);
+    // hold, in the lock's hash), and this process's tag: the lock goes free instead when
+    // a waiter of another process was refused it.
+    call = call.arg(holder.unwrap_or(""));
+    if let Some(tag) = &keys.handoff_tag {
+        call = call.arg(&**tag);
     }
     Some(call)
 }

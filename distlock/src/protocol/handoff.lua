@@ -1,34 +1,42 @@
 -- Release one level of a reentrant lock and, when that frees it, hand it straight to a
 -- waiter of the same process (direct hand-off): the lock never becomes free, so nothing
--- is published (remote waiters keep waiting); the waiter is told in-process. When the
--- release does not free it (a re-entrant level, not held) this answers as release.lua.
+-- is published; the waiter is told in-process. When the release does not free it (a
+-- re-entrant level, not held) this answers as release.lua. When a waiter of another
+-- process was refused the lock meanwhile (acquire.lua added its tag to the field `w`), it
+-- does not hand it on: it frees the lock and publishes, as release.lua does, so that
+-- waiter can take it (the client then holds its own acquirers off for a moment): a hot
+-- key handed on among one process's waiters does not starve the others.
 -- Only for holds taken without hold_at_least (the client's choice), so it never keeps a
 -- lock until `hold:until`.
 -- Safe to run twice: a run again after a transfer finds the new holder's level mark and
 -- answers the same token (the expiry raised to a full lease from the run again, as
 -- acquire.lua does); every argument is checked before the first write.
--- Costs 6 calls when it hands the owner's only level (INCR, HDEL, DEL, TIME, HSET,
+-- Costs 7 calls when it hands the owner's only level (INCR, HDEL, HGET, DEL, TIME, HSET,
 -- PEXPIRE; HINCRBY more for a level that is not known to be the only one).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
 -- KEYS[2] fencing counter
 -- ARGV[1] owner id of the releasing hold
--- ARGV[2], ARGV[3] the channel and publish verb, as release.lua's (unused: this script never
---   frees the lock, so it has nothing to publish)
+-- ARGV[2], ARGV[3] the channel and publish verb, as release.lua's (used when it frees the
+--   lock for a waiter of another process)
 -- ARGV[4] level id of the acquisition released
 -- ARGV[5] the waiter's owner id (not the releasing owner)
 -- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[7] the waiter's level id (its fresh acquisition's)
 -- ARGV[8] '1' when the released level is the owner's only one (as release.lua's ARGV[6]),
 --   else '0' or absent
--- ARGV[9] (optional) the waiter's `host\tpid\tsite` when it records holder information:
---   written as acquire.lua writes a new holder's (`i:<owner id>` in the lock hash); the old
---   holder's goes with the old hold
+-- ARGV[9] the waiter's `host\tpid\tsite` when it records holder information, else '' (or
+--   absent): written as acquire.lua writes a new holder's (`i:<owner id>` in the lock
+--   hash); the old holder's goes with the old hold
+-- ARGV[10] (optional) the tag of this process (acquire.lua's ARGV[7]): a tag in `w` other
+--   than this one is a waiter of another process
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
 --   new one from the counter); else as release.lua: -1 the owner does not hold it
---   (nothing changed); n > 0 still held re-entrantly.
+--   (nothing changed); n > 0 still held re-entrantly; 0 (or {0, error}, the publish
+--   refused) freed for a waiter of another process, and published.
 local lock, fence, owner, new_owner = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
 local lease, new_level = tonumber(ARGV[6]), 'l:' .. tostring(ARGV[7])
+local holder = ARGV[9] ~= '' and ARGV[9] or nil
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[6]))
@@ -52,12 +60,20 @@ local stays = release_level(lock, owner, ARGV[4], false, function()
   return {4, tonumber(granted)}
 end, ARGV[8] == '1')
 if stays then return stays end
--- Freed: the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
+-- Freed. A waiter of another process was refused meanwhile: the lock goes free for it.
+local w = redis.call('hget', lock, 'w')
+if w and (not ARGV[10] or w:gsub(',' .. ARGV[10], '', 1) ~= '') then
+  redis.call('del', lock)
+  local published = redis.pcall(ARGV[3], ARGV[2], owner)
+  if type(published) == 'table' and published.err then return {0, published.err} end
+  return 0
+end
+-- Else the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
 redis.call('del', lock)
-if ARGV[9] then
+if holder then
   local t = redis.call('time')
   local mark = string.format('%.0f', token)
-  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(ARGV[9], t, mark))
+  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(holder, t, mark))
 else
   redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
 end

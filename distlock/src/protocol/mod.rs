@@ -45,16 +45,10 @@ fn redisson(keys: &LockKeys) -> Option<(LockKind, &RedissonKeys)> {
 
 /// The acquire call for `keys`. `wait`: how long the caller may still wait (fair and write
 /// locks queue for that long).
-pub(crate) fn acquire(
-    keys: &LockKeys,
-    hold: Hold,
-    lease: Duration,
-    wait: Duration,
-    publish: Publish,
-) -> Call {
+pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
     match redisson(keys) {
         Some((kind, r)) => redisson_calls::acquire(keys, kind, r, hold, lease, wait),
-        None => distlock_calls::acquire(keys, hold, lease, wait, publish),
+        None => distlock_calls::acquire(keys, hold, lease, wait),
     }
 }
 
@@ -162,13 +156,7 @@ mod tests {
         );
         let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5).unwrap();
         let hold = Hold::fresh();
-        let a = acquire(
-            &keys,
-            hold,
-            Duration::from_secs(30),
-            Duration::ZERO,
-            Publish::Plain,
-        );
+        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
         assert_eq!(a.script, Script::SemAcquire);
         assert_eq!(
             a.keys,
@@ -236,7 +224,11 @@ mod tests {
         assert_eq!(call.args[5], b"5000");
         assert_eq!(call.args[6], new.level_hex().as_bytes());
         assert_eq!(call.args[7], b"0", "not known to be the owner's only level");
-        assert_eq!(call.args.len(), 8, "no holder information: no 9th argument");
+        assert_eq!(call.args.len(), 9, "no tag: no 10th argument");
+        assert_eq!(
+            call.args[8], b"",
+            "no holder information: an empty 9th argument"
+        );
         let sole = Hold { sole: true, ..old };
         let call_sole = handoff(&keys, sole, new, d, None, Publish::Plain).unwrap();
         assert_eq!(
@@ -254,9 +246,23 @@ mod tests {
         let old_records = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(old_records.keys.len(), 2);
         assert_eq!(
-            old_records.args.len(),
-            8,
+            old_records.args[8], b"",
             "the old entry goes with its hold; no new one"
+        );
+        // This process's tag: the lock goes free instead for a waiter of another process.
+        keys.handoff_tag = Some("00ab".into());
+        let tagged = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
+        assert_eq!(tagged.args[8..], [b"".to_vec(), b"00ab".to_vec()]);
+        let refused = acquire(&keys, old, d, Duration::ZERO);
+        assert_eq!(refused.args[5..], [b"h\t2\tt".to_vec(), b"00ab".to_vec()]);
+        keys.holder = None;
+        let refused = acquire(&keys, old, d, Duration::ZERO);
+        assert_eq!(refused.args[5..], [b"".to_vec(), b"00ab".to_vec()]);
+        let nested = acquire(&keys, Hold::nested(old.owner), d, Duration::ZERO);
+        assert_eq!(
+            nested.args.len(),
+            5,
+            "a nested acquisition never waits: no tag"
         );
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(call.handed_off(&pair(4, 9)), Ok(HandedOff::To { token: 9 }));
@@ -301,13 +307,7 @@ mod tests {
         .unwrap();
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
-        let a = acquire(
-            &keys,
-            hold,
-            Duration::from_secs(30),
-            Duration::ZERO,
-            Publish::Plain,
-        );
+        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
         assert_eq!(a.script, Script::RedissonLock);
         assert_eq!(a.keys, vec!["order:42", "redisson_lock_token:{order:42}"]);
         assert_eq!(a.args, vec![b"30000".to_vec(), field.clone().into_bytes()]);
@@ -316,7 +316,6 @@ mod tests {
             Hold::nested(hold.owner),
             Duration::from_secs(1),
             Duration::ZERO,
-            Publish::Plain,
         );
         assert_eq!(nested.args[2], b"1", "only re-enter");
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
@@ -366,7 +365,7 @@ mod tests {
         if let Format::Redisson(r) = &mut fair.format {
             r.allowance = Duration::from_secs(5);
         }
-        let a = acquire(&fair, hold, d, Duration::from_secs(5), Publish::Plain);
+        let a = acquire(&fair, hold, d, Duration::from_secs(5));
         assert_eq!(a.script, Script::RedissonFairLock);
         assert_eq!(
             a.keys,
@@ -380,10 +379,7 @@ mod tests {
         assert_eq!(a.args[1], field.as_bytes());
         assert_eq!(a.args[2], b"5000", "the allowance");
         assert_eq!(a.args[3], b"wait");
-        assert_eq!(
-            acquire(&fair, hold, d, Duration::ZERO, Publish::Plain).args[3],
-            b"try"
-        );
+        assert_eq!(acquire(&fair, hold, d, Duration::ZERO).args[3], b"try");
         let r = release(&fair, hold, Publish::Plain);
         assert_eq!(r.script, Script::RedissonFairUnlock);
         assert_eq!(r.keys[3], "redisson_lock__channel:{o}");
@@ -407,7 +403,7 @@ mod tests {
         );
 
         let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
-        let a = acquire(&read, hold, d, Duration::ZERO, Publish::Plain);
+        let a = acquire(&read, hold, d, Duration::ZERO);
         assert_eq!(a.script, Script::RedissonReadLock);
         assert_eq!(a.keys[1], format!("{{o}}:{field}:rwlock_timeout"));
         assert_eq!(a.args[2], format!("{field}:write").as_bytes());
@@ -421,7 +417,7 @@ mod tests {
         assert_eq!(w.keys, vec!["o", "{o}"]);
 
         let write = LockKeys::redisson("o".into(), LockKind::Write, d).unwrap();
-        let a = acquire(&write, hold, d, Duration::from_secs(1), Publish::Plain);
+        let a = acquire(&write, hold, d, Duration::from_secs(1));
         assert_eq!(a.script, Script::RedissonWriteLock);
         assert_eq!(a.args[1], format!("{field}:write").as_bytes());
         let r = release(&write, hold, Publish::Plain);
@@ -437,12 +433,7 @@ mod tests {
         assert_eq!(a.args[2], b"1");
         let a = acquire(&write, nested(Under::Read), d, Duration::ZERO);
         assert_eq!(a.args[2..], [b"r".to_vec(), field.clone().into_bytes()]);
-        assert_eq!(
-            acquire(&read, hold, d, Duration::ZERO, Publish::Plain)
-                .args
-                .len(),
-            3
-        );
+        assert_eq!(acquire(&read, hold, d, Duration::ZERO).args.len(), 3);
         let a = acquire(&read, nested(Under::Write), d, Duration::ZERO);
         assert_eq!(a.args[3], b"w");
         assert_eq!(
@@ -471,13 +462,7 @@ mod tests {
     #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
-        let call = acquire(
-            &keys,
-            Hold::fresh(),
-            Duration::from_secs(1),
-            Duration::ZERO,
-            Publish::Plain,
-        );
+        let call = acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);
         assert_eq!(call.keys.len(), 2);
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(

@@ -41,11 +41,6 @@ pub(crate) struct Channel {
     /// refused attempt, on a live channel, and finds it unchanged after enabling its
     /// wake-up, has missed nothing and can sleep without trying again.
     messages: AtomicU64,
-    /// A waiter of another process was refused this lock since this process last released
-    /// it (its attempt published `w\t<tag>`, `acquire.lua`): the next release here lets
-    /// the lock go free for it instead of handing it to a waiter of this process
-    /// ([`Hub::take_remote_waiter`]).
-    remote: AtomicBool,
 }
 
 /// A request to the subscriber task.
@@ -73,12 +68,6 @@ pub(crate) struct Hub {
     revocation: Option<String>,
     /// Where revocations go (the backend's checker); a relaying hub passes them on.
     on_revoked: std::sync::OnceLock<OnRevoked>,
-    /// The tag of this backend's hand-off waiters (`crate::primitives::handoff::Waiters`),
-    /// when it hands off: a waiting message with this tag is this process's own.
-    tag: std::sync::OnceLock<Arc<str>>,
-    /// How many channels have [`Channel::remote`] set: a release finds none without taking
-    /// the map's lock.
-    remotes: AtomicUsize,
 }
 
 /// What a revocation asks the backend to check.
@@ -110,8 +99,6 @@ impl Hub {
             connections: std::sync::atomic::AtomicU64::new(0),
             revocation: None,
             on_revoked: std::sync::OnceLock::new(),
-            tag: std::sync::OnceLock::new(),
-            remotes: AtomicUsize::new(0),
         })
     }
 
@@ -143,8 +130,6 @@ impl Hub {
             connections: std::sync::atomic::AtomicU64::new(0),
             revocation,
             on_revoked: std::sync::OnceLock::new(),
-            tag: std::sync::OnceLock::new(),
-            remotes: AtomicUsize::new(0),
         });
         (hub, rx)
     }
@@ -168,31 +153,12 @@ impl Hub {
         }
     }
 
-    /// This backend hands off, with `tag` (once; later calls are ignored).
-    pub(crate) fn set_tag(&self, tag: Arc<str>) {
-        let _ = self.tag.set(tag);
-    }
-
     /// A message arrived on `name` with `payload`: a revocation (on the revocation channel,
-    /// or on a channel a holder watches), and a release for the waiters — but for a
-    /// waiter's `w\t<tag>` (`acquire.lua`), which says a waiter of the process `tag` was
-    /// refused the lock: neither a release nor a revocation, it is noted for this process's
-    /// next release when the tag is another process's ([`Hub::take_remote_waiter`]).
+    /// or on a channel a holder watches), and a release for the waiters.
     pub(crate) fn deliver_message(&self, name: &str, payload: &[u8]) {
         if self.revocation.as_deref() == Some(name) {
             if let Ok(key) = std::str::from_utf8(payload) {
                 self.revoked(Revoked::Key(key));
-            }
-            return;
-        }
-        if let Some(tag) = payload.strip_prefix(b"w\t") {
-            let own = self.tag.get().is_some_and(|t| t.as_bytes() == tag);
-            if !own {
-                if let Some(c) = self.map().get(name) {
-                    if !c.remote.swap(true, Ordering::AcqRel) {
-                        self.remotes.fetch_add(1, Ordering::AcqRel);
-                    }
-                }
             }
             return;
         }
@@ -245,7 +211,6 @@ impl Hub {
                     confirmed: AtomicBool::new(self.subscriber.is_none()),
                     one,
                     messages: AtomicU64::new(0),
-                    remote: AtomicBool::new(false),
                 });
                 map.insert(name.to_owned(), c.clone());
                 c
@@ -261,22 +226,6 @@ impl Hub {
             channel,
             held,
         }
-    }
-
-    /// Whether a waiter of another process was refused the lock of channel `name` since
-    /// the last call (which this one answers for: the flag is taken).
-    pub(crate) fn take_remote_waiter(&self, name: &str) -> bool {
-        if self.remotes.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let taken = self
-            .map()
-            .get(name)
-            .is_some_and(|c| c.remote.swap(false, Ordering::AcqRel));
-        if taken {
-            self.remotes.fetch_sub(1, Ordering::AcqRel);
-        }
-        taken
     }
 
     /// A release was seen on `name`: wake its waiters.
@@ -356,12 +305,7 @@ impl Hub {
             .map(|(n, _)| n.clone())
             .collect();
         for n in &idle {
-            if map
-                .remove(n)
-                .is_some_and(|c| c.remote.load(Ordering::Acquire))
-            {
-                self.remotes.fetch_sub(1, Ordering::AcqRel);
-            }
+            map.remove(n);
         }
         idle
     }
@@ -459,12 +403,8 @@ impl Drop for Watch {
         if last && self.hub.subscriber.is_none() {
             let mut map = self.hub.map();
             // Users only go up from 0 under this lock, so 0 here means nobody came back.
-            if self.channel.users.load(Ordering::Acquire) == 0
-                && map
-                    .remove(&self.channel.name)
-                    .is_some_and(|c| c.remote.load(Ordering::Acquire))
-            {
-                self.hub.remotes.fetch_sub(1, Ordering::AcqRel);
+            if self.channel.users.load(Ordering::Acquire) == 0 {
+                map.remove(&self.channel.name);
             }
         }
     }
