@@ -550,8 +550,9 @@ async fn distlock_hot(url: &str, key: &str, run_for: Duration) -> u64 {
 }
 
 /// Hand-offs per second on one hot key: this process and a child process (this bench run
-/// again with `hot-child`), `HOT_TASKS` tasks each.
-async fn hot_key(which: &str, url: &str, run_for: Duration) -> f64 {
+/// again with `hot-child`), `HOT_TASKS` tasks each; and the share of the acquisitions that
+/// went to the process that got fewer (0.5: even; 0: one process starved).
+async fn hot_key(which: &str, url: &str, run_for: Duration) -> (f64, f64) {
     let key = format!("t:hot:{which}:{}", unique());
     let child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
         .args([
@@ -574,7 +575,11 @@ async fn hot_key(which: &str, url: &str, run_for: Duration) -> f64 {
         .trim()
         .parse()
         .expect("child count");
-    (mine + theirs) as f64 / start.elapsed().as_secs_f64().max(run_for.as_secs_f64())
+    let all = (mine + theirs) as f64;
+    (
+        all / start.elapsed().as_secs_f64().max(run_for.as_secs_f64()),
+        mine.min(theirs) as f64 / all.max(1.0),
+    )
 }
 
 /// The child process of [`hot_key`]: prints its count.
@@ -1053,9 +1058,14 @@ async fn main() {
 
     if wanted("hotkey") {
         let (mut f, mut d) = (Vec::new(), Vec::new());
+        let (mut f_share, mut d_share) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            f.push(hot_key("floor", &single_url, Duration::from_secs(2)).await);
-            d.push(hot_key("distlock", &single_url, Duration::from_secs(2)).await);
+            let (rate, share) = hot_key("floor", &single_url, Duration::from_secs(2)).await;
+            f.push(rate);
+            f_share.push(share);
+            let (rate, share) = hot_key("distlock", &single_url, Duration::from_secs(2)).await;
+            d.push(rate);
+            d_share.push(share);
         }
         let (f, d) = (median(f), median(d));
         row(
@@ -1065,6 +1075,19 @@ async fn main() {
                 2 * HOT_TASKS
             ),
             format!("{d:.0} / {f:.0} = {:.2}", d / f),
+            "report",
+            true,
+        );
+        let pct = |v: &[f64]| {
+            v.iter()
+                .map(|s| format!("{:.0}%", s * 100.0))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        row(
+            &mut rows,
+            "  diagnostic: the share of the process that got fewer, distlock / floor",
+            format!("{} / {}", pct(&d_share), pct(&f_share)),
             "report",
             true,
         );

@@ -725,9 +725,10 @@ async fn two_processes_on_one_hot_key_both_get_it_and_exclude_each_other() {
 }
 
 /// The scripts by themselves: a refused attempt leaves its process's tag in the lock's `w`
-/// (each tag once); a hand-off that finds only the releasing process's own tag there hands
-/// the lock on, and one that finds another process's frees it and publishes (release.lua's
-/// answer, 0); a hand-off or a release clears `w` with the lock.
+/// (each tag once, with the server time of its first refusal); a hand-off hands the lock on
+/// when `w` holds only the releasing process's own tag, or another process's younger than
+/// the turn (kept for later), and frees it and publishes (release.lua's answer, 0) when
+/// another process's has waited a turn; `w` goes with the lock.
 #[test]
 fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
     let server = RedisProcess::start();
@@ -737,20 +738,14 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
         distlock::__private::scripts::HANDOFF,
     );
     let (lock, fence, channel) = ("lock:{w}", "lock:{w}:fence", "lock:{w}:released");
-    let take = |owner: &str, level: &str| {
-        let v = cmd(
-            &addr,
-            &[
-                "EVAL", acquire, "2", lock, fence, owner, "10000", level, "0", "0", "", "aaaa",
-            ],
-        );
+    let first = |v: RespValue| {
         v.as_array()
             .unwrap_or_default()
             .first()
             .and_then(RespValue::as_int)
     };
     let refused = |tag: &str| {
-        let v = cmd(
+        first(cmd(
             &addr,
             &[
                 "EVAL",
@@ -766,56 +761,136 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
                 "",
                 tag,
             ],
-        );
-        v.as_array()
-            .unwrap_or_default()
-            .first()
-            .and_then(RespValue::as_int)
+        ))
     };
-    let hand = |owner: &str, level: &str, to: &str, to_level: &str| {
+    let hand = |owner: &str, level: &str, to: &str, to_level: &str, turn: &str| {
         cmd(
             &addr,
             &[
                 "EVAL", handoff, "2", lock, fence, owner, channel, "publish", level, to, "10000",
-                to_level, "1", "", "aaaa",
+                to_level, "1", "", "aaaa", turn,
             ],
         )
     };
-    assert_eq!(take("one", "0000000000000001"), Some(1), "acquired");
+    let w = || cmd(&addr, &["HGET", lock, "w"]).as_str().map(str::to_owned);
+    // `,tag:ms` entries.
+    let tags = |w: &str| -> Vec<String> {
+        w.split(',')
+            .skip(1)
+            .map(|e| {
+                let (tag, ms) = e.split_once(':').expect("tag:ms");
+                assert!(
+                    ms.parse::<u64>().is_ok_and(|ms| ms > 1_700_000_000_000),
+                    "{w}"
+                );
+                tag.to_owned()
+            })
+            .collect()
+    };
+    let taken = cmd(
+        &addr,
+        &[
+            "EVAL",
+            acquire,
+            "2",
+            lock,
+            fence,
+            "one",
+            "10000",
+            "0000000000000001",
+            "0",
+            "0",
+            "",
+            "aaaa",
+        ],
+    );
+    assert_eq!(first(taken), Some(1), "acquired");
     // Two refused attempts of this process ("aaaa"): its tag, once.
     for tag in ["aaaa", "aaaa"] {
         assert_eq!(refused(tag), Some(0), "refused");
     }
-    assert_eq!(cmd(&addr, &["HGET", lock, "w"]).as_str(), Some(",aaaa"));
+    assert_eq!(tags(&w().expect("w")), ["aaaa"]);
     // Only this process's own waiters: handed on, and `w` goes with the old hold.
-    let v = hand("one", "0000000000000001", "two", "0000000000000002");
-    assert_eq!(
-        v.as_array()
-            .unwrap_or_default()
-            .first()
-            .and_then(RespValue::as_int),
-        Some(4),
-        "handed on: {v:?}"
-    );
-    assert_eq!(cmd(&addr, &["HEXISTS", lock, "w"]).as_int(), Some(0));
-    // And of another process ("bbbb") too: each tag once.
+    let v = hand("one", "0000000000000001", "two", "0000000000000002", "0");
+    assert_eq!(first(v.clone()), Some(4), "handed on: {v:?}");
+    assert_eq!(w(), None);
+    // And another process's ("bbbb") too: each tag once.
     for tag in ["bbbb", "aaaa", "bbbb"] {
         assert_eq!(refused(tag), Some(0), "refused");
     }
-    assert_eq!(
-        cmd(&addr, &["HGET", lock, "w"]).as_str(),
-        Some(",bbbb,aaaa")
+    let before = w().expect("w");
+    assert_eq!(tags(&before), ["bbbb", "aaaa"]);
+    // Its turn has not come (a minute): handed on, its entry kept as it was.
+    let v = hand(
+        "two",
+        "0000000000000002",
+        "three",
+        "0000000000000003",
+        "60000",
     );
+    assert_eq!(first(v.clone()), Some(4), "handed on: {v:?}");
+    assert_eq!(w().as_deref(), before.split(",aaaa").next());
     assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
-    // A waiter of another process: freed and published, not handed on.
-    let v = hand("two", "0000000000000002", "three", "0000000000000003");
+    // Its turn came: freed and published, not handed on.
+    let v = hand("three", "0000000000000003", "four", "0000000000000004", "0");
     assert_eq!(v.as_int(), Some(0), "freed: {v:?}");
     assert!(!exists(&addr, lock), "free for the other process's waiter");
     assert_eq!(calls(&addr, "publish"), 1, "published");
     // Run again: the level is gone and nobody holds it.
     assert_eq!(
-        hand("two", "0000000000000002", "three", "0000000000000003").as_int(),
+        hand("three", "0000000000000003", "four", "0000000000000004", "0").as_int(),
         Some(-1)
     );
     assert!(!exists(&addr, lock), "nothing written by the run again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_experiment() {
+    use std::sync::{Arc, Mutex};
+    let server = RedisProcess::start();
+    let n: usize = std::env::var("ZZ_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    let regs = [
+        registry(&server.url(), false).await,
+        registry(&server.url(), false).await,
+    ];
+    let key = "handoff:zz";
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let until = start + Duration::from_millis(2000);
+    let tasks: Vec<_> = (0..2 * n)
+        .map(|i| {
+            let (reg, notes) = (regs[i % 2].clone(), notes.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let g = reg
+                        .lock(key)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    notes.lock().unwrap().push((i % 2, start.elapsed()));
+                    g.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let notes = notes.lock().unwrap().clone();
+    let per = [0, 1].map(|p| notes.iter().filter(|(q, _)| *q == p).count());
+    let sw: Vec<_> = notes
+        .windows(2)
+        .filter(|w| w[0].0 != w[1].0)
+        .map(|w| (w[1].1 - w[0].1).as_micros())
+        .collect();
+    println!(
+        "ZZ {} acquisitions in 2 s: {per:?}; {} switches; gaps at switches (us): {:?}",
+        notes.len(),
+        sw.len(),
+        &sw[..sw.len().min(30)]
+    );
 }

@@ -18,10 +18,11 @@
 --   `i:<owner id>` of the lock hash, in the same HSET as its count: it lives and goes with
 --   the lock, and costs no key, no write and no expiry of its own. '' (or absent): none.
 -- ARGV[7] (optional; a fresh acquisition on a backend that hands off) the tag of the
---   acquirer's process (its backend's hand-off waiters): an attempt refused because another
---   owner holds the lock adds it to the lock's field `w` (`,<tag>` per waiting process, each
---   once; it goes with the lock), so that a hand-off among the holder process's own waiters
---   lets the lock go free instead (handoff.lua).
+--   acquirer's process (its backend's hand-off waiters, hex digits): an attempt refused
+--   because another owner holds the lock adds it to the lock's field `w` with the server
+--   time in ms (`,<tag>:<ms>` per waiting process, each once, from its first refusal; it
+--   goes with the lock), so that a hand-off among the holder process's own waiters lets the
+--   lock go free for it after a turn (handoff.lua).
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -65,7 +66,10 @@ if redis.call('exists', lock) == 1 then
   end
   if ARGV[7] then
     local w = redis.call('hget', lock, 'w') or ''
-    if not string.find(w, ARGV[7], 1, true) then redis.call('hset', lock, 'w', w .. ',' .. ARGV[7]) end
+    if not string.find(w, ',' .. ARGV[7] .. ':', 1, true) then
+      local t = redis.call('time')
+      redis.call('hset', lock, 'w', w .. ',' .. ARGV[7] .. ':' .. t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)))
+    end
   end
   return {0, redis.call('pttl', lock)}
 end

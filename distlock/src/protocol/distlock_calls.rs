@@ -128,12 +128,12 @@ pub(crate) fn handoff(
     .arg(to.level_hex())
     .arg(if hold.sole { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
-    // hold, in the lock's hash), and this process's tag: the lock goes free instead when
-    // a waiter of another process was refused it.
-    call = call.arg(holder.unwrap_or(""));
-    if let Some(tag) = &keys.handoff_tag {
-        call = call.arg(&**tag);
-    }
+    // hold, in the lock's hash); this process's tag and the turn: the lock goes free
+    // instead when a waiter of another process was refused it a turn ago or more.
+    call = call
+        .arg(holder.unwrap_or(""))
+        .arg(keys.handoff_tag.as_deref().unwrap_or(""))
+        .arg(millis(crate::primitives::handoff::TURN));
     Some(call)
 }
 

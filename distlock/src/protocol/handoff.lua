@@ -2,17 +2,19 @@
 -- waiter of the same process (direct hand-off): the lock never becomes free, so nothing
 -- is published; the waiter is told in-process. When the release does not free it (a
 -- re-entrant level, not held) this answers as release.lua. When a waiter of another
--- process was refused the lock meanwhile (acquire.lua added its tag to the field `w`), it
--- does not hand it on: it frees the lock and publishes, as release.lua does, so that
--- waiter can take it (the client then holds its own acquirers off for a moment): a hot
--- key handed on among one process's waiters does not starve the others.
+-- process was refused the lock `turn` ms ago or more (acquire.lua added its process's tag
+-- to the field `w`), it does not hand it on: it frees the lock and publishes, as
+-- release.lua does, so that waiter can take it (the client then holds its own acquirers
+-- off for a moment): a hot key handed on among one process's waiters does not starve the
+-- others, and changes process at most once a turn.
 -- Only for holds taken without hold_at_least (the client's choice), so it never keeps a
 -- lock until `hold:until`.
 -- Safe to run twice: a run again after a transfer finds the new holder's level mark and
 -- answers the same token (the expiry raised to a full lease from the run again, as
 -- acquire.lua does); every argument is checked before the first write.
 -- Costs 7 calls when it hands the owner's only level (INCR, HDEL, HGET, DEL, TIME, HSET,
--- PEXPIRE; HINCRBY more for a level that is not known to be the only one).
+-- PEXPIRE; TIME only with holder information or waiters of other processes; HINCRBY more
+-- for a level that is not known to be the only one).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
 -- KEYS[2] fencing counter
@@ -30,6 +32,8 @@
 --   hash); the old holder's goes with the old hold
 -- ARGV[10] (optional) the tag of this process (acquire.lua's ARGV[7]): a tag in `w` other
 --   than this one is a waiter of another process
+-- ARGV[11] (optional, default 0) the turn in ms: how long a waiter of another process lets
+--   this process hand the lock on among its own waiters before it gets it
 -- Returns: {4, token} handed to the waiter, which holds it with this fencing token (a
 --   new one from the counter); else as release.lua: -1 the owner does not hold it
 --   (nothing changed); n > 0 still held re-entrantly; 0 (or {0, error}, the publish
@@ -37,6 +41,7 @@
 local lock, fence, owner, new_owner = KEYS[1], KEYS[2], ARGV[1], ARGV[5]
 local lease, new_level = tonumber(ARGV[6]), 'l:' .. tostring(ARGV[7])
 local holder = ARGV[9] ~= '' and ARGV[9] or nil
+local turn = tonumber(ARGV[11]) or 0
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[6]))
@@ -60,22 +65,39 @@ local stays = release_level(lock, owner, ARGV[4], false, function()
   return {4, tonumber(granted)}
 end, ARGV[8] == '1')
 if stays then return stays end
--- Freed. A waiter of another process was refused meanwhile: the lock goes free for it.
-local w = redis.call('hget', lock, 'w')
-if w and (not ARGV[10] or w:gsub(',' .. ARGV[10], '', 1) ~= '') then
-  redis.call('del', lock)
-  local published = redis.pcall(ARGV[3], ARGV[2], owner)
-  if type(published) == 'table' and published.err then return {0, published.err} end
-  return 0
+-- Freed. The waiters of other processes refused it (acquire.lua's entries in `w`,
+-- `,<tag>:<server ms>`): one that has waited `turn` ms or more gets the lock free, and a
+-- younger one is kept for a later release; this process's own entries go (its waiters are
+-- handed the lock here).
+local w, t, kept = redis.call('hget', lock, 'w'), nil, nil
+if w then
+  t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for tag, at in string.gmatch(w, ',(%x+):(%d+)') do
+    if tag ~= ARGV[10] then
+      if now - tonumber(at) >= turn then
+        redis.call('del', lock)
+        local published = redis.pcall(ARGV[3], ARGV[2], owner)
+        if type(published) == 'table' and published.err then return {0, published.err} end
+        return 0
+      end
+      kept = (kept or '') .. ',' .. tag .. ':' .. at
+    end
+  end
 end
--- Else the waiter takes it as a fresh acquisition (acquire.lua's), in the same run.
+-- Else the waiter takes it as a fresh acquisition (acquire.lua's), in the same run, with
+-- the entries kept.
 redis.call('del', lock)
+local fields = {new_owner, 1, new_level, string.format('%.0f', token)}
 if holder then
-  local t = redis.call('time')
-  local mark = string.format('%.0f', token)
-  redis.call('hset', lock, new_owner, 1, new_level, mark, 'i:' .. new_owner, holder_entry(holder, t, mark))
-else
-  redis.call('hset', lock, new_owner, 1, new_level, string.format('%.0f', token))
+  t = t or redis.call('time')
+  table.insert(fields, 'i:' .. new_owner)
+  table.insert(fields, holder_entry(holder, t, fields[4]))
 end
+if kept then
+  table.insert(fields, 'w')
+  table.insert(fields, kept)
+end
+redis.call('hset', lock, unpack(fields))
 redis.call('pexpire', lock, lease)
 return {4, token}

@@ -224,7 +224,20 @@ mod tests {
         assert_eq!(call.args[5], b"5000");
         assert_eq!(call.args[6], new.level_hex().as_bytes());
         assert_eq!(call.args[7], b"0", "not known to be the owner's only level");
-        assert_eq!(call.args.len(), 9, "no tag: no 10th argument");
+        assert_eq!(
+            call.args.len(),
+            11,
+            "holder, tag and turn: always 11 arguments"
+        );
+        assert_eq!(call.args[9], b"", "no tag: an empty 10th argument");
+        assert_eq!(
+            call.args[10],
+            crate::primitives::handoff::TURN
+                .as_millis()
+                .to_string()
+                .as_bytes(),
+            "the turn in ms"
+        );
         assert_eq!(
             call.args[8], b"",
             "no holder information: an empty 9th argument"
@@ -252,7 +265,7 @@ mod tests {
         // This process's tag: the lock goes free instead for a waiter of another process.
         keys.handoff_tag = Some("00ab".into());
         let tagged = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
-        assert_eq!(tagged.args[8..], [b"".to_vec(), b"00ab".to_vec()]);
+        assert_eq!(tagged.args[8..10], [b"".to_vec(), b"00ab".to_vec()]);
         let refused = acquire(&keys, old, d, Duration::ZERO);
         assert_eq!(refused.args[5..], [b"h\t2\tt".to_vec(), b"00ab".to_vec()]);
         keys.holder = None;
