@@ -144,6 +144,7 @@ pub(crate) async fn connect(
                 address: address.clone(),
                 response_timeout: settings.response_timeout,
                 publish,
+                direct: None,
             })
         }
     };
@@ -158,6 +159,7 @@ pub(crate) async fn connect(
             address,
             response_timeout: settings.response_timeout,
             publish,
+            direct: None,
         },
         once,
     };

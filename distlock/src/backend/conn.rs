@@ -67,6 +67,16 @@ impl std::fmt::Debug for Tls {
 #[derive(Debug)]
 pub(crate) struct TlsSetupError(pub(crate) String);
 
+/// The TCP keepalive of every connection.
+pub(crate) fn keepalive() -> TcpKeepalive {
+    let keepalive = TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    let keepalive = keepalive.with_retries(KEEPALIVE_PROBES);
+    keepalive
+}
+
 impl Settings {
     /// The settings of `cfg`; reads its TLS files.
     pub(crate) fn of(cfg: &BackendConfig) -> Result<Settings, TlsSetupError> {
@@ -104,14 +114,9 @@ impl Settings {
 
     /// The TCP options of every connection.
     pub(crate) fn tcp(&self) -> TcpSettings {
-        let keepalive = TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL);
-        #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-        let keepalive = keepalive.with_retries(KEEPALIVE_PROBES);
         TcpSettings::default()
             .set_nodelay(true)
-            .set_keepalive(keepalive)
+            .set_keepalive(keepalive())
     }
 
     /// What to connect to for `url`, with [`Settings::tcp`].

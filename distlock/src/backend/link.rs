@@ -5,11 +5,13 @@
 //! `Link<ClusterConnection>` for Redisson-format acquisitions) add what differs —
 //! connecting, pipelined or concurrent renewal, `WAIT`, inspection — and share these.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::Value;
 
+use super::direct::Direct;
 use super::error::{bounded, DriverError};
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
@@ -26,6 +28,9 @@ pub(crate) struct Link<C> {
     pub(super) response_timeout: Duration,
     /// How releases are announced on this topology.
     pub(super) publish: Publish,
+    /// Connections the calling task drives itself, used for one call at a time when idle
+    /// (`direct.rs`); `None`: every call goes through `conn`.
+    pub(super) direct: Option<Arc<Direct>>,
 }
 
 impl<C> std::fmt::Debug for Link<C> {
@@ -44,8 +49,18 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
         &self.address
     }
 
-    /// Run one call, bounded by the response timeout.
+    /// Run one call, bounded by the response timeout: on the caller's idle direct
+    /// connection where there is one, else on the shared connection.
     pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
+        if let Some(mut lease) = self.direct.as_ref().and_then(Direct::lease) {
+            return bounded(
+                &self.address,
+                what,
+                self.response_timeout,
+                eval(&mut lease, call),
+            )
+            .await;
+        }
         let mut conn = self.conn.clone();
         bounded(
             &self.address,

@@ -13,6 +13,7 @@ mod check;
 mod cluster;
 mod cluster_slots;
 mod conn;
+mod direct;
 pub(crate) mod error;
 mod link;
 mod memory;

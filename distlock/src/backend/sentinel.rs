@@ -513,7 +513,7 @@ async fn open_master(
     sync: Option<SyncReplicas>,
 ) -> Result<Current, DriverError> {
     let client = settings.client(address, info.clone().set_addr(settings.addr(host, port)))?;
-    let server = Server::connect(settings, address, client.clone()).await?;
+    let server = Server::connect(settings, address, client.clone(), true).await?;
     let role: Value = bounded(
         address,
         "ROLE timed out",

@@ -10,6 +10,7 @@ use redis::aio::ConnectionManager;
 use redis::Value;
 
 use super::conn::Settings;
+use super::direct::Direct;
 use super::error::{bounded, DriverError};
 use super::link::Link;
 use crate::lease::owner::OwnerId;
@@ -30,18 +31,27 @@ const RENEW_BATCH: usize = 512;
 pub(crate) type Server = Link<ConnectionManager>;
 
 impl Server {
-    /// Connect to the server of `client` (at `address`) and load the scripts.
+    /// Connect to the server of `client` (at `address`) and load the scripts. `direct`:
+    /// one-call operations may also go over connections their callers drive
+    /// (`direct.rs`).
     pub(crate) async fn connect(
         settings: &Settings,
         address: &str,
         client: redis::Client,
+        direct: bool,
     ) -> Result<Server, DriverError> {
+        let direct = if direct {
+            Direct::of(client.get_connection_info(), settings.connect_timeout)
+        } else {
+            None
+        };
         let conn = settings.manager(address, client, Duration::ZERO).await?;
         let server = Link {
             address: address.to_owned(),
             conn,
             response_timeout: settings.response_timeout,
             publish: Publish::Plain,
+            direct,
         };
         let mut c = server.conn.clone();
         let loaded = bounded(

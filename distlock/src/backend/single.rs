@@ -18,7 +18,7 @@ pub(crate) async fn connect(
     settings: &Settings,
 ) -> Result<(Server, Arc<Hub>), DriverError> {
     let client = settings.client_for(url)?;
-    let server = Server::connect(settings, &url.address, client.clone()).await?;
+    let server = Server::connect(settings, &url.address, client.clone(), true).await?;
     let seen = subscriber::RunId::of(&server).await;
     let (hub, requests) = Hub::subscribed(settings.revocation.clone());
     subscriber::spawn(

@@ -13,6 +13,7 @@
 //! creates while sending (a reconnection, a timer, a task that drains the late answers of
 //! a quorum) is created on the background runtime too.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::OnceLock;
@@ -20,6 +21,18 @@ use std::sync::OnceLock;
 use tokio::runtime::{Handle, Runtime};
 
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+thread_local! {
+    /// The runtime of the task [`entered`] is polling, while it polls (the background
+    /// runtime is the current one then).
+    static CALLER: RefCell<Option<Handle>> = const { RefCell::new(None) };
+}
+
+/// The runtime of the caller that [`entered`] is polling now, if any: a direct connection
+/// (`backend/direct.rs`) registered with it is driven by the caller's own thread.
+pub(crate) fn caller() -> Option<Handle> {
+    CALLER.with(|c| c.borrow().clone())
+}
 
 /// The background runtime, started on first use. Fails only when the OS refuses a thread.
 pub(crate) fn handle() -> std::io::Result<&'static Handle> {
@@ -50,11 +63,30 @@ pub(crate) fn handle() -> std::io::Result<&'static Handle> {
 
 /// Run `fut` in the caller's task, polled with the background runtime entered: tasks,
 /// timers and sockets it creates belong to the background runtime. Before any registry
-/// connected (no background runtime yet) it is polled as is.
+/// connected (no background runtime yet) it is polled as is. While it polls, [`caller`]
+/// names the caller's runtime (an enclosing `entered`'s caller when nested).
 pub(crate) async fn entered<F: Future>(fut: F) -> F::Output {
+    /// Puts the previous caller back, however the poll ends.
+    struct Restore(Option<Option<Handle>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(previous) = self.0.take() {
+                CALLER.with(|c| *c.borrow_mut() = previous);
+            }
+        }
+    }
     let handle = RUNTIME.get().map(Runtime::handle);
     let mut fut = pin!(fut);
     std::future::poll_fn(|cx| {
+        let _restore = CALLER.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.is_some() {
+                Restore(None)
+            } else {
+                let caller = Handle::try_current().ok();
+                Restore(Some(std::mem::replace(&mut *c, caller)))
+            }
+        });
         let _entered = handle.map(Handle::enter);
         fut.as_mut().poll(cx)
     })

@@ -127,7 +127,7 @@ pub(super) async fn connect(
     address: &str,
     client: redis::Client,
 ) -> Result<(Server, Option<String>), DriverError> {
-    let server = Server::connect(settings, address, client).await?;
+    let server = Server::connect(settings, address, client, false).await?;
     let run_id = server.run_id().await.ok().flatten();
     Ok((server, run_id))
 }

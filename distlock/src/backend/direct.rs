@@ -1,0 +1,396 @@
+//! A connection the calling task drives itself, for the one-call operations (acquire,
+//! release, hand-off, cancel, forced release) of a plain-TCP `single` or sentinel master.
+//!
+//! The multiplexed connection ([`redis::aio::ConnectionManager`]) has a driver task on
+//! distlock's background runtime: every request wakes that task's thread to write, and
+//! its reply wakes the caller's thread again, two thread wake-ups per round trip on top of
+//! the server's. A [`Direct`] keeps, per caller runtime (at most [`SLOTS`]), one more TCP
+//! connection registered with *that* runtime's reactor; a caller that finds it idle writes
+//! its request and reads its reply in its own task, so the only wake-up is the reply's.
+//!
+//! It is only ever a faster way to send the same command:
+//! - a caller that finds it busy (another task's request in flight), not yet connected,
+//!   or outside any Tokio runtime uses the multiplexed connection instead, so concurrent
+//!   callers still share the multiplexer's batched writes;
+//! - a request whose reply was not read to its end (the caller's future dropped, the
+//!   response timeout, an I/O error) leaves the connection closed: a reply can never be
+//!   read by the wrong request. The outcome of such a request is unknown exactly as on
+//!   the multiplexed connection, and the caller handles it the same way (the acquire
+//!   engine's pending release, the guard's background re-send);
+//! - it is connected again in the background, on the caller's runtime, no sooner than a
+//!   backoff after a failure (100 ms doubling to 5 s; a clean exchange resets it).
+//!
+//! TLS, Unix sockets and RESP3 connections get none (`Direct::of` answers `None`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, ProtocolVersion, RedisFuture, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::runtime::{Handle, Id};
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+/// Caller runtimes with a connection of their own, at most: the least recently used one
+/// gives its place up (a runtime that shut down is never asked for again).
+const SLOTS: usize = 4;
+/// The first pause before connecting again after a failure; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(100);
+/// The longest pause between connection attempts.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The direct connections of one server, one per caller runtime.
+pub(crate) struct Direct {
+    host: String,
+    port: u16,
+    /// `AUTH` arguments (user name, password), when the URL has a password.
+    auth: Option<(Option<String>, String)>,
+    db: i64,
+    connect_timeout: Duration,
+    slots: Mutex<Vec<Arc<Slot>>>,
+}
+
+impl std::fmt::Debug for Direct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Direct")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One caller runtime's connection.
+struct Slot {
+    runtime: Id,
+    /// `None`: not connected (never yet, or closed after an unfinished request).
+    conn: Arc<tokio::sync::Mutex<Option<Stream>>>,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// A connection attempt is under way.
+    connecting: bool,
+    /// Failures since the last clean exchange (the backoff's exponent).
+    failures: u32,
+    /// No attempt before this.
+    not_before: Option<Instant>,
+}
+
+impl SlotState {
+    fn failed(&mut self) {
+        let pause = RETRY_MIN
+            .saturating_mul(1 << self.failures.min(16))
+            .min(RETRY_MAX);
+        self.failures = self.failures.saturating_add(1);
+        self.not_before = Some(Instant::now() + pause);
+    }
+}
+
+/// A connected socket and its read buffer.
+struct Stream {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Direct {
+    /// The direct connections of the server `info` names, or `None` where they do not
+    /// apply (TLS, a Unix socket, RESP3).
+    pub(crate) fn of(info: &ConnectionInfo, connect_timeout: Duration) -> Option<Arc<Direct>> {
+        let ConnectionAddr::Tcp(host, port) = info.addr() else {
+            return None;
+        };
+        let redis = info.redis_settings();
+        if redis.protocol() != ProtocolVersion::RESP2 {
+            return None;
+        }
+        Some(Arc::new(Direct {
+            host: host.clone(),
+            port: *port,
+            auth: redis
+                .password()
+                .map(|p| (redis.username().map(str::to_owned), p.to_owned())),
+            db: redis.db(),
+            connect_timeout,
+            slots: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// The calling runtime's connection when it is idle and connected; else `None` (and,
+    /// when it is not connected and the backoff allows, a connection is started in the
+    /// background). The caller's runtime is the one [`crate::rt::runtime::entered`] saw.
+    pub(crate) fn lease(self: &Arc<Self>) -> Option<Lease> {
+        let handle = crate::rt::runtime::caller()?;
+        let slot = self.slot(handle.id())?;
+        let guard = slot.conn.clone().try_lock_owned().ok()?;
+        if guard.is_some() {
+            return Some(Lease {
+                guard,
+                slot,
+                db: self.db,
+            });
+        }
+        drop(guard);
+        self.connect_later(&slot, &handle);
+        None
+    }
+
+    /// The slot of `runtime`, made (in the least recently used one's place) when new.
+    fn slot(&self, runtime: Id) -> Option<Arc<Slot>> {
+        let mut slots = self.slots.lock().ok()?;
+        if let Some(i) = slots.iter().position(|s| s.runtime == runtime) {
+            if i != 0 {
+                let s = slots.remove(i);
+                slots.insert(0, s);
+            }
+            return slots.first().cloned();
+        }
+        if slots.len() >= SLOTS {
+            slots.pop();
+        }
+        let slot = Arc::new(Slot {
+            runtime,
+            conn: Arc::new(tokio::sync::Mutex::new(None)),
+            state: Mutex::new(SlotState::default()),
+        });
+        slots.insert(0, slot.clone());
+        Some(slot)
+    }
+
+    /// Start connecting `slot` on `handle`'s runtime, unless an attempt is under way or
+    /// the backoff says not yet.
+    fn connect_later(self: &Arc<Self>, slot: &Arc<Slot>, handle: &Handle) {
+        {
+            let Ok(mut state) = slot.state.lock() else {
+                return;
+            };
+            if state.connecting || state.not_before.is_some_and(|t| Instant::now() < t) {
+                return;
+            }
+            state.connecting = true;
+        }
+        /// Clears `connecting` however the attempt ends (its runtime shutting down too).
+        struct Attempt(Arc<Slot>);
+        impl Drop for Attempt {
+            fn drop(&mut self) {
+                if let Ok(mut state) = self.0.state.lock() {
+                    state.connecting = false;
+                }
+            }
+        }
+        let attempt = Attempt(slot.clone());
+        let this = self.clone();
+        handle.spawn(async move {
+            let failed = |why: &dyn std::fmt::Display| {
+                tracing::debug!(host = %this.host, port = this.port, error = %why,
+                    "distlock: the direct connection could not be made; the multiplexed one serves");
+                if let Ok(mut state) = attempt.0.state.lock() {
+                    state.failed();
+                }
+            };
+            match tokio::time::timeout(this.connect_timeout, this.open()).await {
+                Ok(Ok(stream)) => *attempt.0.conn.lock().await = Some(stream),
+                Ok(Err(e)) => failed(&e),
+                Err(_) => failed(&"connect timed out"),
+            }
+        });
+    }
+
+    /// Connect, `AUTH` and `SELECT` as the URL says.
+    async fn open(&self) -> std::io::Result<Stream> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
+        tcp.set_nodelay(true)?;
+        redis::io::tcp::socket2::SockRef::from(&tcp).set_tcp_keepalive(&super::conn::keepalive())?;
+        let mut stream = Stream {
+            tcp,
+            buf: Vec::with_capacity(256),
+        };
+        let mut setup = Vec::new();
+        if let Some((user, password)) = &self.auth {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = user {
+                auth.arg(user);
+            }
+            auth.arg(password);
+            setup.push(auth);
+        }
+        if self.db != 0 {
+            let mut select = redis::cmd("SELECT");
+            select.arg(self.db);
+            setup.push(select);
+        }
+        for cmd in setup {
+            let v = stream.exchange(&cmd.get_packed_command(), 1).await?;
+            if let Some(Err(e)) = v.into_iter().next().map(Value::extract_error) {
+                return Err(std::io::Error::other(e));
+            }
+        }
+        Ok(stream)
+    }
+}
+
+impl Stream {
+    /// Write `bytes` and read `count` replies.
+    async fn exchange(&mut self, bytes: &[u8], count: usize) -> std::io::Result<Vec<Value>> {
+        self.tcp.write_all(bytes).await?;
+        let mut replies = Vec::with_capacity(count);
+        let mut start = 0;
+        while replies.len() < count {
+            match complete(&self.buf[start..]) {
+                Ok(Some(len)) => {
+                    let v = redis::parse_redis_value(&self.buf[start..start + len])
+                        .map_err(std::io::Error::other)?;
+                    replies.push(v);
+                    start += len;
+                }
+                Ok(None) => {
+                    if self.tcp.read_buf(&mut self.buf).await? == 0 {
+                        return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                Err(what) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("distlock: not a RESP2 reply: {what}"),
+                    ))
+                }
+            }
+        }
+        if start != self.buf.len() {
+            // More than was asked for: the connection is out of step; it is closed.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "distlock: a reply nobody asked for",
+            ));
+        }
+        self.buf.clear();
+        Ok(replies)
+    }
+}
+
+/// The length of the first whole RESP2 value in `buf`, `None` while it is incomplete.
+fn complete(buf: &[u8]) -> Result<Option<usize>, &'static str> {
+    let Some(&kind) = buf.first() else {
+        return Ok(None);
+    };
+    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let line = eol + 2;
+    let number = || -> Result<i64, &'static str> {
+        std::str::from_utf8(&buf[1..eol])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or("a length that is not a number")
+    };
+    match kind {
+        b'+' | b'-' | b':' => Ok(Some(line)),
+        b'$' => match number()? {
+            n if n < 0 => Ok(Some(line)),
+            n => {
+                let end = line + usize::try_from(n).map_err(|_| "a length out of range")? + 2;
+                Ok((buf.len() >= end).then_some(end))
+            }
+        },
+        b'*' => {
+            let n = number()?;
+            let mut at = line;
+            for _ in 0..n.max(0) {
+                match complete(&buf[at..])? {
+                    Some(len) => at += len,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(at))
+        }
+        _ => Err("an unknown type byte"),
+    }
+}
+
+/// The use of one idle direct connection for one request (or pipeline). Dropped before
+/// its reply was read whole, it leaves the connection closed.
+pub(crate) struct Lease {
+    guard: OwnedMutexGuard<Option<Stream>>,
+    slot: Arc<Slot>,
+    db: i64,
+}
+
+impl Lease {
+    async fn exchange(&mut self, bytes: &[u8], count: usize) -> redis::RedisResult<Vec<Value>> {
+        // Out of the slot while in flight: an unfinished request leaves it empty.
+        let Some(mut stream) = self.guard.take() else {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotConnected).into());
+        };
+        let replies = stream.exchange(bytes, count).await?;
+        *self.guard = Some(stream);
+        if let Ok(mut state) = self.slot.state.lock() {
+            state.failures = 0;
+        }
+        Ok(replies)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.guard.is_none() {
+            if let Ok(mut state) = self.slot.state.lock() {
+                state.failed();
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Lease {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut replies = self.exchange(&cmd.get_packed_command(), 1).await?;
+            replies
+                .pop()
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into())
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut replies = self
+                .exchange(&pipeline.get_packed_pipeline(), offset + count)
+                .await?;
+            Ok(replies.split_off(offset))
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::complete;
+
+    #[test]
+    fn a_reply_is_complete_only_when_whole() {
+        assert_eq!(complete(b""), Ok(None));
+        assert_eq!(complete(b":12"), Ok(None));
+        assert_eq!(complete(b":12\r\n"), Ok(Some(5)));
+        assert_eq!(complete(b"-NOSCRIPT x\r\n"), Ok(Some(13)));
+        assert_eq!(complete(b"$3\r\nab"), Ok(None));
+        assert_eq!(complete(b"$3\r\nabc\r\n"), Ok(Some(9)));
+        assert_eq!(complete(b"$-1\r\n"), Ok(Some(5)));
+        assert_eq!(complete(b"*2\r\n:1\r\n"), Ok(None));
+        assert_eq!(complete(b"*2\r\n:1\r\n:2\r\n"), Ok(Some(12)));
+        assert_eq!(complete(b"*2\r\n:1\r\n:2\r\n+OK\r\n"), Ok(Some(12)));
+        assert_eq!(complete(b"*-1\r\n"), Ok(Some(5)));
+        assert!(complete(b"?x\r\n").is_err());
+        assert!(complete(b"$x\r\n").is_err());
+    }
+}
