@@ -278,3 +278,71 @@ fn drop_during_and_after_runtime_shutdown() {
         }
     });
 }
+
+/// Acquisitions and releases cut short at every point of their round trip (timeouts of 0
+/// to 400 µs, most of them on the connection the calling task drives itself,
+/// `backend/direct.rs`) leave nothing held: each cut acquisition's undo runs after it (its
+/// reply is drained first), so the lock is free at once, not at the end of its 60 s lease;
+/// and no later request reads an earlier one's reply: every acquisition that completes
+/// holds the fencing counter's current value.
+#[tokio::test]
+async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
+    let reg = registry().await;
+    let key = unique("cut");
+    let addr = addr_of(&single_url());
+    let lock_key = format!("lock:{{{key}}}");
+    let fence_key = format!("lock:{{{key}}}:fence");
+    let take = || {
+        reg.lock(key.as_str())
+            .lease(distlock::Lease::Fixed(Duration::from_secs(60)))
+            .wait(Duration::from_secs(5))
+            .acquire()
+    };
+    let free = |what: String| {
+        let (addr, lock_key) = (addr.clone(), lock_key.clone());
+        async move {
+            let start = Instant::now();
+            loop {
+                let v = resp_command(&addr, &["EXISTS", &lock_key]).expect("EXISTS");
+                if v.as_int() == Some(0) {
+                    return;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(3),
+                    "still held 3 s after {what}: a cut request's undo ran before it"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    // The direct connection is made in the background after the first calls.
+    for _ in 0..20 {
+        take()
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+    }
+    let (mut completed, mut cut) = (0, 0);
+    for i in 0..400u64 {
+        let limit = Duration::from_micros(i);
+        match tokio::time::timeout(limit, take()).await {
+            Ok(guard) => {
+                let guard = guard.expect("acquire");
+                let fence = resp_command(&addr, &["GET", &fence_key]).expect("GET");
+                assert_eq!(
+                    fence.as_str(),
+                    Some(guard.fencing_token().to_string().as_str()),
+                    "round {i}: the token is the counter's current value"
+                );
+                completed += 1;
+                // The release cut short too (it is sent again in the background).
+                let _ = tokio::time::timeout(Duration::from_micros(i % 200), guard.release()).await;
+            }
+            Err(_) => cut += 1,
+        }
+        free(format!("round {i} (cut after {limit:?})")).await;
+    }
+    assert!(completed > 0 && cut > 0, "completed {completed}, cut {cut}");
+}

@@ -12,16 +12,21 @@
 //! - a caller that finds it busy (another task's request in flight), not yet connected,
 //!   or outside any Tokio runtime uses the multiplexed connection instead, so concurrent
 //!   callers still share the multiplexer's batched writes;
-//! - a request whose reply was not read to its end (the caller's future dropped, the
-//!   response timeout, an I/O error) leaves the connection closed: a reply can never be
-//!   read by the wrong request. The outcome of such a request is unknown exactly as on
-//!   the multiplexed connection, and the caller handles it the same way (the acquire
-//!   engine's pending release, the guard's background re-send);
+//! - a request dropped after it was written whole (the caller's future dropped, the
+//!   response timeout) has its reply read and discarded by a drain task on the caller's
+//!   runtime, bounded by the response timeout; until every drain has ended, calls on the
+//!   multiplexed connection wait ([`Direct::drained`]). The caller handles the unknown
+//!   outcome as on the multiplexed connection (the acquire engine's pending release, the
+//!   guard's undo), and that release, sent on the other connection, can so never run
+//!   before the request it undoes. A request cut while being written never runs (Redis
+//!   drops an incomplete command with its connection), and an I/O error or a drain that
+//!   times out closes the connection: a reply is never read by the wrong request;
 //! - it is connected again in the background, on the caller's runtime, no sooner than a
 //!   backoff after a failure (100 ms doubling to 5 s; a clean exchange resets it).
 //!
 //! TLS, Unix sockets and RESP3 connections get none (`Direct::of` answers `None`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,7 +35,7 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, ProtocolVersion, Redi
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::{Handle, Id};
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
 /// Caller runtimes with a connection of their own, at most: the least recently used one
@@ -49,7 +54,11 @@ pub(crate) struct Direct {
     auth: Option<(Option<String>, String)>,
     db: i64,
     connect_timeout: Duration,
+    response_timeout: Duration,
     slots: Mutex<Vec<Arc<Slot>>>,
+    /// Drains under way (see [`Direct::drained`]), and their ends.
+    draining: AtomicUsize,
+    drained: Notify,
 }
 
 impl std::fmt::Debug for Direct {
@@ -100,7 +109,11 @@ struct Stream {
 impl Direct {
     /// The direct connections of the server `info` names, or `None` where they do not
     /// apply (TLS, a Unix socket, RESP3).
-    pub(crate) fn of(info: &ConnectionInfo, connect_timeout: Duration) -> Option<Arc<Direct>> {
+    pub(crate) fn of(
+        info: &ConnectionInfo,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Option<Arc<Direct>> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
@@ -116,7 +129,10 @@ impl Direct {
                 .map(|p| (redis.username().map(str::to_owned), p.to_owned())),
             db: redis.db(),
             connect_timeout,
+            response_timeout,
             slots: Mutex::new(Vec::new()),
+            draining: AtomicUsize::new(0),
+            drained: Notify::new(),
         }))
     }
 
@@ -129,9 +145,11 @@ impl Direct {
         let guard = slot.conn.clone().try_lock_owned().ok()?;
         if guard.is_some() {
             return Some(Lease {
-                guard,
+                guard: Some(guard),
                 slot,
-                db: self.db,
+                direct: self.clone(),
+                handle,
+                state: Flight::Idle,
             });
         }
         drop(guard);
@@ -200,6 +218,25 @@ impl Direct {
         });
     }
 
+    /// Wait until no drain is under way (at most the response timeout): a call on the
+    /// multiplexed connection then runs after every request a dropped caller had written
+    /// on a direct one. One atomic load when none is.
+    pub(crate) async fn drained(&self) {
+        if self.draining.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _ = tokio::time::timeout(self.response_timeout, async {
+            loop {
+                let notified = self.drained.notified();
+                if self.draining.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+
     /// Connect, `AUTH` and `SELECT` as the URL says.
     async fn open(&self) -> std::io::Result<Stream> {
         let tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
@@ -237,6 +274,11 @@ impl Stream {
     /// Write `bytes` and read `count` replies.
     async fn exchange(&mut self, bytes: &[u8], count: usize) -> std::io::Result<Vec<Value>> {
         self.tcp.write_all(bytes).await?;
+        self.read(count).await
+    }
+
+    /// Read `count` replies (what is left of them in the buffer too).
+    async fn read(&mut self, count: usize) -> std::io::Result<Vec<Value>> {
         let mut replies = Vec::with_capacity(count);
         let mut start = 0;
         while replies.len() < count {
@@ -311,32 +353,104 @@ fn complete(buf: &[u8]) -> Result<Option<usize>, &'static str> {
     }
 }
 
-/// The use of one idle direct connection for one request (or pipeline). Dropped before
-/// its reply was read whole, it leaves the connection closed.
+/// Where a [`Lease`]'s request is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flight {
+    /// Nothing sent, or every reply read.
+    Idle,
+    /// Being written: cut here, the connection is closed (the command never runs).
+    Writing,
+    /// Written whole; this many replies not read yet.
+    Reading(usize),
+}
+
+/// The use of one idle direct connection for one request (or pipeline). Dropped with its
+/// request written and its reply not read, it hands the connection to a drain task.
 pub(crate) struct Lease {
-    guard: OwnedMutexGuard<Option<Stream>>,
+    guard: Option<OwnedMutexGuard<Option<Stream>>>,
     slot: Arc<Slot>,
-    db: i64,
+    direct: Arc<Direct>,
+    /// The caller's runtime: the socket's, where a drain runs.
+    handle: Handle,
+    state: Flight,
 }
 
 impl Lease {
     async fn exchange(&mut self, bytes: &[u8], count: usize) -> redis::RedisResult<Vec<Value>> {
-        // Out of the slot while in flight: an unfinished request leaves it empty.
-        let Some(mut stream) = self.guard.take() else {
+        let Some(stream) = self.guard.as_mut().and_then(|g| g.as_mut()) else {
             return Err(std::io::Error::from(std::io::ErrorKind::NotConnected).into());
         };
-        let replies = stream.exchange(bytes, count).await?;
-        *self.guard = Some(stream);
-        if let Ok(mut state) = self.slot.state.lock() {
-            state.failures = 0;
+        self.state = Flight::Writing;
+        let written = stream.tcp.write_all(bytes).await;
+        let result = match written {
+            Ok(()) => {
+                self.state = Flight::Reading(count);
+                stream.read(count).await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(replies) => {
+                self.state = Flight::Idle;
+                if let Ok(mut state) = self.slot.state.lock() {
+                    state.failures = 0;
+                }
+                Ok(replies)
+            }
+            Err(e) => {
+                // Out of step or gone: closed (the drop below sees nothing to drain).
+                self.state = Flight::Idle;
+                if let Some(g) = self.guard.as_mut() {
+                    **g = None;
+                }
+                Err(e.into())
+            }
         }
-        Ok(replies)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.guard.is_none() {
+        let Some(mut guard) = self.guard.take() else {
+            return;
+        };
+        match self.state {
+            Flight::Idle => {}
+            Flight::Writing => *guard = None,
+            Flight::Reading(count) => {
+                // Its reply is read and thrown away before anything else uses the
+                // connection, and before the multiplexed one sends anything more.
+                self.direct.draining.fetch_add(1, Ordering::AcqRel);
+                let direct = self.direct.clone();
+                let timeout = self.direct.response_timeout;
+                /// Ends the drain however its task ends (its runtime shutting down too).
+                struct Drain(Arc<Direct>);
+                impl Drop for Drain {
+                    fn drop(&mut self) {
+                        self.0.draining.fetch_sub(1, Ordering::AcqRel);
+                        self.0.drained.notify_waiters();
+                    }
+                }
+                let drain = Drain(direct);
+                let slot = self.slot.clone();
+                let spawned = self.handle.spawn(async move {
+                    let _drain = drain;
+                    let read = match guard.as_mut() {
+                        Some(stream) => tokio::time::timeout(timeout, stream.read(count)).await,
+                        None => return,
+                    };
+                    if !matches!(read, Ok(Ok(_))) {
+                        *guard = None;
+                        if let Ok(mut state) = slot.state.lock() {
+                            state.failed();
+                        }
+                    }
+                });
+                drop(spawned);
+                return;
+            }
+        }
+        if guard.is_none() {
             if let Ok(mut state) = self.slot.state.lock() {
                 state.failed();
             }
@@ -369,7 +483,7 @@ impl ConnectionLike for Lease {
     }
 
     fn get_db(&self) -> i64 {
-        self.db
+        self.direct.db
     }
 }
 

@@ -61,6 +61,10 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
             )
             .await;
         }
+        if let Some(direct) = &self.direct {
+            // After whatever a dropped caller wrote on a direct connection.
+            direct.drained().await;
+        }
         let mut conn = self.conn.clone();
         bounded(
             &self.address,

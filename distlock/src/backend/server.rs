@@ -41,7 +41,11 @@ impl Server {
         direct: bool,
     ) -> Result<Server, DriverError> {
         let direct = if direct {
-            Direct::of(client.get_connection_info(), settings.connect_timeout)
+            Direct::of(
+                client.get_connection_info(),
+                settings.connect_timeout,
+                settings.response_timeout,
+            )
         } else {
             None
         };
