@@ -59,6 +59,17 @@ pub(crate) struct Direct {
     /// Drains under way (see [`Direct::drained`]), and their ends.
     draining: AtomicUsize,
     drained: Notify,
+    /// One-call operations of this server under way, on either connection.
+    calls: AtomicUsize,
+}
+
+/// A one-call operation under way ([`Direct::call`]); counts until dropped.
+pub(crate) struct Call<'a>(&'a AtomicUsize);
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Direct {
@@ -133,7 +144,19 @@ impl Direct {
             slots: Mutex::new(Vec::new()),
             draining: AtomicUsize::new(0),
             drained: Notify::new(),
+            calls: AtomicUsize::new(0),
         }))
+    }
+
+    /// Count a one-call operation while the returned value lives; `true` when it is the
+    /// only one under way. Only such a call takes a direct connection: while calls overlap,
+    /// the multiplexed connection sends them in one write and the server reads them in
+    /// one, where each direct connection would cost the server a read and a write of its
+    /// own (64 tasks: 0.89 and 0.99 of the best peer with every idle direct connection
+    /// taken, against 1.2 before).
+    pub(crate) fn call(&self) -> (Call<'_>, bool) {
+        let before = self.calls.fetch_add(1, Ordering::AcqRel);
+        (Call(&self.calls), before == 0)
     }
 
     /// The calling runtime's connection when it is idle and connected; else `None` (and,

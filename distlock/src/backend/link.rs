@@ -50,21 +50,27 @@ impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
     }
 
     /// Run one call, bounded by the response timeout: on the caller's idle direct
-    /// connection where there is one, else on the shared connection.
+    /// connection where there is one and no other call is under way, else on the shared
+    /// connection.
     pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
-        if let Some(mut lease) = self.direct.as_ref().and_then(Direct::lease) {
-            return bounded(
-                &self.address,
-                what,
-                self.response_timeout,
-                eval(&mut lease, call),
-            )
-            .await;
-        }
-        if let Some(direct) = &self.direct {
-            // After whatever a dropped caller wrote on a direct connection.
-            direct.drained().await;
-        }
+        let _counted = match &self.direct {
+            Some(direct) => {
+                let (counted, alone) = direct.call();
+                if let Some(mut lease) = alone.then(|| direct.lease()).flatten() {
+                    return bounded(
+                        &self.address,
+                        what,
+                        self.response_timeout,
+                        eval(&mut lease, call),
+                    )
+                    .await;
+                }
+                // After whatever a dropped caller wrote on a direct connection.
+                direct.drained().await;
+                Some(counted)
+            }
+            None => None,
+        };
         let mut conn = self.conn.clone();
         bounded(
             &self.address,
