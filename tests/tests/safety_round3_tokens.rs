@@ -248,6 +248,18 @@ async fn an_undone_run_once_acquisition_frees_its_slot() {
             .lease(Lease::Fixed(Duration::from_secs(20)))
             .hold_at_least(Duration::from_secs(15))
     };
+    // The subscriber connected first: its first connection checks the leases held then
+    // (a renewal round on the command connection), whose reply the proxy would otherwise
+    // swallow instead of the acquire's if it connected while the first job held its lock
+    // (a full run failed so: the job ran).
+    assert!(
+        eventually(Duration::from_secs(5), || reg
+            .subscriber_connections("main")
+            .unwrap_or(0)
+            > 0)
+        .await,
+        "the subscriber connects"
+    );
     // The scripts loaded and the connection up, so the next reply is the acquire's.
     let warm = unique("undo-warm");
     job(&warm).run(async {}).await.expect("a first job");
