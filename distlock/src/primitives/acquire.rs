@@ -231,10 +231,14 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
             (None, _, _) => backend.hub.messages(&keys.channel),
         };
         // A lock this process was handed and holds: a first attempt could only be refused,
-        // so it is skipped, and this acquirer waits as a local waiter.
+        // so it is skipped, and this acquirer waits as a local waiter. So does a waiter woken
+        // by a release that let the lock go free for a waiter of another process
+        // (`Waiters::yield_to_remote`): else, on a warm runtime, it takes the lock back
+        // before that waiter's process has woken, and the other process starves.
         let local = match (&watch, &handoffs) {
             (None, Some(w)) => w.handed_until(&keys.hash),
-            _ => None,
+            (Some(_), Some(w)) => w.yielded_until(&keys.hash),
+            (_, None) => None,
         };
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);

@@ -65,6 +65,15 @@ pub(crate) fn eligible(keys: &LockKeys) -> bool {
 /// would for a lock that is not handed on.
 pub(crate) const TURN: Duration = Duration::from_millis(20);
 
+/// A lock marked in [`Waiters`]: held by a hold this process was handed, or let go free for
+/// a waiter of another process.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    until: Instant,
+    /// Let go free for a waiter of another process ([`Waiters::yield_to_remote`]).
+    yielded: bool,
+}
+
 /// How long a new acquirer trusts that a lock handed in this process is still held, and
 /// waits without an attempt (see [`Waiters::handed_until`]).
 pub(crate) const HANDED_TRUST: Duration = Duration::from_millis(50);
@@ -142,7 +151,7 @@ pub(crate) struct Waiters {
     /// when that holder releases ([`Waiters::claim`]) or its grant is undone; an entry
     /// past its time is dropped when looked at (a hint, never a guarantee: a wrong one
     /// costs a wait until its time at worst, bounded by the lease).
-    handed: Mutex<HashMap<String, Instant>>,
+    handed: Mutex<HashMap<String, Mark>>,
     /// How many locks have local waiters (keys of `map`) and how many are marked handed
     /// (entries of `handed`), kept under their locks: a release or an acquisition on a
     /// backend where nobody waits and nothing was handed takes no lock here. (Read without
@@ -211,13 +220,23 @@ impl Waiters {
         }
     }
 
-    fn handed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn handed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Mark>> {
         self.handed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `key` was handed to a waiter of this process, whose lease ends at `until`.
     pub(crate) fn mark_handed(&self, key: &str, until: Instant) {
-        if self.handed().insert(key.to_owned(), until).is_none() {
+        self.mark(
+            key,
+            Mark {
+                until,
+                yielded: false,
+            },
+        );
+    }
+
+    fn mark(&self, key: &str, mark: Mark) {
+        if self.handed().insert(key.to_owned(), mark).is_none() {
             self.marked.fetch_add(1, Ordering::Release);
         }
     }
@@ -241,7 +260,7 @@ impl Waiters {
             return None;
         }
         let mut handed = self.handed();
-        let until = *handed.get(key)?;
+        let until = handed.get(key)?.until;
         let now = Instant::now();
         if until > now {
             return Some(until.min(now + HANDED_TRUST));
@@ -257,7 +276,26 @@ impl Waiters {
     /// without an attempt for [`HANDED_TRUST`] at most — long enough for that waiter,
     /// woken by the release's PUBLISH, to take it — and then try as usual.
     pub(crate) fn yield_to_remote(&self, key: &str) {
-        self.mark_handed(key, Instant::now() + HANDED_TRUST);
+        self.mark(
+            key,
+            Mark {
+                until: Instant::now() + HANDED_TRUST,
+                yielded: true,
+            },
+        );
+    }
+
+    /// Until when a waiter of `key` woken by a release waits without an attempt: while
+    /// that release let the lock go free for a waiter of another process
+    /// ([`Waiters::yield_to_remote`], at most [`HANDED_TRUST`] after it). Not for a lock
+    /// handed in this process: a woken waiter of one tries, as its hold may be gone.
+    pub(crate) fn yielded_until(&self, key: &str) -> Option<Instant> {
+        if self.marked.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let handed = self.handed();
+        let mark = handed.get(key)?;
+        (mark.yielded && mark.until > Instant::now()).then_some(mark.until)
     }
 
     /// Take the first waiter of `key` still waiting, but not of `owner` (the releaser's):
