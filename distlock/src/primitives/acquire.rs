@@ -162,7 +162,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     };
     // Its refused attempts tell the holder's process that a waiter of another process is
     // there: it lets the lock go free for it at its next release instead of handing it to
-    // one of its own (`acquire.lua`, `Hub::take_remote_waiter`).
+    // one of its own once it has waited a turn (`acquire.lua`, `handoff.lua`).
     if let Some(w) = &handoffs {
         keys.handoff_tag = Some(w.tag().clone());
     }

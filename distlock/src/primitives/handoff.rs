@@ -74,6 +74,9 @@ struct Mark {
     yielded: bool,
 }
 
+/// How many marks [`Waiters`] keeps before a new one sweeps those past their time.
+const SWEEP_FROM: usize = 64;
+
 /// How long a new acquirer trusts that a lock handed in this process is still held, and
 /// waits without an attempt (see [`Waiters::handed_until`]).
 pub(crate) const HANDED_TRUST: Duration = Duration::from_millis(50);
@@ -236,7 +239,18 @@ impl Waiters {
     }
 
     fn mark(&self, key: &str, mark: Mark) {
-        if self.handed().insert(key.to_owned(), mark).is_none() {
+        let mut handed = self.handed();
+        if handed.len() >= SWEEP_FROM {
+            // Marks of keys nobody looked at again: dropped once past their time, so the
+            // map holds at most the live ones (a hand-off's lasts its lease, a yield's
+            // HANDED_TRUST).
+            let now = Instant::now();
+            let before = handed.len();
+            handed.retain(|_, m| m.until > now);
+            self.marked
+                .fetch_sub(before - handed.len(), Ordering::Release);
+        }
+        if handed.insert(key.to_owned(), mark).is_none() {
             self.marked.fetch_add(1, Ordering::Release);
         }
     }
@@ -293,9 +307,15 @@ impl Waiters {
         if self.marked.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let handed = self.handed();
-        let mark = handed.get(key)?;
-        (mark.yielded && mark.until > Instant::now()).then_some(mark.until)
+        let mut handed = self.handed();
+        let mark = *handed.get(key)?;
+        if mark.until > Instant::now() {
+            return mark.yielded.then_some(mark.until);
+        }
+        if handed.remove(key).is_some() {
+            self.marked.fetch_sub(1, Ordering::Release);
+        }
+        None
     }
 
     /// Take the first waiter of `key` still waiting, but not of `owner` (the releaser's):
@@ -489,6 +509,27 @@ mod tests {
         w.mark_handed("k", later);
         w.clear_handed("k");
         assert_eq!(w.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_yield_holds_off_woken_waiters_for_a_moment_and_old_marks_are_swept() {
+        let w = Arc::new(Waiters::default());
+        w.mark_handed("handed", Instant::now() + D);
+        assert_eq!(
+            w.yielded_until("handed"),
+            None,
+            "a lock handed here: a woken waiter tries"
+        );
+        w.yield_to_remote("k");
+        let until = w.yielded_until("k").expect("yielded");
+        assert!(until <= Instant::now() + HANDED_TRUST);
+        assert!(w.handed_until("k").is_some(), "new acquirers hold off too");
+        // Marks of keys nobody looks at again do not pile up.
+        for i in 0..4 * SWEEP_FROM {
+            w.mark_handed(&format!("gone{i}"), Instant::now());
+        }
+        assert!(w.handed().len() <= SWEEP_FROM + 3, "{}", w.handed().len());
+        assert_eq!(w.marked.load(Ordering::Acquire), w.handed().len());
     }
 
     #[tokio::test]
