@@ -753,25 +753,16 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
             .first()
             .and_then(RespValue::as_int)
     };
-    let refused = |tag: &str| {
+    // An acquire attempt by `owner` at `level` from the process tagged `tag`.
+    let attempt = |owner: &str, level: &str, tag: &str| {
         first(cmd(
             &addr,
             &[
-                "EVAL",
-                acquire,
-                "2",
-                lock,
-                fence,
-                "waiter",
-                "10000",
-                "00000000000000ff",
-                "0",
-                "0",
-                "",
-                tag,
+                "EVAL", acquire, "2", lock, fence, owner, "10000", level, "0", "0", "", tag,
             ],
         ))
     };
+    let refused = |tag: &str| attempt("waiter", "00000000000000ff", tag);
     let hand = |owner: &str, level: &str, to: &str, to_level: &str, turn: &str| {
         cmd(
             &addr,
@@ -796,24 +787,11 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
             })
             .collect()
     };
-    let taken = cmd(
-        &addr,
-        &[
-            "EVAL",
-            acquire,
-            "2",
-            lock,
-            fence,
-            "one",
-            "10000",
-            "0000000000000001",
-            "0",
-            "0",
-            "",
-            "aaaa",
-        ],
+    assert_eq!(
+        attempt("one", "0000000000000001", "aaaa"),
+        Some(1),
+        "acquired"
     );
-    assert_eq!(first(taken), Some(1), "acquired");
     // Two refused attempts of this process ("aaaa"): its tag, once.
     for tag in ["aaaa", "aaaa"] {
         assert_eq!(refused(tag), Some(0), "refused");
