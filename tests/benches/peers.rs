@@ -380,19 +380,28 @@ async fn hotkey(peer: &Peer, info: &mut MultiplexedConnection, prefix: &str) -> 
 
 // ------------------------------------------------------------------ main
 
-/// A tokio runtime with 2 workers, as `targets.rs`; `DISTLOCK_PEERS_RUNTIME=current_thread`
-/// runs the caller's tasks on one thread instead (a diagnostic: what the wake-ups between
-/// worker threads cost; distlock's own background runtime is unchanged).
+/// A tokio runtime with 2 workers, as `targets.rs`, with the workload in a task spawned on
+/// them, as a server's handlers run (not on the thread of `block_on`, which is no worker: each
+/// reply would wake the worker that read it and then that thread, two switches per round
+/// trip where a task on a worker takes one, as a Node.js peer's single thread does).
+/// `DISTLOCK_PEERS_RUNTIME=current_thread` runs everything on one thread instead, and
+/// `DISTLOCK_PEERS_RUNTIME=block_on` the workload on `block_on`'s thread (diagnostics: what
+/// the wake-ups between threads cost; distlock's own background runtime is unchanged).
 fn main() {
-    let current = std::env::var("DISTLOCK_PEERS_RUNTIME").as_deref() == Ok("current_thread");
-    let mut rt = if current {
+    let mode = std::env::var("DISTLOCK_PEERS_RUNTIME").unwrap_or_default();
+    let mut rt = if mode == "current_thread" {
         tokio::runtime::Builder::new_current_thread()
     } else {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         b.worker_threads(2);
         b
     };
-    rt.enable_all().build().expect("runtime").block_on(run());
+    let rt = rt.enable_all().build().expect("runtime");
+    if mode == "block_on" {
+        rt.block_on(run());
+    } else {
+        rt.block_on(async { tokio::spawn(run()).await.expect("the workload's task") });
+    }
 }
 
 async fn run() {
