@@ -16,6 +16,11 @@
 //! single server (the outcome is unknown: the acquire engine undoes and retries).
 //! A master's connection is opened in the background the first time its slots are asked
 //! for; until it is up, its commands take the cluster connection.
+//!
+//! Each master also has connections its callers drive (`direct.rs`), as a single server
+//! has: a one-call operation alone on its master takes one when idle ([`Directs`]). A
+//! `MOVED` or `ASK` there (the command did not run) asks the map again, and the call goes
+//! on through the multiplexed connections as above.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +32,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Arg, Cmd, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use super::conn::Settings;
+use super::direct::Direct;
+use super::error::redirected;
+use super::link::Directs;
+use crate::protocol::Call;
 
 /// The slot map is asked again at most this often.
 const REFRESH_AT_MOST: Duration = Duration::from_millis(100);
@@ -52,14 +61,22 @@ impl std::fmt::Debug for Routed {
 struct Map {
     /// `owner[slot]`: the index in `masters` of the master serving it.
     owner: RwLock<Vec<Option<u16>>>,
-    /// The masters' addresses (`host:port`) and connections (`None` while connecting).
-    masters: RwLock<Vec<(String, Option<ConnectionManager>)>>,
+    /// The masters (`None` while connecting), by address (`host:port`).
+    masters: RwLock<Vec<(String, Option<Master>)>>,
     /// How to reach a master (credentials, TLS, timeouts: the first configured node's).
     settings: Settings,
     /// `None`: no configured node to copy (every command takes the cluster connection).
     template: Option<ConnectionInfo>,
     refreshing: AtomicBool,
     last_refresh: Mutex<Option<Instant>>,
+}
+
+/// A master's connections: the multiplexed one, and those its callers drive (`direct.rs`;
+/// `None` where they do not apply).
+#[derive(Clone)]
+struct Master {
+    conn: ConnectionManager,
+    direct: Option<Arc<Direct>>,
 }
 
 impl Routed {
@@ -92,8 +109,12 @@ impl Routed {
 
     /// The connection of the master serving the slot of `cmd`'s key, when known and open.
     fn route(&self, cmd: &Cmd) -> Option<ConnectionManager> {
-        let slot = slot(key_of(cmd)?);
-        let index = self.map.owner.read().ok()?[usize::from(slot)]?;
+        Some(self.master(key_of(cmd)?)?.conn)
+    }
+
+    /// The connections of the master serving the slot of `key`, when known and open.
+    fn master(&self, key: &[u8]) -> Option<Master> {
+        let index = self.map.owner.read().ok()?[usize::from(slot(key))]?;
         let masters = self.map.masters.read().ok()?;
         masters.get(usize::from(index))?.1.clone()
     }
@@ -135,6 +156,17 @@ impl Routed {
             }
         }
         r
+    }
+}
+
+// A lock call's first key names its slot, so its master.
+impl Directs for Routed {
+    fn direct_for(&self, call: &Call) -> Option<Arc<Direct>> {
+        self.master(call.keys.first()?.as_bytes())?.direct
+    }
+
+    fn moved(&self) {
+        self.stale();
     }
 }
 
@@ -189,13 +221,6 @@ impl ConnectionLike for Routed {
     }
 }
 
-/// Whether a reply is a `MOVED` or `ASK` error (the multiplexed connection hands server
-/// errors back as values).
-fn redirected(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e)
-        if matches!(e.kind(), Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)))
-}
-
 /// Ask `CLUSTER SLOTS` and open a connection to each master not connected yet (in
 /// parallel); masters that left the map are dropped.
 async fn refresh(mut fallback: ClusterConnection, map: Arc<Map>) {
@@ -214,7 +239,7 @@ async fn refresh(mut fallback: ClusterConnection, map: Arc<Map>) {
     let mut addresses: Vec<String> = ranges.iter().map(|(_, _, a)| a.clone()).collect();
     addresses.sort();
     addresses.dedup();
-    let kept: HashMap<String, Option<ConnectionManager>> = match map.masters.read() {
+    let kept: HashMap<String, Option<Master>> = match map.masters.read() {
         Ok(m) => m.iter().cloned().collect(),
         Err(_) => return,
     };
@@ -247,17 +272,22 @@ async fn refresh(mut fallback: ClusterConnection, map: Arc<Map>) {
     }
 }
 
-/// A multiplexed connection to the master at `address` (`host:port`), or `None` (logged).
-async fn open(map: &Map, address: &str) -> Option<ConnectionManager> {
+/// Connections to the master at `address` (`host:port`), or `None` (logged).
+async fn open(map: &Map, address: &str) -> Option<Master> {
     let (host, port) = address.rsplit_once(':')?;
     let port: u16 = port.parse().ok()?;
     let info = map
         .template
         .clone()?
         .set_addr(map.settings.addr(host.to_owned(), port));
+    let direct = Direct::of(
+        &info,
+        map.settings.connect_timeout,
+        map.settings.response_timeout,
+    );
     let client = map.settings.client(address, info).ok()?;
     match map.settings.manager(address, client, Duration::ZERO).await {
-        Ok(c) => Some(c),
+        Ok(conn) => Some(Master { conn, direct }),
         Err(e) => {
             tracing::debug!(address, error = %e, "distlock: cannot open a connection to a cluster master; its commands take the cluster connection");
             None

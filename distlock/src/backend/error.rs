@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use crate::protocol::reply::UnexpectedReply;
 
@@ -59,6 +59,11 @@ impl DriverError {
             address: address.to_owned(),
             source,
         }
+    }
+
+    /// A cluster node's `MOVED` or `ASK`: the command ran nowhere.
+    pub(crate) fn is_redirect(&self) -> bool {
+        matches!(self, DriverError::Redis { source, .. } if source.redirect_node().is_some())
     }
 
     /// The address (`host:port`, several comma-separated) this error concerns.
@@ -285,6 +290,13 @@ pub(crate) async fn bounded<T>(
             after,
         }),
     }
+}
+
+/// Whether a reply is a `MOVED` or `ASK` error (the multiplexed connection hands server
+/// errors back as values).
+pub(crate) fn redirected(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e)
+        if matches!(e.kind(), Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)))
 }
 
 /// What went wrong on a backend: opaque, so that the Redis client distlock uses stays an

@@ -12,7 +12,7 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::direct::Direct;
-use super::error::{bounded, DriverError};
+use super::error::{bounded, redirected, DriverError};
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;
@@ -43,27 +43,60 @@ impl<C> std::fmt::Debug for Link<C> {
     }
 }
 
-impl<C: ConnectionLike + Clone + Send + Sync> Link<C> {
+/// A connection that may have direct connections of its own for some calls (a cluster's
+/// masters, by the slot of the call's key: `cluster_slots.rs`).
+pub(crate) trait Directs {
+    /// The direct connections for `call`, if any.
+    fn direct_for(&self, _call: &Call) -> Option<Arc<Direct>> {
+        None
+    }
+
+    /// A call on a direct connection was answered `MOVED` or `ASK`: it ran nowhere, and the
+    /// map that chose that connection is out of date.
+    fn moved(&self) {}
+}
+
+impl Directs for redis::aio::ConnectionManager {}
+impl Directs for redis::cluster_async::ClusterConnection {}
+
+impl<C: ConnectionLike + Directs + Clone + Send + Sync> Link<C> {
     /// `host:port`, or a cluster's configured nodes.
     pub(crate) fn address(&self) -> &str {
         &self.address
     }
 
     /// Run one call, bounded by the response timeout: on the caller's idle direct
-    /// connection where there is one and no other call is under way, else on the shared
-    /// connection.
+    /// connection where there is one (the server's, or the cluster master's of the call's
+    /// key) and no other call is under way on that server, else on the shared connection.
     pub(crate) async fn run(&self, call: &Call, what: &'static str) -> Result<Value, DriverError> {
-        let _counted = match &self.direct {
+        let routed;
+        let direct = match &self.direct {
+            Some(d) => Some(d),
+            None => {
+                routed = self.conn.direct_for(call);
+                routed.as_ref()
+            }
+        };
+        let _counted = match direct {
             Some(direct) => {
                 let (counted, alone) = direct.call();
                 if let Some(mut lease) = alone.then(|| direct.lease()).flatten() {
-                    return bounded(
+                    let r = bounded(
                         &self.address,
                         what,
                         self.response_timeout,
                         eval(&mut lease, call),
                     )
                     .await;
+                    let redirect = match &r {
+                        Ok(v) => redirected(v),
+                        Err(e) => e.is_redirect(),
+                    };
+                    if !redirect {
+                        return r;
+                    }
+                    // Not run (a cluster's slot moved): the shared connection follows it.
+                    self.conn.moved();
                 }
                 // After whatever a dropped caller wrote on a direct connection.
                 direct.drained().await;
