@@ -1,5 +1,6 @@
 //! A connection the calling task drives itself, for the one-call operations (acquire,
-//! release, hand-off, cancel, forced release) of a plain-TCP `single` or sentinel master.
+//! release, hand-off, cancel, forced release) of a plain-TCP `single` server, sentinel
+//! master or cluster master (`cluster_slots.rs`, by the slot of the call's key).
 //!
 //! The multiplexed connection ([`redis::aio::ConnectionManager`]) has a driver task on
 //! distlock's background runtime: every request wakes that task's thread to write, and
