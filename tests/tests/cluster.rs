@@ -46,6 +46,19 @@ fn hash_name(key: &str) -> String {
     format!("lock:{{{key}}}")
 }
 
+/// Acquisitions and releases cut short at every point of their round trip leave nothing
+/// held and no reply misread ([`cut_requests_leave_nothing_held`], as on a single server),
+/// most of them on the connection the calling task drives itself to the key's master.
+#[tokio::test]
+async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
+    let reg = registry().await;
+    let nodes = addrs(&cluster_urls());
+    cut_requests_leave_nothing_held(&reg, &unique("cut"), |hash| {
+        master_of_slot(&nodes, keyslot(&nodes, hash)).expect("a master serves the slot")
+    })
+    .await;
+}
+
 /// Many auto leases on all three masters are renewed together (concurrent EVALSHAs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_auto_leases_on_every_master_are_renewed() {

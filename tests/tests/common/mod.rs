@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::Registry;
+use distlock_tests::resp_command;
 
 /// A key no other test (or earlier run) uses.
 pub fn unique(name: &str) -> String {
@@ -213,4 +214,94 @@ pub fn percentile(times: &mut [Duration], p: f64) -> Duration {
     times.sort();
     let i = ((times.len() as f64 - 1.0) * p).round() as usize;
     times[i]
+}
+
+/// Poll `fut` through `turns` turns of the runtime, then drop it: `None` when it was not
+/// done by then. (A timer cannot cut it: Tokio's timers round up to the millisecond.)
+pub async fn cut_after<F: std::future::Future>(turns: usize, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    for _ in 0..=turns {
+        let polled = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match fut.as_mut().poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await;
+        if polled.is_some() {
+            return polled;
+        }
+        tokio::task::yield_now().await;
+    }
+    None
+}
+
+/// Acquisitions and releases cut short at every point of their round trip (after 0 to
+/// 399 turns of the runtime, most of them on the connection the calling task drives
+/// itself, `backend/direct.rs`) leave nothing held: each cut acquisition's undo runs after
+/// it (its reply is drained first), so the lock is free at once, not at the end of its
+/// 60 s lease; and no later request reads an earlier one's reply: every acquisition that
+/// completes holds the fencing counter's current value. `addr_of_hash`: the `host:port`
+/// of the server that holds a lock hash (by its name).
+pub async fn cut_requests_leave_nothing_held(
+    reg: &Registry,
+    key: &str,
+    addr_of_hash: impl Fn(&str) -> String,
+) {
+    let lock_key = format!("lock:{{{key}}}");
+    let fence_key = format!("lock:{{{key}}}:fence");
+    let addr = addr_of_hash(&lock_key);
+    let take = || {
+        reg.lock(key)
+            .lease(distlock::Lease::Fixed(Duration::from_secs(60)))
+            .wait(Duration::from_secs(5))
+            .acquire()
+    };
+    let free = |what: String| {
+        let (addr, lock_key) = (addr.clone(), lock_key.clone());
+        async move {
+            let start = Instant::now();
+            loop {
+                let v = resp_command(&addr, &["EXISTS", &lock_key]).expect("EXISTS");
+                if v.as_int() == Some(0) {
+                    return;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(3),
+                    "still held 3 s after {what}: a cut request's undo ran before it"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    // The direct connection is made in the background after the first calls.
+    for _ in 0..20 {
+        take()
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+    }
+    let (mut completed, mut cut) = (0, 0);
+    for i in 0..400usize {
+        match cut_after(i, take()).await {
+            Some(guard) => {
+                let guard = guard.expect("acquire");
+                let fence = resp_command(&addr, &["GET", &fence_key]).expect("GET");
+                assert_eq!(
+                    fence.as_str(),
+                    Some(guard.fencing_token().to_string().as_str()),
+                    "round {i}: the token is the counter's current value"
+                );
+                completed += 1;
+                // The release cut short too (it is sent again in the background).
+                let _ = cut_after(i % 50, guard.release()).await;
+            }
+            None => cut += 1,
+        }
+        free(format!("round {i} (cut after {i} turns)")).await;
+    }
+    eprintln!("completed {completed}, cut {cut}");
+    assert!(completed > 0 && cut > 0, "completed {completed}, cut {cut}");
 }
