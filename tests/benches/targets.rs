@@ -344,6 +344,16 @@ async fn sequential_batches(
     per
 }
 
+/// Two contenders' median µs per sequential pair over 80 alternating batches of 200, and
+/// the median of each batch's ratio (the first's to the second's) to the batch beside it:
+/// the machine's drift over the run, which moves two medians taken apart by a percent or
+/// two, cancels within a pair of batches.
+async fn paired_ratio(contenders: [Contender; 2]) -> ([f64; 2], f64) {
+    let per = sequential_batches(&contenders, 80, 200).await;
+    let ratio = median(per[0].iter().zip(&per[1]).map(|(a, b)| a / b).collect());
+    ([median(per[0].clone()), median(per[1].clone())], ratio)
+}
+
 /// Pairs per second of `TASKS` tasks on distinct keys for `run_for`.
 async fn concurrent(c: &Contender, run_for: Duration) -> f64 {
     concurrent_n(c, TASKS, run_for).await
@@ -1154,17 +1164,8 @@ async fn main() {
 
     if wanted("attribute") {
         // 8. the attribute vs Lock::run.
-        // Two contenders that differ by a few allocations per pair: the median of each
-        // batch's ratio to the batch next to it (the machine's drift over the run, which moves
-        // two medians taken apart by a percent or two, cancels within a pair of batches).
-        let per = sequential_batches(
-            &[Contender::Attribute, Contender::Run(single.clone())],
-            40,
-            250,
-        )
-        .await;
-        let ratio = median(per[0].iter().zip(&per[1]).map(|(a, r)| a / r).collect());
-        let a = [median(per[0].clone()), median(per[1].clone())];
+        // Two contenders that differ by a few allocations per pair.
+        let (a, ratio) = paired_ratio([Contender::Attribute, Contender::Run(single.clone())]).await;
         let apart = (ratio - 1.0).abs();
         row(
             &mut rows,
@@ -1179,16 +1180,11 @@ async fn main() {
             apart <= 0.02,
         );
         // The same measure of two identical contenders: how far apart it puts them.
-        let same = sequential_batches(
-            &[
-                Contender::Run(single.clone()),
-                Contender::Run(single.clone()),
-            ],
-            40,
-            250,
-        )
+        let (_, control) = paired_ratio([
+            Contender::Run(single.clone()),
+            Contender::Run(single.clone()),
+        ])
         .await;
-        let control = median(same[0].iter().zip(&same[1]).map(|(a, b)| a / b).collect());
         row(
             &mut rows,
             "  diagnostic: Lock::run vs Lock::run, the same measure",
