@@ -468,16 +468,18 @@ async fn many_leases() -> (f64, f64, usize) {
             guards
         }));
     }
-    let mut guards = Vec::with_capacity(LEASES);
+    // Each task's guards stay in its own vector: copied into one, they would be counted
+    // twice (the copies' memory freed, but kept by the allocator).
+    let mut guards = Vec::with_capacity(handles.len());
     for h in handles {
-        guards.extend(h.await.expect("task"));
+        guards.push(h.await.expect("task"));
     }
     let rss1 = rss_bytes();
     let window = Duration::from_secs(21);
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
     tokio::time::sleep(window).await;
     let cpu = (cpu_seconds() - cpu0) / t0.elapsed().as_secs_f64() * 100.0;
-    let held = guards.iter().filter(|g| g.is_held()).count();
+    let held = guards.iter().flatten().filter(|g| g.is_held()).count();
     drop(guards);
     drop(reg);
     (cpu, rss1 - rss0, held)
