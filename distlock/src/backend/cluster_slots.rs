@@ -33,7 +33,7 @@ use redis::{Arg, Cmd, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use super::conn::Settings;
 use super::direct::Direct;
-use super::error::redirected;
+use super::error::{connection_failed, redirected};
 use super::link::Directs;
 use crate::protocol::Call;
 
@@ -109,14 +109,15 @@ impl Routed {
 
     /// The connection of the master serving the slot of `cmd`'s key, when known and open.
     fn route(&self, cmd: &Cmd) -> Option<ConnectionManager> {
-        Some(self.master(key_of(cmd)?)?.conn)
+        self.master(key_of(cmd)?, |m| m.conn.clone())
     }
 
-    /// The connections of the master serving the slot of `key`, when known and open.
-    fn master(&self, key: &[u8]) -> Option<Master> {
+    /// `pick` of the connections of the master serving the slot of `key`, when known and
+    /// open.
+    fn master<T>(&self, key: &[u8], pick: impl FnOnce(&Master) -> T) -> Option<T> {
         let index = self.map.owner.read().ok()?[usize::from(slot(key))]?;
         let masters = self.map.masters.read().ok()?;
-        masters.get(usize::from(index))?.1.clone()
+        masters.get(usize::from(index))?.1.as_ref().map(pick)
     }
 
     /// Ask the slot map again (in the background, at most once per `REFRESH_AT_MOST`).
@@ -151,7 +152,7 @@ impl Routed {
     /// the map again (a failover may be under way).
     fn after<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
         if let Err(e) = &r {
-            if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            if connection_failed(e) {
                 self.stale();
             }
         }
@@ -162,11 +163,11 @@ impl Routed {
 // A lock call's first key names its slot, so its master.
 impl Directs for Routed {
     fn direct_for(&self, call: &Call) -> Option<Arc<Direct>> {
-        self.master(call.keys.first()?.as_bytes())?.direct
+        self.master(call.keys.first()?.as_bytes(), |m| m.direct.clone())?
     }
 
-    fn moved(&self) {
-        self.stale();
+    fn stale(&self) {
+        Routed::stale(self);
     }
 }
 

@@ -61,6 +61,11 @@ impl DriverError {
         }
     }
 
+    /// The connection failed (not a reply, not a timeout).
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        matches!(self, DriverError::Redis { source, .. } if connection_failed(source))
+    }
+
     /// A cluster node's `MOVED` or `ASK`: the command ran nowhere.
     pub(crate) fn is_redirect(&self) -> bool {
         matches!(self, DriverError::Redis { source, .. } if source.redirect_node().is_some())
@@ -290,6 +295,12 @@ pub(crate) async fn bounded<T>(
             after,
         }),
     }
+}
+
+/// Whether `e` says the connection failed (an I/O error, the connection dropped or
+/// unusable), rather than a reply.
+pub(crate) fn connection_failed(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 /// Whether a reply is a `MOVED` or `ASK` error (the multiplexed connection hands server

@@ -51,9 +51,9 @@ pub(crate) trait Directs {
         None
     }
 
-    /// A call on a direct connection was answered `MOVED` or `ASK`: it ran nowhere, and the
-    /// map that chose that connection is out of date.
-    fn moved(&self) {}
+    /// A call on a direct connection was answered `MOVED` or `ASK` (it ran nowhere), or
+    /// its connection failed: the map that chose that connection may be out of date.
+    fn stale(&self) {}
 }
 
 impl Directs for redis::aio::ConnectionManager {}
@@ -93,10 +93,13 @@ impl<C: ConnectionLike + Directs + Clone + Send + Sync> Link<C> {
                         Err(e) => e.is_redirect(),
                     };
                     if !redirect {
+                        if r.as_ref().is_err_and(DriverError::is_connection_failure) {
+                            self.conn.stale();
+                        }
                         return r;
                     }
                     // Not run (a cluster's slot moved): the shared connection follows it.
-                    self.conn.moved();
+                    self.conn.stale();
                 }
                 // After whatever a dropped caller wrote on a direct connection.
                 direct.drained().await;
