@@ -63,7 +63,7 @@ async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
 /// runtime leave nothing held. They go on the cluster connection that never sends twice,
 /// and the release undoing a cut one on the routed connections, which could overtake it
 /// (the lock then held for nobody until its 60 s lease ended: 2-6 of 300 rounds before
-/// `backend/cluster/in_flight.rs`).
+/// `backend/redisson_once.rs`).
 #[tokio::test]
 async fn redisson_acquisitions_cut_at_any_point_leave_nothing_held() {
     let urls = cluster_urls();

@@ -40,12 +40,13 @@ use super::cluster_slots::Routed;
 use super::conn::{addresses, Settings};
 use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::lease::owner::OwnerId;
+use super::redisson_once::{self, InFlight};
+use crate::lease::owner::{Hold, OwnerId};
 use crate::ops::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::{Format, LockKeys};
 use crate::protocol::probe::Probe;
-use crate::protocol::Publish;
+use crate::protocol::{Publish, Released};
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
@@ -55,14 +56,17 @@ use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 pub(crate) struct Cluster {
     link: Link<Routed>,
     /// Redisson's format only: a second cluster connection that never sends a command twice
-    /// (`retries(0)`), for the acquire scripts. redis-rs's cluster client sends a command
-    /// again after a dropped connection (and some time-outs); Redisson's acquire scripts
-    /// cannot tell that run again from a re-entry, so it would count twice (a "re-entry"
-    /// with token 0, and a lock still held after its release until the lease ends). On
-    /// this connection such a failure is returned instead, and the acquire engine retries
-    /// as a fresh acquisition, releasing what the first run may have taken. Distlock's own
-    /// scripts mark every acquisition's level and are safe to run twice.
+    /// (`retries(0)`), for the acquire scripts (`redisson_once.rs`). redis-rs's cluster
+    /// client sends a command again after a dropped connection (and some time-outs);
+    /// Redisson's acquire scripts cannot tell that run again from a re-entry, so it would
+    /// count twice (a "re-entry" with token 0, and a lock still held after its release
+    /// until the lease ends). On this connection such a failure is returned instead, and
+    /// the acquire engine retries as a fresh acquisition, releasing what the first run may
+    /// have taken. Distlock's own scripts mark every acquisition's level and are safe to
+    /// run twice.
     once: Option<Link<ClusterConnection>>,
+    /// The acquisitions under way on `once`, which their undo waits for.
+    in_flight: Arc<InFlight>,
 }
 
 impl std::ops::Deref for Cluster {
@@ -126,27 +130,7 @@ pub(crate) async fn connect(
     };
     let once = match redisson {
         None => None,
-        Some(_) => {
-            let client = settings
-                .cluster(nodes)
-                .retries(0)
-                .build()
-                .map_err(|e| DriverError::redis(&address, e))?;
-            let conn = bounded(
-                &address,
-                "connect timed out",
-                settings.connect_timeout * 2,
-                client.get_async_connection(),
-            )
-            .await?;
-            Some(Link {
-                conn,
-                address: address.clone(),
-                response_timeout: settings.response_timeout,
-                publish,
-                direct: None,
-            })
-        }
+        Some(_) => Some(redisson_once::connect(settings, nodes, &address, publish).await?),
     };
     let template = match nodes.first() {
         Some(url) => Some(settings.info(url)?),
@@ -162,6 +146,7 @@ pub(crate) async fn connect(
             direct: None,
         },
         once,
+        in_flight: Arc::default(),
     };
     // A node down now only means its script cache is filled by EVAL later.
     let mut c = cluster.conn.fallback.clone();
@@ -199,11 +184,42 @@ impl Cluster {
         wait: Duration,
     ) -> Result<crate::protocol::Attempt, DriverError> {
         match (&keys.format, &self.once) {
-            (Format::Redisson(_), Some(once)) => once.acquire(keys, hold, lease, wait).await,
+            (Format::Redisson(_), Some(once)) => {
+                let (once, owned) = (once.clone(), keys.clone());
+                let attempt = async move { once.acquire(&owned, hold, lease, wait).await };
+                let run = self
+                    .in_flight
+                    .run(&keys.hash, hold.owner, &self.address, attempt);
+                run.await
+            }
             (Format::Redisson(_) | Format::Distlock, _) => {
                 self.link.acquire(keys, hold, lease, wait).await
             }
         }
+    }
+
+    /// Release one level: an undo waits for its acquisition first (`redisson_once.rs`).
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        hold: Hold,
+    ) -> Result<Released, DriverError> {
+        if hold.undo {
+            let bound = self.response_timeout;
+            self.in_flight.ended(&keys.hash, hold.owner, bound).await;
+        }
+        self.link.release(keys, hold).await
+    }
+
+    /// A fair or write waiter leaves the queue, after its acquisition (`redisson_once.rs`).
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: OwnerId,
+    ) -> Result<bool, DriverError> {
+        let bound = self.response_timeout;
+        self.in_flight.ended(&keys.hash, owner, bound).await;
+        self.link.cancel(keys, owner).await
     }
 
     /// One command on every master: each master's reply (or error) by its address.

@@ -18,6 +18,7 @@ pub(crate) mod error;
 mod link;
 mod memory;
 mod quorum;
+mod redisson_once;
 mod sentinel;
 mod sentinel_resolve;
 mod server;
