@@ -186,7 +186,9 @@ impl Cluster {
         match (&keys.format, &self.once) {
             (Format::Redisson(_), Some(once)) => {
                 let (once, owned) = (once.clone(), keys.clone());
-                let attempt = async move { once.acquire(&owned, hold, lease, wait).await };
+                // Boxed: inline, it would double this arm of every acquisition's future.
+                let attempt =
+                    Box::pin(async move { once.acquire(&owned, hold, lease, wait).await });
                 let run = self
                     .in_flight
                     .run(&keys.hash, hold.owner, &self.address, attempt);
