@@ -226,6 +226,15 @@ pub mod __private {
     /// distlock sends it, prologues included (`protocol/script.rs` builds them).
     pub use crate::protocol::script::sources as scripts;
 
+    /// The fencing counter a cluster backend with key prefix `prefix` draws the tokens of
+    /// the lock whose hash is `lock_hash` from: the counter of its slot,
+    /// `PREFIXfence:{TAG}` (single and sentinel draw from `PREFIXfence`, redlock and multi
+    /// from the key's own `PREFIX{KEY}:fence`; see `protocol/keys.rs`).
+    pub fn slot_fence_counter(prefix: &str, lock_hash: &str) -> String {
+        let slot = crate::protocol::slot::slot(lock_hash.as_bytes());
+        format!("{prefix}fence:{{{}}}", crate::protocol::slot::tag_of(slot))
+    }
+
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`
     /// and the `stop` character (the first one of the template's text after the
     /// placeholder) are written as `%XX` (their UTF-8 bytes), so that two different

@@ -35,13 +35,11 @@ use super::conn::Settings;
 use super::direct::Direct;
 use super::error::{connection_failed, redirected};
 use super::link::Directs;
+use crate::protocol::slot::{slot, SLOTS};
 use crate::protocol::Call;
 
 /// The slot map is asked again at most this often.
 const REFRESH_AT_MOST: Duration = Duration::from_millis(100);
-
-/// Slots of a Redis Cluster.
-const SLOTS: u16 = 16384;
 
 /// The cluster connection, and a connection of our own to each master for the commands
 /// whose slot the map knows.
@@ -367,58 +365,9 @@ fn key_of(cmd: &Cmd) -> Option<&[u8]> {
     args.nth(at)?
 }
 
-/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first
-/// `{` and the next `}`, when not empty), else of the whole key, modulo 16384.
-fn slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16(tagged) % SLOTS
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in data {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{crc16, key_of, slot};
-
-    #[test]
-    fn slots_as_redis_computes_them() {
-        // `CLUSTER KEYSLOT` of these, on Redis 7.
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"bar"), 5061);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(
-            slot(b"foo{}{bar}"),
-            crc16(b"foo{}{bar}") % 16384,
-            "an empty tag: the whole key"
-        );
-        assert_eq!(
-            slot(b"foo{{bar}}zap"),
-            slot(b"{bar"),
-            "the first {{ to the next }}"
-        );
-        assert_eq!(slot(b"123456789"), 0x31C3, "CRC16/XMODEM check value");
-    }
+    use super::key_of;
 
     #[test]
     fn routed_by_the_first_key() {

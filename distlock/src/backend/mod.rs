@@ -35,7 +35,7 @@ pub(crate) use self::error::DriverError;
 pub use self::error::{BackendError, BackendErrorKind};
 use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
-use crate::protocol::keys::{LockKeys, Shape};
+use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
 use crate::{InitError, LockError, LockKind};
@@ -390,7 +390,29 @@ impl Backend {
     ) -> Result<LockKeys, LockError> {
         match self.protocol {
             Protocol::Redisson => LockKeys::redisson(key, kind, lease),
-            Protocol::Distlock => LockKeys::for_kind(&self.prefix, key, kind),
+            Protocol::Distlock => Ok(LockKeys::for_kind(&self.prefix, key, kind)?
+                .scoped(self.fence_scope(), &self.prefix)),
+        }
+    }
+
+    /// The Redis names of a semaphore on `key` (distlock's format), for an acquisition of
+    /// `permits` out of `limit`.
+    pub(crate) fn semaphore_keys(
+        &self,
+        key: String,
+        permits: u32,
+        limit: u32,
+    ) -> Result<LockKeys, LockError> {
+        Ok(LockKeys::semaphore(&self.prefix, key, permits, limit)?
+            .scoped(self.fence_scope(), &self.prefix))
+    }
+
+    /// Which counter this backend's fencing tokens come from (`FenceScope`).
+    fn fence_scope(&self) -> FenceScope {
+        match &self.driver {
+            Driver::Single(_) | Driver::Sentinel(_) => FenceScope::Server,
+            Driver::Cluster(_) => FenceScope::Slot,
+            Driver::Quorum(_) | Driver::Memory(_) => FenceScope::Key,
         }
     }
 

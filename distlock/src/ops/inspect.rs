@@ -45,7 +45,11 @@ pub struct LockInfo {
     pub address: String,
     /// What is left of the lease (the longest of the holders'); `None` when not held.
     pub ttl: Option<Duration>,
-    /// The last fencing token handed out for this key (`PREFIX{KEY}:fence`).
+    /// The last fencing token handed out for this key, as far as the server knows it: the
+    /// largest of the current holders' tokens and of the key's own counter
+    /// (`PREFIX{KEY}:fence`, which redlock and multi draw from; single, sentinel and
+    /// cluster draw from a counter shared by many keys, so a lock nobody holds there shows
+    /// `None`). Under `protocol = "redisson"`, the fenced lock's counter.
     pub token: Option<u64>,
     /// Who holds it (several readers for a read lock).
     pub holders: Vec<Holder>,
@@ -362,6 +366,22 @@ fn is_owner(field: &str) -> bool {
     !(field.starts_with("l:") || field.starts_with("i:") || field == "hold:until" || field == "w")
 }
 
+/// The tokens of the holds of a reentrant or fair lock's hash: its levels' marks
+/// (`l:<level id>`: a new holder's token; a nested level's `1`, below every token).
+fn level_tokens(fields: &[(String, String)]) -> Vec<u64> {
+    fields
+        .iter()
+        .filter(|(f, _)| f.starts_with("l:"))
+        .filter_map(|(_, v)| v.parse().ok())
+        .collect()
+}
+
+/// The largest of the key's own counter (`counter`, where the server has one) and the
+/// tokens held now.
+fn last_token(counter: Option<u64>, held: impl IntoIterator<Item = u64>) -> Option<u64> {
+    held.into_iter().chain(counter).max()
+}
+
 /// The holder information entries of a lock's hash (`i:<owner id>` -> entry), by owner.
 fn info_of(fields: &[(String, String)]) -> Vec<(String, String)> {
     fields
@@ -406,6 +426,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             .collect();
         out.push(LockInfo {
             waiting_processes: waiting_on(0),
+            token: last_token(token, level_tokens(&fields)),
             ..info(LockKind::Reentrant, positive_ms(pttl), holders, Vec::new())
         });
     }
@@ -432,6 +453,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             .collect();
         out.push(LockInfo {
             waiting_processes: waiting_on(1),
+            token: last_token(token, level_tokens(&fields)),
             ..info(LockKind::Fair, positive_ms(pttl), holders, waiters)
         });
     }
@@ -467,6 +489,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         let holders = vec![holder(writer, count, &wrinfo, now)];
         out.push(LockInfo {
             waiting_processes: waiting_on(2),
+            token: last_token(token, field("wt").and_then(|t| t.parse().ok())),
             ..info(
                 LockKind::Write,
                 positive_ms(wexp - now),
@@ -477,6 +500,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     }
     let rw_counted = out.iter().any(|l| l.kind == LockKind::Write);
     let mut last = 0;
+    let mut read_tokens = Vec::new();
     let live: Vec<Holder> = readers
         .iter()
         .filter_map(|(o, e)| {
@@ -485,6 +509,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
                 return None;
             }
             last = last.max(e);
+            read_tokens.extend(field(&format!("rt:{o}")).and_then(|t| t.parse::<u64>().ok()));
             let c = field(&format!("r:{o}")).map_or(0, count);
             Some(holder(o, c, &wrinfo, now))
         })
@@ -492,6 +517,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     if !live.is_empty() || !waiting.is_empty() {
         out.push(LockInfo {
             waiting_processes: waiting_on(2).filter(|_| !rw_counted),
+            token: last_token(token, read_tokens),
             ..info(LockKind::Read, positive_ms(last - now), live, waiting)
         });
     }

@@ -18,7 +18,6 @@ use crate::backend::Backend;
 use crate::ops::sites::LockSite;
 use crate::primitives::acquire::Request;
 use crate::primitives::guard::Held;
-use crate::protocol::keys::LockKeys;
 use crate::registry::Registry;
 use crate::{Lease, LockError};
 
@@ -322,7 +321,7 @@ impl Semaphore {
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports_semaphore()?;
         let permits = self.permits.max(1);
-        let keys = LockKeys::semaphore(&backend.prefix, self.key, permits, permits)?;
+        let keys = backend.semaphore_keys(self.key, permits, permits)?;
         crate::rt::runtime::entered(backend.force_release(&keys)).await
     }
 }
@@ -380,7 +379,7 @@ async fn acquire(
     if let Some(e) = invalid(&backend, key.clone(), n, permits) {
         return Err(e);
     }
-    let keys = LockKeys::semaphore(&backend.prefix, key, n, permits)?;
+    let keys = backend.semaphore_keys(key, n, permits)?;
     let held = crate::primitives::acquire::acquire(Request {
         backend,
         keys,

@@ -5,7 +5,8 @@
 -- KEYS[1] lock hash (owner id -> reentrancy count; l:<level id> for each level held:
 --         the new holder's level -> its fencing token, a nested level -> 1; i:<owner id>
 --         the holder information; its expiry is the lease)
--- KEYS[2] fencing counter
+-- KEYS[2] fencing counter (fence_prologue.lua)
+-- KEYS[3] (optional) the key's own counter of earlier builds, when KEYS[2] is another (fence_prologue.lua)
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
@@ -73,7 +74,7 @@ if redis.call('exists', lock) == 1 then
   end
   return {0, redis.call('pttl', lock)}
 end
-local token = next_token(fence)
+local token = next_token(fence, KEYS[3])
 local mark = string.format('%.0f', token)
 if holder or at_least > 0 then
   local t = redis.call('time')

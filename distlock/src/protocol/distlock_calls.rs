@@ -37,7 +37,7 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
             .arg(hold.level_hex())
             .arg(nested),
     };
-    call.keys.push(keys.fence.clone());
+    push_fence(&mut call, keys);
     if let Some(holder) = &keys.holder {
         call = call.arg(&**holder);
     }
@@ -50,16 +50,26 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
     call
 }
 
+/// The fencing counter's keys, last of an acquiring call's keys: the counter, and the key's
+/// own counter of earlier builds when the counter is another (`fence_prologue.lua`).
+fn push_fence(call: &mut Call, keys: &LockKeys) {
+    call.keys.push(keys.fence.clone());
+    if let Some(legacy) = &keys.legacy_fence {
+        call.keys.push(legacy.clone());
+    }
+}
+
 fn sem_acquire(keys: &LockKeys, sem: &SemKeys, hold: Hold, lease: Duration) -> Call {
-    Call::raw(
+    let mut call = Call::raw(
         Script::SemAcquire,
-        vec![keys.hash.clone(), sem.counts.clone(), keys.fence.clone()],
+        vec![keys.hash.clone(), sem.counts.clone()],
         Vec::new(),
-    )
-    .arg(hold.owner.hex())
-    .arg(sem.permits.to_string())
-    .arg(sem.limit.to_string())
-    .arg(millis(lease))
+    );
+    push_fence(&mut call, keys);
+    call.arg(hold.owner.hex())
+        .arg(sem.permits.to_string())
+        .arg(sem.limit.to_string())
+        .arg(millis(lease))
 }
 
 /// The release call of one level.
@@ -114,19 +124,17 @@ pub(crate) fn handoff(
         Shape::Reentrant => {}
         Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => return None,
     }
-    let mut call = Call::raw(
-        Script::Handoff,
-        vec![keys.hash.clone(), keys.fence.clone()],
-        Vec::new(),
-    )
-    .arg(hold.owner.hex())
-    .arg(&keys.channel)
-    .arg(publish.verb())
-    .arg(hold.level_hex())
-    .arg(to.owner.hex())
-    .arg(millis(lease))
-    .arg(to.level_hex())
-    .arg(if hold.sole { "1" } else { "0" });
+    let mut call = Call::raw(Script::Handoff, vec![keys.hash.clone()], Vec::new());
+    push_fence(&mut call, keys);
+    call = call
+        .arg(hold.owner.hex())
+        .arg(&keys.channel)
+        .arg(publish.verb())
+        .arg(hold.level_hex())
+        .arg(to.owner.hex())
+        .arg(millis(lease))
+        .arg(to.level_hex())
+        .arg(if hold.sole { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
     // hold, in the lock's hash); this process's tag and the turn: the lock goes free
     // instead when a waiter of another process was refused it a turn ago or more.

@@ -5,7 +5,8 @@
 -- KEYS[1] lock hash
 -- KEYS[2] queue list
 -- KEYS[3] waiters' deadlines zset
--- KEYS[4] fencing counter
+-- KEYS[4] fencing counter (fence_prologue.lua)
+-- KEYS[5] (optional) the key's own counter of earlier builds, when KEYS[4] is another (fence_prologue.lua)
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
@@ -79,7 +80,7 @@ if head then
   redis.call('zrem', waiters, owner)
   tidy()
 end
-local token = next_token(KEYS[4])
+local token = next_token(KEYS[4], KEYS[5])
 local mark = string.format('%.0f', token)
 if ARGV[6] then
   redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(ARGV[6], t, mark))

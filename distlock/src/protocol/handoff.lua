@@ -17,7 +17,8 @@
 -- for a level that is not known to be the only one).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
--- KEYS[2] fencing counter
+-- KEYS[2] fencing counter (fence_prologue.lua)
+-- KEYS[3] (optional) the key's own counter of earlier builds, when KEYS[2] is another (fence_prologue.lua)
 -- ARGV[1] owner id of the releasing hold
 -- ARGV[2], ARGV[3] the channel and publish verb, as release.lua's (used when it frees the
 --   lock for a waiter of another process)
@@ -53,7 +54,7 @@ end
 -- fail on what it finds (a counter that is not a number), and it fails before anything is
 -- written. A run that does not transfer (a run again, a level still held, not held) leaves
 -- its token unused: tokens only ever have to grow.
-local token = next_token(fence)
+local token = next_token(fence, KEYS[3])
 -- The level goes as release.lua lets it go (release_level, release_prologue.lua). A run
 -- again of a transfer that was made finds the level gone and the waiter's level there: the
 -- same answer, with the token the transfer drew. The client hands off only holds taken

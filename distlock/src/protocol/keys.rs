@@ -24,8 +24,16 @@ pub(crate) struct LockKeys {
     /// semaphore the holders' zset `PREFIX{KEY}:sem`. The other keys of fair and read-write
     /// locks are derived from it (see `protocol/`).
     pub hash: String,
-    /// The fencing counter (INCR), kept forever so tokens grow strictly.
+    /// The fencing counter the acquire scripts draw tokens from (`fence_prologue.lua`):
+    /// the key's own (`PREFIX{KEY}:fence`) until [`LockKeys::scoped`] makes it the
+    /// server's or the slot's; Redisson's `redisson_lock_token:{name}` in its format.
     pub fence: String,
+    /// The key's own counter (`PREFIX{KEY}:fence`), when [`LockKeys::fence`] is another
+    /// one: every acquisition of earlier builds of distlock drew from it. The acquire
+    /// scripts draw above it while it lives (at most 24 h after such a build started it)
+    /// and raise it to what they draw, so that processes of both builds on one key, as in
+    /// a rolling upgrade, still give growing tokens.
+    pub legacy_fence: Option<String>,
     /// The pub/sub channel a release is published on.
     pub channel: String,
     /// Holder information (`[backends.NAME] holder_info`, on by default in distlock's
@@ -157,6 +165,24 @@ pub(crate) struct RedissonKeys {
     pub allowance: std::time::Duration,
 }
 
+/// Which counter the fencing tokens of distlock's format come from. Tokens only need to
+/// grow from holder to holder of one key, and a counter shared by many keys does that; it
+/// also spares every new key a counter of its own (a key created, `TIME`, an expiry: the
+/// bulk of a first acquisition's cost, and a key that stays a day).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceScope {
+    /// The key's own counter, `PREFIX{KEY}:fence`: redlock and multi. Their token is the
+    /// largest of several nodes' counters, and a node's counter that lags is raised by a
+    /// second round trip; a key's counters on the nodes move together, while a shared
+    /// counter would move with other keys' acquisitions, in another order on each node.
+    Key,
+    /// One counter per server, `PREFIXfence`: single and sentinel.
+    Server,
+    /// One counter per cluster slot, `PREFIXfence:{TAG}` with a `TAG` that hashes to the
+    /// lock's slot (a script may only touch the keys of one slot): cluster.
+    Slot,
+}
+
 impl LockKeys {
     /// Names for `key` under `prefix`: `PREFIX{KEY}`, `PREFIX{KEY}:fence`, `PREFIX{KEY}:released`.
     ///
@@ -185,6 +211,7 @@ impl LockKeys {
         };
         Ok(LockKeys {
             fence: format!("{hash}:fence"),
+            legacy_fence: None,
             channel: format!("{hash}:released"),
             hash,
             user: key,
@@ -306,6 +333,21 @@ impl LockKeys {
         Ok(keys)
     }
 
+    /// Take the tokens of distlock's format from the counter of `scope` (names under
+    /// `prefix`, the backend's `key_prefix`). Redisson's format keeps its own counter.
+    pub(crate) fn scoped(mut self, scope: FenceScope, prefix: &str) -> LockKeys {
+        let fence = match (&self.format, scope) {
+            (Format::Redisson(_), _) | (Format::Distlock, FenceScope::Key) => return self,
+            (Format::Distlock, FenceScope::Server) => format!("{prefix}fence"),
+            (Format::Distlock, FenceScope::Slot) => {
+                let slot = crate::protocol::slot::slot(self.hash.as_bytes());
+                format!("{prefix}fence:{{{}}}", crate::protocol::slot::tag_of(slot))
+            }
+        };
+        self.legacy_fence = Some(std::mem::replace(&mut self.fence, fence));
+        self
+    }
+
     /// Record holder information as `holder` (`host\tpid\tsite`).
     pub(crate) fn with_holder(mut self, holder: std::sync::Arc<str>) -> LockKeys {
         self.holder = Some(holder);
@@ -405,6 +447,42 @@ mod tests {
         let a = LockKeys::new("lock:", "a{b}".into()).unwrap();
         let b = LockKeys::new("lock:", "a{c}".into()).unwrap();
         assert_ne!(a.hash, b.hash);
+    }
+
+    #[test]
+    fn shared_fencing_counters() {
+        use crate::protocol::slot::slot;
+        let key = |k: &str| LockKeys::new("lock:", k.into()).unwrap();
+        let k = key("order:42").scoped(FenceScope::Key, "lock:");
+        assert_eq!(
+            (k.fence.as_str(), k.legacy_fence),
+            ("lock:{order:42}:fence", None)
+        );
+        let k = key("order:42").scoped(FenceScope::Server, "lock:");
+        assert_eq!(k.fence, "lock:fence");
+        assert_eq!(k.legacy_fence.as_deref(), Some("lock:{order:42}:fence"));
+        for user in ["order:42", "a{b}c", "x", "{"] {
+            for kind in [LockKind::Reentrant, LockKind::Fair, LockKind::Write] {
+                let k = LockKeys::for_kind("app:", user.into(), kind)
+                    .unwrap()
+                    .scoped(FenceScope::Slot, "app:");
+                assert!(k.fence.starts_with("app:fence:{"), "{}", k.fence);
+                assert_eq!(slot(k.fence.as_bytes()), slot(k.hash.as_bytes()), "{user}");
+                let legacy = k.legacy_fence.as_deref().unwrap();
+                assert_eq!(slot(legacy.as_bytes()), slot(k.hash.as_bytes()));
+            }
+        }
+        let r = LockKeys::redisson(
+            "o".into(),
+            LockKind::Reentrant,
+            std::time::Duration::from_secs(30),
+        )
+        .unwrap()
+        .scoped(FenceScope::Server, "lock:");
+        assert_eq!(
+            (r.fence.as_str(), r.legacy_fence),
+            ("redisson_lock_token:{o}", None)
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub(crate) mod probe;
 mod redisson_calls;
 pub(crate) mod reply;
 pub(crate) mod script;
+pub(crate) mod slot;
 pub(crate) mod version;
 
 use std::time::Duration;

@@ -12,7 +12,7 @@
 use redis::{RedisResult, Value};
 
 use crate::ops::report::ServerReport;
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{FenceScope, LockKeys};
 use crate::LockKind;
 
 use super::version::{info_field, version_problem, MIN_VERSION};
@@ -190,6 +190,10 @@ impl Probe {
                     keys.extend(k.extra());
                 }
                 if kind == LockKind::Reentrant {
+                    // The key's own counter, and the server's and the slot's.
+                    for scope in [FenceScope::Server, FenceScope::Slot] {
+                        keys.push(k.clone().scoped(scope, prefix).fence);
+                    }
                     keys.push(k.fence.clone());
                     keys.push(format!("{}:fenced", k.hash));
                 }

@@ -4,7 +4,8 @@
 -- KEYS[1] rw hash
 -- KEYS[2] readers zset
 -- KEYS[3] waiting writers zset
--- KEYS[4] fencing counter
+-- KEYS[4] fencing counter (fence_prologue.lua)
+-- KEYS[5] (optional) the key's own counter of earlier builds, when KEYS[4] is another (fence_prologue.lua)
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] 'read' or 'write'
@@ -45,7 +46,7 @@ local function again(field)
   if nested then return {2, 0} end
   local token = tonumber(redis.call('hget', rw, field))
   if not token then
-    token = next_token(KEYS[4])
+    token = next_token(KEYS[4], KEYS[5])
     redis.call('hset', rw, field, string.format('%.0f', token))
   end
   return {1, token}
@@ -77,7 +78,7 @@ if mode == 'read' then
     local w = redis.call('zrange', writers, 0, 0, 'withscores')
     if w[2] then return {0, left(tonumber(w[2]))} end
   end
-  local token = next_token(KEYS[4])
+  local token = next_token(KEYS[4], KEYS[5])
   redis.call('hset', rw, rc, 1, 'rt:' .. owner, string.format('%.0f', token))
   mark(mr, level)
   redis.call('zadd', readers, now + lease, owner)
@@ -117,7 +118,7 @@ if busy then
   end
   return {0, left(busy)}
 end
-local token = next_token(KEYS[4])
+local token = next_token(KEYS[4], KEYS[5])
 writer, wexp = owner, now + lease
 redis.call('hset', rw, 'writer', owner, 'wcount', 1, 'wexp', wexp, 'wt', string.format('%.0f', token), mw, ',' .. level .. ',')
 redis.call('zrem', writers, owner)

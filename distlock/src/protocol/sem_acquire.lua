@@ -6,7 +6,8 @@
 -- counter's current value (another holder's token).
 --
 -- KEYS[1] holders zset, KEYS[2] counts hash (see sem_prologue.lua)
--- KEYS[3] fencing counter (shared with the locks of the key)
+-- KEYS[3] fencing counter (shared with the locks of the key; fence_prologue.lua)
+-- KEYS[4] (optional) the key's own counter of earlier builds, when KEYS[3] is another (fence_prologue.lua)
 -- ARGV[1] holder id (one per acquisition)
 -- ARGV[2] permits to take (1..limit)
 -- ARGV[3] limit: the semaphore's permits as this caller sees it (1..2147483647); the
@@ -32,7 +33,7 @@ if redis.call('zscore', holders, id) then
   if not redis.call('hget', counts, id) then redis.call('hset', counts, id, n) end
   local token = tonumber(redis.call('hget', counts, 't:' .. id))
   if not token then
-    token = next_token(fence)
+    token = next_token(fence, KEYS[4])
     redis.call('hset', counts, 't:' .. id, string.format('%.0f', token))
   end
   keep(now)
@@ -51,7 +52,7 @@ if used + n > limit then
   keep(now)
   return {0, ms}
 end
-local token = next_token(fence)
+local token = next_token(fence, KEYS[4])
 redis.call('zadd', holders, now + lease, id)
 redis.call('hset', counts, id, n, 't:' .. id, string.format('%.0f', token))
 keep(now)

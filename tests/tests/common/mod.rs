@@ -241,7 +241,7 @@ pub async fn cut_after<F: std::future::Future>(turns: usize, fut: F) -> Option<F
 /// itself, `backend/direct.rs`) leave nothing held: each cut acquisition's undo runs after
 /// it (its reply is drained first), so the lock is free at once, not at the end of its
 /// 60 s lease; and no later request reads an earlier one's reply: every acquisition that
-/// completes holds the fencing counter's current value. `addr_of_hash`: the `host:port`
+/// completes has the token its script drew (its level's mark in the lock's hash). `addr_of_hash`: the `host:port`
 /// of the server that holds a lock hash (by its name). `redisson`: the registry speaks
 /// Redisson's format (the hash is the key itself; its tokens are not checked here).
 pub async fn cut_requests_leave_nothing_held(
@@ -255,7 +255,6 @@ pub async fn cut_requests_leave_nothing_held(
     } else {
         format!("lock:{{{key}}}")
     };
-    let fence_key = format!("lock:{{{key}}}:fence");
     let addr = addr_of_hash(&lock_key);
     let take = || {
         reg.lock(key)
@@ -295,11 +294,16 @@ pub async fn cut_requests_leave_nothing_held(
             Some(guard) => {
                 let guard = guard.expect("acquire");
                 if !redisson {
-                    let fence = resp_command(&addr, &["GET", &fence_key]).expect("GET");
-                    assert_eq!(
-                        fence.as_str(),
-                        Some(guard.fencing_token().to_string().as_str()),
-                        "round {i}: the token is the counter's current value"
+                    // The lock's one hold marks its level with the token its script drew.
+                    let token = guard.fencing_token().to_string();
+                    let fields = resp_command(&addr, &["HGETALL", &lock_key]).expect("HGETALL");
+                    let fields = fields.as_array().expect("HGETALL reply");
+                    assert!(
+                        fields
+                            .chunks(2)
+                            .any(|f| f[0].as_str().is_some_and(|n| n.starts_with("l:"))
+                                && f[1].as_str() == Some(token.as_str())),
+                        "round {i}: the token {token} is the one its script drew: {fields:?}"
                     );
                 }
                 completed += 1;
