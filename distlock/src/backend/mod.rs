@@ -17,6 +17,7 @@ mod direct;
 pub(crate) mod error;
 mod link;
 mod memory;
+mod offers;
 mod quorum;
 mod redisson_once;
 mod sentinel;
@@ -33,6 +34,8 @@ use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::error::DriverError;
 pub use self::error::{BackendError, BackendErrorKind};
+pub(crate) use self::offers::{mode_offers, mode_offers_semaphore};
+use self::offers::{offers, protocol_fits, semaphore_offered};
 use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{FenceScope, LockKeys, Shape};
@@ -77,98 +80,6 @@ pub(crate) struct Backend {
     /// sentinel with `sync_replicas`, Redisson's format).
     pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
     driver: Driver,
-}
-
-/// Whether a backend of `mode` offers lock kind `kind` (known before it is connected).
-/// Every kind is offered in both protocols (`protocol = "redisson"` is refused at init on
-/// the modes it cannot serve).
-pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
-    let quorum = match mode {
-        Mode::Redlock { .. } => Some("redlock"),
-        Mode::Multi { .. } => Some("multi"),
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
-    };
-    offers(name, quorum, kind)
-}
-
-/// Whether a backend of `mode` offers semaphores (known before it is connected).
-pub(crate) fn mode_offers_semaphore(
-    name: &str,
-    mode: &Mode,
-    protocol: Protocol,
-) -> Result<(), LockError> {
-    let quorum = match mode {
-        Mode::Redlock { .. } => Some("redlock"),
-        Mode::Multi { .. } => Some("multi"),
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
-    };
-    semaphore_offered(name, quorum, protocol)
-}
-
-/// Semaphores need their holders counted in one place (one server, one cluster slot, or
-/// this process), in distlock's format: a quorum backend (`quorum`: its mode's name) or
-/// Redisson's format refuses them.
-fn semaphore_offered(
-    name: &str,
-    quorum: Option<&'static str>,
-    protocol: Protocol,
-) -> Result<(), LockError> {
-    if let Some(mode) = quorum {
-        return Err(LockError::Unsupported {
-            backend: name.to_owned(),
-            what: format!(
-                "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
-            ),
-        });
-    }
-    match protocol {
-        Protocol::Distlock => Ok(()),
-        Protocol::Redisson => Err(LockError::Unsupported {
-            backend: name.to_owned(),
-            what: "semaphores with protocol = \"redisson\" (Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see docs/redisson.md)".to_string(),
-        }),
-    }
-}
-
-/// What `protocol = "redisson"` cannot be combined with, as an init error.
-fn protocol_fits(cfg: &BackendConfig) -> Result<(), InitError> {
-    if cfg.protocol != Protocol::Redisson {
-        return Ok(());
-    }
-    let what = match &cfg.mode {
-        Mode::Redlock { .. } | Mode::Multi { .. } => format!(
-            "protocol = \"redisson\" with mode = \"{}\": Redisson's lock format lives on one master (its RedissonRedLock/RedissonMultiLock are not covered); use mode single, cluster or sentinel",
-            cfg.mode.name()
-        ),
-        Mode::Memory => "protocol = \"redisson\" with mode = \"memory\"".to_string(),
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } if cfg.holder_info => {
-            "protocol = \"redisson\" with holder_info = true: Redisson's format has no place for holder information".to_string()
-        }
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } => return Ok(()),
-    };
-    Err(InitError::Unsupported {
-        backend: cfg.name.clone(),
-        message: what,
-    })
-}
-
-/// Fair and read-write locks need one master or one cluster slot: a quorum backend
-/// (`quorum`: its mode's name) offers only reentrant locks.
-fn offers(name: &str, quorum: Option<&'static str>, kind: LockKind) -> Result<(), LockError> {
-    match (quorum, kind) {
-        (_, LockKind::Reentrant) | (None, LockKind::Fair | LockKind::Read | LockKind::Write) => {
-            Ok(())
-        }
-        (Some(mode), LockKind::Fair | LockKind::Read | LockKind::Write) => {
-            Err(LockError::Unsupported {
-                backend: name.to_owned(),
-                what: format!(
-                    "lock kind `{}` on mode = \"{mode}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
-                    kind.name(),
-                ),
-            })
-        }
-    }
 }
 
 impl Backend {

@@ -23,7 +23,10 @@
 --   because another owner holds the lock adds it to the lock's field `w` with the server
 --   time in ms (`,<tag>:<ms>` per waiting process, each once, from its first refusal; it
 --   goes with the lock), so that a hand-off among the holder process's own waiters lets the
---   lock go free for it after a turn (handoff.lua).
+--   lock go free for it after a turn (handoff.lua). '' (or absent): none.
+-- ARGV[8] (optional; a fresh acquisition on redlock or multi, whose counter is the key's
+--   own) where a counter that does not exist starts: the client's clock in µs + 1 s, taken
+--   when it is ahead of the server's clock by at most 2 s (fence_prologue.lua).
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -65,7 +68,7 @@ if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, level) == 1 then
     return again({1, tonumber(redis.call('hget', lock, level))})
   end
-  if ARGV[7] then
+  if ARGV[7] and ARGV[7] ~= '' then
     local w = redis.call('hget', lock, 'w') or ''
     if not string.find(w, ',' .. ARGV[7] .. ':', 1, true) then
       local t = redis.call('time')
@@ -74,7 +77,7 @@ if redis.call('exists', lock) == 1 then
   end
   return {0, redis.call('pttl', lock)}
 end
-local token = next_token(fence, KEYS[3])
+local token = next_token(fence, KEYS[3], ARGV[8])
 local mark = string.format('%.0f', token)
 if holder or at_least > 0 then
   local t = redis.call('time')

@@ -38,14 +38,23 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
             .arg(nested),
     };
     push_fence(&mut call, keys);
-    if let Some(holder) = &keys.holder {
-        call = call.arg(&**holder);
-    }
-    if let (Shape::Reentrant, Some(tag), false) = (&keys.shape, &keys.handoff_tag, hold.nested) {
-        if keys.holder.is_none() {
-            call = call.arg("");
+    let Shape::Reentrant = keys.shape else {
+        if let Some(holder) = &keys.holder {
+            call = call.arg(&**holder);
         }
-        call = call.arg(&**tag);
+        return call;
+    };
+    // acquire.lua's optional ARGV[6..8], '' where one before a given one is not given.
+    let tag = keys.handoff_tag.as_deref().filter(|_| !hold.nested);
+    let floor = keys.seed_floor.filter(|_| !hold.nested);
+    if keys.holder.is_some() || tag.is_some() || floor.is_some() {
+        call = call.arg(keys.holder.as_deref().unwrap_or(""));
+    }
+    if tag.is_some() || floor.is_some() {
+        call = call.arg(tag.unwrap_or(""));
+    }
+    if let Some(floor) = floor {
+        call = call.arg(floor.to_string());
     }
     call
 }

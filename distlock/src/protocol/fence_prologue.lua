@@ -14,17 +14,30 @@
 -- a counter lost and started again within the same millisecond gave the same token twice.)
 -- A counter started so stays below 2^53 (exact in Lua) until the year 2255.
 --
+-- `floor` (nil, or the client's clock in µs + 1 s as text: redlock and multi): a counter
+-- that does not exist starts there instead, when that is ahead of the server's clock by
+-- at most 2 s, so that the nodes of a quorum start a new key's counters equal (no second
+-- round trip to raise the ones that lag; their clocks differ by far less than a second).
+-- Still never below the server's clock; (a) above then reads "back by more than the time
+-- since the lost counter was started, plus 2 s" (quorum modes rely on their quorums
+-- overlapping, not on one node's counter: see backend/quorum/mod.rs).
+--
 -- `legacy` (nil when `fence` is the key's own counter): the key's own counter, which
 -- earlier builds of distlock drew every token of the key from. While it lives, the token
 -- is drawn above it and it is raised to the token, so that both builds on one key (a
 -- rolling upgrade) give growing tokens. It is read before anything is written: a key of
 -- the wrong type there fails the script with nothing written.
-local function next_token(fence, legacy)
+local function next_token(fence, legacy, floor)
   local old = legacy and redis.call('get', legacy)
   local token = redis.call('incr', fence)
   if token == 1 then
     local t = redis.call('time')
-    token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local from = tonumber(floor or '')
+    if not from or from ~= math.floor(from) or from <= now or from > now + 2000000 then
+      from = now
+    end
+    token = from + 1
     redis.call('set', fence, string.format('%.0f', token), 'px', 86400000)
   end
   old = old and tonumber(old)

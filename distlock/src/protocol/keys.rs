@@ -34,6 +34,10 @@ pub(crate) struct LockKeys {
     /// and raise it to what they draw, so that processes of both builds on one key, as in
     /// a rolling upgrade, still give growing tokens.
     pub legacy_fence: Option<String>,
+    /// Where the key's own counter starts on a server that has none, in µs (redlock and
+    /// multi, for one attempt on all their nodes: `backend/quorum/ops.rs`); `None`: at
+    /// the server's clock (`fence_prologue.lua`).
+    pub seed_floor: Option<u64>,
     /// The pub/sub channel a release is published on.
     pub channel: String,
     /// Holder information (`[backends.NAME] holder_info`, on by default in distlock's
@@ -175,6 +179,8 @@ pub(crate) enum FenceScope {
     /// largest of several nodes' counters, and a node's counter that lags is raised by a
     /// second round trip; a key's counters on the nodes move together, while a shared
     /// counter would move with other keys' acquisitions, in another order on each node.
+    /// A new key's counters start from the acquiring client's clock
+    /// ([`LockKeys::seed_floor`]), so that they start equal.
     Key,
     /// One counter per server, `PREFIXfence`: single and sentinel.
     Server,
@@ -212,6 +218,7 @@ impl LockKeys {
         Ok(LockKeys {
             fence: format!("{hash}:fence"),
             legacy_fence: None,
+            seed_floor: None,
             channel: format!("{hash}:released"),
             hash,
             user: key,

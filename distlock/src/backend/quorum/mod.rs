@@ -80,8 +80,11 @@
 //! grow strictly from holder to holder as long as the nodes keep their counters.** In the
 //! common case the counters are already equal and no extra round trip is made. `multi`
 //! raises nothing: its next quorum is every node again, the one at the token included.
-//! (A new key's counters start from each node's clock, so they differ at first; redlock
-//! pays one parallel `INCRBY` round then.)
+//! (Each node's counter of a key is the key's own, not shared with other keys, so they
+//! move together. A new key's counters start at the acquiring client's clock + 1 s on every
+//! node whose clock is less than 2 s behind that, so they start equal too; a node whose
+//! clock is further off starts from its own, and redlock then pays one parallel `INCRBY`
+//! round.)
 //!
 //! What this does *not* protect against, as for Redlock in general:
 //!

@@ -50,7 +50,10 @@ impl QuorumDriver {
                 n.is_connected() && (ask_all || n.available())
             })
             .collect();
-        let shared = Arc::new(keys.clone());
+        let shared = Arc::new(LockKeys {
+            seed_floor: Some(seed_floor()),
+            ..keys.clone()
+        });
         let quorum = self.quorum;
         let (replies, rest) = self
             .on_nodes(
@@ -162,8 +165,8 @@ impl QuorumDriver {
         if self.quorum == self.nodes.len() {
             // `multi`: every later quorum is every node, so it includes a node at `token`,
             // whose counter then goes past it; raising the others buys nothing. (Counters
-            // of a new key start from each node's clock and differ: raising them cost a
-            // round trip per new key.)
+            // of a new key may start apart, from nodes' clocks: raising them would cost a
+            // round trip.)
             return Some(Attempt::Acquired { token });
         }
         let node_timeout = self.options.node_timeout;
@@ -441,4 +444,16 @@ pub(super) fn free_in(
     held.sort_by_key(|t| t.unwrap_or(Duration::MAX));
     let k = held.len().saturating_sub(nodes - quorum).max(1);
     held.get(k - 1).copied().flatten()
+}
+
+/// Where a new key's counters start on the nodes of one attempt: this process's clock in µs
+/// plus 1 s, the same for every node. A node starts the key's counter there instead of at
+/// its own clock when that is at most 2 s ahead of it (`fence_prologue.lua`), so nodes
+/// whose clocks differ by µs to ms start it equal, and the acquisition needs no second
+/// round trip to raise the ones that lag (`QuorumDriver::fence`).
+fn seed_floor() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from((now + Duration::from_secs(1)).as_micros()).unwrap_or(u64::MAX)
 }
