@@ -531,7 +531,7 @@ async fn pump(
         let mut to = NoFin(Some(to));
         let Some(w) = to.0.as_mut() else { return };
         while let Some((due, chunk)) = q_rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            precise::sleep_until(due).await;
             if w.write_all(&chunk).await.is_err() {
                 let _ = writer_end.send(End::Closed);
                 break;
@@ -610,6 +610,86 @@ async fn pump(
     .await;
     let _ = end.send(End::Closed);
     std::future::pending::<()>().await;
+}
+
+/// Sleeps that end within about a tenth of a millisecond of their due time, for added
+/// latency. Tokio's timers end on the first millisecond tick after it (up to 1 ms late,
+/// 0.5 ms on average), which made `set_latency(1 ms)` add 1 to 2 ms each way, varying from
+/// chunk to chunk: a quorum of 5 nodes, waiting for the slowest of several, paid for that
+/// spread more than one node did. One thread of the process keeps the due times and wakes
+/// each sleeper when its time comes (a condition-variable wait with a timeout: the
+/// kernel's high-resolution timers).
+mod precise {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap};
+    use std::sync::mpsc::{self, RecvTimeoutError};
+    use std::sync::{Mutex, OnceLock};
+
+    use tokio::sync::oneshot;
+    use tokio::time::Instant;
+
+    type Request = (std::time::Instant, oneshot::Sender<()>);
+
+    fn timer() -> &'static Mutex<mpsc::Sender<Request>> {
+        static TIMER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+        TIMER.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Request>();
+            std::thread::Builder::new()
+                .name("proxy-timer".into())
+                .spawn(move || run(rx))
+                .expect("spawn the proxy timer thread");
+            Mutex::new(tx)
+        })
+    }
+
+    fn run(rx: mpsc::Receiver<Request>) {
+        let mut due: BinaryHeap<Reverse<(std::time::Instant, u64)>> = BinaryHeap::new();
+        let mut waiting: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+        let mut next_id = 0u64;
+        loop {
+            let now = std::time::Instant::now();
+            while let Some(Reverse((at, id))) = due.peek().copied() {
+                if at > now {
+                    break;
+                }
+                due.pop();
+                if let Some(tx) = waiting.remove(&id) {
+                    let _ = tx.send(());
+                }
+            }
+            let request = match due.peek() {
+                Some(Reverse((at, _))) => rx.recv_timeout(at.saturating_duration_since(now)),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match request {
+                Ok((at, tx)) => {
+                    due.push(Reverse((at, next_id)));
+                    waiting.insert(next_id, tx);
+                    next_id += 1;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Sleep until `at`, within about 0.1 ms.
+    pub(super) async fn sleep_until(at: Instant) {
+        if at <= Instant::now() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        let sent = timer()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send((at.into_std(), tx));
+        match sent {
+            Ok(()) => {
+                let _ = rx.await;
+            }
+            Err(_) => tokio::time::sleep_until(at).await,
+        }
+    }
 }
 
 /// Many proxies by name, for a topology (`upstream address -> proxy`).
