@@ -190,8 +190,8 @@ async fn fencing_counters_are_raised_to_the_token() {
     }
 }
 
-/// A new key's counters start equal on every node (at the acquiring client's clock + 1 s,
-/// every node's clock being within 2 s of it), so its first acquisition needs no second
+/// A new key's counters start equal on every node (at the acquiring client's clock + 100
+/// ms, every node's clock being within 100 ms of it), so its first acquisition needs no second
 /// round trip to raise the nodes that lag: on 5 private nodes, 20 new keys cost no INCRBY,
 /// and every node's counter of a key is at its token.
 #[tokio::test]

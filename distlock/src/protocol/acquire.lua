@@ -25,8 +25,8 @@
 --   goes with the lock), so that a hand-off among the holder process's own waiters lets the
 --   lock go free for it after a turn (handoff.lua). '' (or absent): none.
 -- ARGV[8] (optional; a fresh acquisition on redlock or multi, whose counter is the key's
---   own) where a counter that does not exist starts: the client's clock in µs + 1 s, taken
---   when it is ahead of the server's clock by at most 2 s (fence_prologue.lua).
+--   own) where a counter that does not exist starts: the client's clock in µs + 100 ms,
+--   taken when it is ahead of the server's clock by at most 200 ms (fence_prologue.lua).
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept as its level's mark: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease

@@ -14,13 +14,16 @@
 -- a counter lost and started again within the same millisecond gave the same token twice.)
 -- A counter started so stays below 2^53 (exact in Lua) until the year 2255.
 --
--- `floor` (nil, or the client's clock in µs + 1 s as text: redlock and multi): a counter
--- that does not exist starts there instead, when that is ahead of the server's clock by
--- at most 2 s, so that the nodes of a quorum start a new key's counters equal (no second
--- round trip to raise the ones that lag; their clocks differ by far less than a second).
--- Still never below the server's clock; (a) above then reads "back by more than the time
--- since the lost counter was started, plus 2 s" (quorum modes rely on their quorums
--- overlapping, not on one node's counter: see backend/quorum/mod.rs).
+-- `floor` (nil, or the client's clock in µs + 100 ms as text: redlock and multi): a counter
+-- that does not exist starts there instead, when that is ahead of the server's clock by at
+-- most 200 ms, so that the nodes of a quorum, whose clocks agree to well within 100 ms,
+-- start a new key's counters equal (no second round trip to raise the ones that lag).
+-- Still never below the server's clock. Such a counter may run up to 200 ms ahead of the
+-- server's clock, so for it (a) above reads "back by more than the time since the lost
+-- counter was started, less 200 ms": one lost within 200 ms of its start may start again
+-- below its tokens. Quorum modes promise growing tokens only as long as the nodes keep
+-- their counters (backend/quorum/mod.rs); their raise of a lagging node (INCRBY) puts it
+-- ahead of its own clock by the nodes' clock difference in the same way.
 --
 -- `legacy` (nil when `fence` is the key's own counter): the key's own counter, which
 -- earlier builds of distlock drew every token of the key from. While it lives, the token
@@ -34,7 +37,7 @@ local function next_token(fence, legacy, floor)
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local from = tonumber(floor or '')
-    if not from or from ~= math.floor(from) or from <= now or from > now + 2000000 then
+    if not from or from ~= math.floor(from) or from <= now or from > now + 200000 then
       from = now
     end
     token = from + 1

@@ -81,10 +81,13 @@
 //! common case the counters are already equal and no extra round trip is made. `multi`
 //! raises nothing: its next quorum is every node again, the one at the token included.
 //! (Each node's counter of a key is the key's own, not shared with other keys, so they
-//! move together. A new key's counters start at the acquiring client's clock + 1 s on every
-//! node whose clock is less than 2 s behind that, so they start equal too; a node whose
-//! clock is further off starts from its own, and redlock then pays one parallel `INCRBY`
-//! round.)
+//! move together. A new key's counters start at the acquiring client's clock + 100 ms on
+//! every node whose clock is less than 200 ms behind that, so they start equal too; a node
+//! whose clock is further off starts from its own, and redlock then pays one parallel
+//! `INCRBY` round. A counter so started may run up to 200 ms ahead of its node's clock, as
+//! a raised one runs ahead by the nodes' clock difference: a node that loses it within
+//! that time may start it again below the tokens it gave, one more reason the promise
+//! above holds only while nodes keep their counters.)
 //!
 //! What this does *not* protect against, as for Redlock in general:
 //!

@@ -447,13 +447,13 @@ pub(super) fn free_in(
 }
 
 /// Where a new key's counters start on the nodes of one attempt: this process's clock in µs
-/// plus 1 s, the same for every node. A node starts the key's counter there instead of at
-/// its own clock when that is at most 2 s ahead of it (`fence_prologue.lua`), so nodes
-/// whose clocks differ by µs to ms start it equal, and the acquisition needs no second
-/// round trip to raise the ones that lag (`QuorumDriver::fence`).
+/// plus 100 ms, the same for every node. A node starts the key's counter there instead of
+/// at its own clock when that is at most 200 ms ahead of it (`fence_prologue.lua`), so
+/// nodes whose clocks are within 100 ms of this one's start it equal, and the acquisition
+/// needs no second round trip to raise the ones that lag (`QuorumDriver::fence`).
 fn seed_floor() -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    u64::try_from((now + Duration::from_secs(1)).as_micros()).unwrap_or(u64::MAX)
+    u64::try_from((now + Duration::from_millis(100)).as_micros()).unwrap_or(u64::MAX)
 }
