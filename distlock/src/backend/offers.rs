@@ -10,12 +10,7 @@ use crate::{InitError, LockError, LockKind};
 /// Every kind is offered in both protocols (`protocol = "redisson"` is refused at init on
 /// the modes it cannot serve).
 pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
-    let quorum = match mode {
-        Mode::Redlock { .. } => Some("redlock"),
-        Mode::Multi { .. } => Some("multi"),
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
-    };
-    offers(name, quorum, kind)
+    offers(name, quorum_of(mode), kind)
 }
 
 /// Whether a backend of `mode` offers semaphores (known before it is connected).
@@ -24,12 +19,16 @@ pub(crate) fn mode_offers_semaphore(
     mode: &Mode,
     protocol: Protocol,
 ) -> Result<(), LockError> {
-    let quorum = match mode {
+    semaphore_offered(name, quorum_of(mode), protocol)
+}
+
+/// The name of `mode` when it is a quorum mode.
+fn quorum_of(mode: &Mode) -> Option<&'static str> {
+    match mode {
         Mode::Redlock { .. } => Some("redlock"),
         Mode::Multi { .. } => Some("multi"),
         Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
-    };
-    semaphore_offered(name, quorum, protocol)
+    }
 }
 
 /// Semaphores need their holders counted in one place (one server, one cluster slot, or
