@@ -193,7 +193,7 @@ async fn fencing_counters_are_raised_to_the_token() {
 /// A new key's counters start equal on every node (at the acquiring client's clock + 100
 /// ms, every node's clock being within 100 ms of it), so its first acquisition needs no second
 /// round trip to raise the nodes that lag: on 5 private nodes, 20 new keys cost no INCRBY,
-/// and every node's counter of a key is at its token.
+/// and every node's counter of a key is at its token (or not there yet).
 #[tokio::test]
 async fn a_new_keys_counters_start_equal_on_every_node() {
     let servers = private_servers(5);
@@ -211,7 +211,13 @@ async fn a_new_keys_counters_start_equal_on_every_node() {
         let key = unique(&format!("new-key-{i}"));
         let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
         for url in &urls {
-            assert_eq!(fence_on(url, &key), g.fencing_token(), "{key} on {url}");
+            // 0: the node's request still under way (the quorum answered without it).
+            let counter = fence_on(url, &key);
+            assert!(
+                counter == 0 || counter == g.fencing_token(),
+                "{key} on {url}: {counter}, token {}",
+                g.fencing_token()
+            );
         }
         g.release().await.expect("release");
     }

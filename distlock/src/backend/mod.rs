@@ -301,8 +301,9 @@ impl Backend {
     ) -> Result<LockKeys, LockError> {
         match self.protocol {
             Protocol::Redisson => LockKeys::redisson(key, kind, lease),
-            Protocol::Distlock => Ok(LockKeys::for_kind(&self.prefix, key, kind)?
-                .scoped(self.fence_scope(), &self.prefix)),
+            Protocol::Distlock => {
+                Ok(LockKeys::for_kind(&self.prefix, key, kind)?.scoped(self.fence_scope()))
+            }
         }
     }
 
@@ -314,8 +315,7 @@ impl Backend {
         permits: u32,
         limit: u32,
     ) -> Result<LockKeys, LockError> {
-        Ok(LockKeys::semaphore(&self.prefix, key, permits, limit)?
-            .scoped(self.fence_scope(), &self.prefix))
+        Ok(LockKeys::semaphore(&self.prefix, key, permits, limit)?.scoped(self.fence_scope()))
     }
 
     /// Which counter this backend's fencing tokens come from (`FenceScope`).

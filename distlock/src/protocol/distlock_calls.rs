@@ -54,7 +54,7 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
         call = call.arg(tag.unwrap_or(""));
     }
     if let Some(floor) = floor {
-        call = call.arg(floor.to_string());
+        call = call.arg(floor.get().to_string());
     }
     call
 }
@@ -62,10 +62,9 @@ pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Durati
 /// The fencing counter's keys, last of an acquiring call's keys: the counter, and the key's
 /// own counter of earlier builds when the counter is another (`fence_prologue.lua`).
 fn push_fence(call: &mut Call, keys: &LockKeys) {
-    call.keys.push(keys.fence.clone());
-    if let Some(legacy) = &keys.legacy_fence {
-        call.keys.push(legacy.clone());
-    }
+    let (fence, own) = keys.counters();
+    call.keys.push(fence);
+    call.keys.extend(own);
 }
 
 fn sem_acquire(keys: &LockKeys, sem: &SemKeys, hold: Hold, lease: Duration) -> Call {

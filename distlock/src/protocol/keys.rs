@@ -24,20 +24,18 @@ pub(crate) struct LockKeys {
     /// semaphore the holders' zset `PREFIX{KEY}:sem`. The other keys of fair and read-write
     /// locks are derived from it (see `protocol/`).
     pub hash: String,
-    /// The fencing counter the acquire scripts draw tokens from (`fence_prologue.lua`):
-    /// the key's own (`PREFIX{KEY}:fence`) until [`LockKeys::scoped`] makes it the
-    /// server's or the slot's; Redisson's `redisson_lock_token:{name}` in its format.
+    /// The key's own fencing counter: `PREFIX{KEY}:fence`, Redisson's
+    /// `redisson_lock_token:{name}` in its format. The acquire scripts draw the tokens
+    /// from it, or from the server's or the slot's counter ([`LockKeys::fence_scope`],
+    /// [`LockKeys::counters`]).
     pub fence: String,
-    /// The key's own counter (`PREFIX{KEY}:fence`), when [`LockKeys::fence`] is another
-    /// one: every acquisition of earlier builds of distlock drew from it. The acquire
-    /// scripts draw above it while it lives (at most 24 h after such a build started it)
-    /// and raise it to what they draw, so that processes of both builds on one key, as in
-    /// a rolling upgrade, still give growing tokens.
-    pub legacy_fence: Option<String>,
+    /// Which counter the tokens come from ([`LockKeys::scoped`]; [`FenceScope::Key`]
+    /// until then, and always in Redisson's format).
+    pub fence_scope: FenceScope,
     /// Where the key's own counter starts on a server that has none, in µs (redlock and
     /// multi, for one attempt on all their nodes: `backend/quorum/ops.rs`); `None`: at
     /// the server's clock (`fence_prologue.lua`).
-    pub seed_floor: Option<u64>,
+    pub seed_floor: Option<std::num::NonZeroU64>,
     /// The pub/sub channel a release is published on.
     pub channel: String,
     /// Holder information (`[backends.NAME] holder_info`, on by default in distlock's
@@ -217,7 +215,7 @@ impl LockKeys {
         };
         Ok(LockKeys {
             fence: format!("{hash}:fence"),
-            legacy_fence: None,
+            fence_scope: FenceScope::Key,
             seed_floor: None,
             channel: format!("{hash}:released"),
             hash,
@@ -340,19 +338,40 @@ impl LockKeys {
         Ok(keys)
     }
 
-    /// Take the tokens of distlock's format from the counter of `scope` (names under
-    /// `prefix`, the backend's `key_prefix`). Redisson's format keeps its own counter.
-    pub(crate) fn scoped(mut self, scope: FenceScope, prefix: &str) -> LockKeys {
-        let fence = match (&self.format, scope) {
-            (Format::Redisson(_), _) | (Format::Distlock, FenceScope::Key) => return self,
-            (Format::Distlock, FenceScope::Server) => format!("{prefix}fence"),
+    /// Take the tokens of distlock's format from the counter of `scope`. Redisson's format
+    /// keeps its own counter.
+    pub(crate) fn scoped(mut self, scope: FenceScope) -> LockKeys {
+        if let Format::Distlock = self.format {
+            self.fence_scope = scope;
+        }
+        self
+    }
+
+    /// The counter an acquisition draws its token from, and the key's own counter when
+    /// that is another one: every acquisition of earlier builds of distlock drew from it,
+    /// and the acquire scripts draw above it while it lives (at most 24 h after such a
+    /// build started it) and raise it to what they draw, so that processes of both builds
+    /// on one key, as in a rolling upgrade, still give growing tokens. Worked out per call
+    /// (a held lease keeps only the scope): the server's `PREFIXfence`, the slot's
+    /// `PREFIXfence:{TAG}` (`PREFIX` is what comes before the hash's `{`: a `key_prefix`
+    /// has none).
+    pub(crate) fn counters(&self) -> (String, Option<String>) {
+        let prefix = || &self.hash[..self.hash.find('{').unwrap_or(0)];
+        let shared = match (&self.format, self.fence_scope) {
+            (Format::Redisson(_), _) | (Format::Distlock, FenceScope::Key) => {
+                return (self.fence.clone(), None)
+            }
+            (Format::Distlock, FenceScope::Server) => format!("{}fence", prefix()),
             (Format::Distlock, FenceScope::Slot) => {
                 let slot = crate::protocol::slot::slot(self.hash.as_bytes());
-                format!("{prefix}fence:{{{}}}", crate::protocol::slot::tag_of(slot))
+                format!(
+                    "{}fence:{{{}}}",
+                    prefix(),
+                    crate::protocol::slot::tag_of(slot)
+                )
             }
         };
-        self.legacy_fence = Some(std::mem::replace(&mut self.fence, fence));
-        self
+        (shared, Some(self.fence.clone()))
     }
 
     /// Record holder information as `holder` (`host\tpid\tsite`).
@@ -460,22 +479,22 @@ mod tests {
     fn shared_fencing_counters() {
         use crate::protocol::slot::slot;
         let key = |k: &str| LockKeys::new("lock:", k.into()).unwrap();
-        let k = key("order:42").scoped(FenceScope::Key, "lock:");
+        let k = key("order:42").scoped(FenceScope::Key);
+        assert_eq!(k.counters(), ("lock:{order:42}:fence".into(), None));
+        let k = key("order:42").scoped(FenceScope::Server);
         assert_eq!(
-            (k.fence.as_str(), k.legacy_fence),
-            ("lock:{order:42}:fence", None)
+            k.counters(),
+            ("lock:fence".into(), Some("lock:{order:42}:fence".into()))
         );
-        let k = key("order:42").scoped(FenceScope::Server, "lock:");
-        assert_eq!(k.fence, "lock:fence");
-        assert_eq!(k.legacy_fence.as_deref(), Some("lock:{order:42}:fence"));
         for user in ["order:42", "a{b}c", "x", "{"] {
             for kind in [LockKind::Reentrant, LockKind::Fair, LockKind::Write] {
                 let k = LockKeys::for_kind("app:", user.into(), kind)
                     .unwrap()
-                    .scoped(FenceScope::Slot, "app:");
-                assert!(k.fence.starts_with("app:fence:{"), "{}", k.fence);
-                assert_eq!(slot(k.fence.as_bytes()), slot(k.hash.as_bytes()), "{user}");
-                let legacy = k.legacy_fence.as_deref().unwrap();
+                    .scoped(FenceScope::Slot);
+                let (fence, legacy) = k.counters();
+                assert!(fence.starts_with("app:fence:{"), "{fence}");
+                assert_eq!(slot(fence.as_bytes()), slot(k.hash.as_bytes()), "{user}");
+                let legacy = legacy.unwrap();
                 assert_eq!(slot(legacy.as_bytes()), slot(k.hash.as_bytes()));
             }
         }
@@ -485,11 +504,8 @@ mod tests {
             std::time::Duration::from_secs(30),
         )
         .unwrap()
-        .scoped(FenceScope::Server, "lock:");
-        assert_eq!(
-            (r.fence.as_str(), r.legacy_fence),
-            ("redisson_lock_token:{o}", None)
-        );
+        .scoped(FenceScope::Server);
+        assert_eq!(r.counters(), ("redisson_lock_token:{o}".into(), None));
     }
 
     #[test]

@@ -192,7 +192,7 @@ impl Probe {
                 if kind == LockKind::Reentrant {
                     // The key's own counter, and the server's and the slot's.
                     for scope in [FenceScope::Server, FenceScope::Slot] {
-                        keys.push(k.clone().scoped(scope, prefix).fence);
+                        keys.push(k.clone().scoped(scope).counters().0);
                     }
                     keys.push(k.fence.clone());
                     keys.push(format!("{}:fenced", k.hash));

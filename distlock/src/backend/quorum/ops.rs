@@ -51,7 +51,7 @@ impl QuorumDriver {
             })
             .collect();
         let shared = Arc::new(LockKeys {
-            seed_floor: Some(seed_floor()),
+            seed_floor: std::num::NonZeroU64::new(seed_floor()),
             ..keys.clone()
         });
         let quorum = self.quorum;
