@@ -227,12 +227,13 @@ pub mod __private {
     pub use crate::protocol::script::sources as scripts;
 
     /// The fencing counter a cluster backend with key prefix `prefix` draws the tokens of
-    /// the lock whose hash is `lock_hash` from: the counter of its slot,
-    /// `PREFIXfence:{TAG}` (single and sentinel draw from `PREFIXfence`, redlock and multi
-    /// from the key's own `PREFIX{KEY}:fence`; see `protocol/keys.rs`).
+    /// the lock whose hash is `lock_hash` from: the counter of its slot, `PREFIX{{fence:N}`
+    /// (single and sentinel draw from `PREFIX{{fence}`, redlock and multi from the key's
+    /// own `PREFIX{KEY}:fence`; see `protocol/keys.rs`).
     pub fn slot_fence_counter(prefix: &str, lock_hash: &str) -> String {
-        let slot = crate::protocol::slot::slot(lock_hash.as_bytes());
-        format!("{prefix}fence:{{{}}}", crate::protocol::slot::tag_of(slot))
+        use crate::protocol::slot::{counter_tag, slot, COUNTER_TAG};
+        let n = counter_tag(slot(lock_hash.as_bytes()));
+        format!("{prefix}{{{COUNTER_TAG}{n}}}")
     }
 
     /// A placeholder's value in a key template, rendered with `Display` and escaped: `%`

@@ -418,7 +418,7 @@ async fn fencing_counters_expire_and_restart_above_their_tokens() {
     let key = unique("counter");
     let addr = addr_of(&single_url());
     // The server's counter (shared by every key on a single server).
-    let fence = "lock:fence";
+    let fence = "lock:{{fence}";
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
     let t1 = g.fencing_token();
     g.release().await.expect("release");

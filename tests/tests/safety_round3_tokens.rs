@@ -381,7 +381,7 @@ async fn tokens_grow_after_the_counter_is_lost_in_every_format() {
             g.release().await.expect("release");
             // distlock's format on a single server draws from the server's counter.
             let counter = match format {
-                "distlock" => "lock:fence".to_owned(),
+                "distlock" => "lock:{{fence}".to_owned(),
                 _ => format!("redisson_lock_token:{{{key}}}"),
             };
             assert_eq!(int(&["DEL", &counter]), 1, "{format} {kind:?}: {counter}");
@@ -400,7 +400,7 @@ async fn tokens_grow_after_the_counter_is_lost_in_every_format() {
     let g = s.acquire(1).await.expect("permit");
     let t1 = g.fencing_token();
     g.release().await.expect("release");
-    assert_eq!(int(&["DEL", "lock:fence"]), 1);
+    assert_eq!(int(&["DEL", "lock:{{fence}"]), 1);
     let g = s.acquire(1).await.expect("permit");
     assert!(g.fencing_token() > t1, "semaphore: tokens grow");
     g.release().await.expect("release");
@@ -476,7 +476,7 @@ async fn a_counter_of_an_earlier_build_is_drawn_above_and_raised() {
                 .expect("TIME")
         };
         let above = (now_us(0) * 1_000_000 + now_us(1)).to_string();
-        let shared: Option<u64> = cmd(&["GET", "lock:fence"])
+        let shared: Option<u64> = cmd(&["GET", "lock:{{fence}"])
             .as_str()
             .and_then(|v| v.parse().ok());
         assert!(shared < above.parse().ok(), "{shared:?} below {above}");
@@ -685,7 +685,7 @@ async fn dead_holders_and_waiters_leave_only_bounded_keys() {
 
     let counter = |k: &str| k.ends_with(":fence") || k.starts_with("redisson_lock_token:");
     let found = keys_with_ttl(&key);
-    // 11: distlock's format draws from the server's counter (`lock:fence`), none of its own.
+    // 11: distlock's format draws from the server's counter (`lock:{{fence}`), none of its own.
     assert!(found.len() >= 11, "the locks' keys: {found:?}");
     for (k, ttl) in &found {
         if k.ends_with(":fence") {

@@ -57,7 +57,7 @@ async fn keys_layout_in_redis() {
     let ttl = resp_command(&addr, &["PTTL", &format!("lock:{{{key}}}")]).expect("PTTL");
     assert!(ttl.as_int().is_some_and(|t| t > 0 && t <= 1000), "{ttl:?}");
     // The server's counter, shared by every key: at or past this lock's token.
-    let fence = resp_command(&addr, &["GET", "lock:fence"]).expect("GET");
+    let fence = resp_command(&addr, &["GET", "lock:{{fence}"]).expect("GET");
     let counter: Option<u64> = fence.as_str().and_then(|v| v.parse().ok());
     assert!(counter.is_some_and(|c| c >= g.fencing_token()), "{fence:?}");
     let own = resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}:fence")]).expect("EXISTS");

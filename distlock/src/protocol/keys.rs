@@ -180,10 +180,10 @@ pub(crate) enum FenceScope {
     /// A new key's counters start from the acquiring client's clock
     /// ([`LockKeys::seed_floor`]), so that they start equal.
     Key,
-    /// One counter per server, `PREFIXfence`: single and sentinel.
+    /// One counter per server, `PREFIX{{fence}`: single and sentinel.
     Server,
-    /// One counter per cluster slot, `PREFIXfence:{TAG}` with a `TAG` that hashes to the
-    /// lock's slot (a script may only touch the keys of one slot): cluster.
+    /// One counter per cluster slot, `PREFIX{{fence:N}`, whose hash tag `{fence:N` falls
+    /// in the lock's slot (a script may only touch the keys of one slot): cluster.
     Slot,
 }
 
@@ -352,23 +352,22 @@ impl LockKeys {
     /// and the acquire scripts draw above it while it lives (at most 24 h after such a
     /// build started it) and raise it to what they draw, so that processes of both builds
     /// on one key, as in a rolling upgrade, still give growing tokens. Worked out per call
-    /// (a held lease keeps only the scope): the server's `PREFIXfence`, the slot's
-    /// `PREFIXfence:{TAG}` (`PREFIX` is what comes before the hash's `{`: a `key_prefix`
-    /// has none).
+    /// (a held lease keeps only the scope): the server's `PREFIX{{fence`, the slot's
+    /// `PREFIX{{fence:N}` (`PREFIX` is what comes before the hash's `{`: a `key_prefix`
+    /// has none). Their tags start with `{`, which no lock key's tag does (a key holding a
+    /// brace gets the tag `{#HASH}`): no user key ever names a counter, and an
+    /// application's own keys are unlikely to, even under an empty `key_prefix`.
     pub(crate) fn counters(&self) -> (String, Option<String>) {
         let prefix = || &self.hash[..self.hash.find('{').unwrap_or(0)];
         let shared = match (&self.format, self.fence_scope) {
             (Format::Redisson(_), _) | (Format::Distlock, FenceScope::Key) => {
                 return (self.fence.clone(), None)
             }
-            (Format::Distlock, FenceScope::Server) => format!("{}fence", prefix()),
+            (Format::Distlock, FenceScope::Server) => format!("{}{{{{fence}}", prefix()),
             (Format::Distlock, FenceScope::Slot) => {
-                let slot = crate::protocol::slot::slot(self.hash.as_bytes());
-                format!(
-                    "{}fence:{{{}}}",
-                    prefix(),
-                    crate::protocol::slot::tag_of(slot)
-                )
+                use crate::protocol::slot::{counter_tag, slot, COUNTER_TAG};
+                let n = counter_tag(slot(self.hash.as_bytes()));
+                format!("{}{{{COUNTER_TAG}{n}}}", prefix())
             }
         };
         (shared, Some(self.fence.clone()))
@@ -484,15 +483,20 @@ mod tests {
         let k = key("order:42").scoped(FenceScope::Server);
         assert_eq!(
             k.counters(),
-            ("lock:fence".into(), Some("lock:{order:42}:fence".into()))
+            ("lock:{{fence}".into(), Some("lock:{order:42}:fence".into()))
         );
+        // No lock key is named like a shared counter, whatever its user key.
+        for user in ["{fence}", "{fence:1}", "{{fence}", "fence", "#fence"] {
+            let k = key(user);
+            assert!(!k.hash.starts_with("lock:{{"), "{}", k.hash);
+        }
         for user in ["order:42", "a{b}c", "x", "{"] {
             for kind in [LockKind::Reentrant, LockKind::Fair, LockKind::Write] {
                 let k = LockKeys::for_kind("app:", user.into(), kind)
                     .unwrap()
                     .scoped(FenceScope::Slot);
                 let (fence, legacy) = k.counters();
-                assert!(fence.starts_with("app:fence:{"), "{fence}");
+                assert!(fence.starts_with("app:{{fence:"), "{fence}");
                 assert_eq!(slot(fence.as_bytes()), slot(k.hash.as_bytes()), "{user}");
                 let legacy = legacy.unwrap();
                 assert_eq!(slot(legacy.as_bytes()), slot(k.hash.as_bytes()));
