@@ -48,21 +48,25 @@ fn hash_name(key: &str) -> String {
 
 /// Acquisitions and releases cut short at every point of their round trip leave nothing
 /// held and no reply misread ([`cut_requests_leave_nothing_held`], as on a single server),
-/// most of them on the connection the calling task drives itself to the key's master.
+/// most of them on the connection the calling task drives itself to the key's master; on
+/// every lock kind.
 #[tokio::test]
 async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
     let reg = registry().await;
     let nodes = addrs(&cluster_urls());
-    cut_requests_leave_nothing_held(&reg, &unique("cut"), false, |hash| {
-        master_of_slot(&nodes, keyslot(&nodes, hash)).expect("a master serves the slot")
-    })
-    .await;
+    for kind in LOCK_KINDS {
+        cut_requests_leave_nothing_held(&reg, &unique("cut"), false, kind, |hash| {
+            master_of_slot(&nodes, keyslot(&nodes, hash)).expect("a master serves the slot")
+        })
+        .await;
+    }
 }
 
-/// Redisson's format on a cluster: acquisitions cut short after 0 to 399 turns of the
-/// runtime leave nothing held ([`cut_requests_leave_nothing_held`]). They go on the cluster connection that never sends twice,
+/// Redisson's format on a cluster, every lock kind: acquisitions cut short after 0 to 399
+/// turns of the runtime leave nothing held ([`cut_requests_leave_nothing_held`]). They go
+/// on the cluster connection that never sends twice,
 /// and the release undoing a cut one on the routed connections, which could overtake it
-/// (the lock then held for nobody until its 60 s lease ended: 2-6 of 300 rounds before
+/// (the lock then held for nobody until its lease ended: 2-6 of 300 rounds before
 /// `backend/redisson_once.rs`).
 #[tokio::test]
 async fn redisson_acquisitions_cut_at_any_point_leave_nothing_held() {
@@ -78,10 +82,12 @@ async fn redisson_acquisitions_cut_at_any_point_leave_nothing_held() {
     ))
     .await
     .expect("connect");
-    cut_requests_leave_nothing_held(&reg, &unique("redisson-cut"), true, |hash| {
-        master_of_slot(&nodes, keyslot(&nodes, hash)).expect("a master serves the slot")
-    })
-    .await;
+    for kind in LOCK_KINDS {
+        cut_requests_leave_nothing_held(&reg, &unique("redisson-cut"), true, kind, |hash| {
+            master_of_slot(&nodes, keyslot(&nodes, hash)).expect("a master serves the slot")
+        })
+        .await;
+    }
 }
 
 /// Many auto leases on all three masters are renewed together (concurrent EVALSHAs).

@@ -289,5 +289,10 @@ fn drop_during_and_after_runtime_shutdown() {
 #[tokio::test]
 async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
     let reg = registry().await;
-    cut_requests_leave_nothing_held(&reg, &unique("cut"), false, |_| addr_of(&single_url())).await;
+    for kind in LOCK_KINDS {
+        cut_requests_leave_nothing_held(&reg, &unique("cut"), false, kind, |_| {
+            addr_of(&single_url())
+        })
+        .await;
+    }
 }

@@ -236,29 +236,51 @@ pub async fn cut_after<F: std::future::Future>(turns: usize, fut: F) -> Option<F
     None
 }
 
+/// Every lock kind.
+pub const LOCK_KINDS: [distlock::LockKind; 4] = [
+    distlock::LockKind::Reentrant,
+    distlock::LockKind::Fair,
+    distlock::LockKind::Read,
+    distlock::LockKind::Write,
+];
+
 /// Acquisitions and releases cut short at every point of their round trip (after 0 to
 /// 399 turns of the runtime, most of them on the connection the calling task drives
 /// itself, `backend/direct.rs`) leave nothing held: each cut acquisition's undo runs after
 /// it (its reply is drained first), so the lock is free at once, not at the end of its
-/// 60 s lease; and no later request reads an earlier one's reply: every acquisition that
+/// 20 s lease (a Redisson read lock's lease is at most 30 s); and no later request reads an earlier one's reply: every acquisition that
 /// completes has the token its script drew (its level's mark in the lock's hash). `addr_of_hash`: the `host:port`
 /// of the server that holds a lock hash (by its name). `redisson`: the registry speaks
 /// Redisson's format (the hash is the key itself; its tokens are not checked here).
+/// `kind`: the lock kind taken (its hash: `lock:{KEY}`, `:fair`, `:rw`; in Redisson's
+/// format the key itself for every kind).
 pub async fn cut_requests_leave_nothing_held(
     reg: &Registry,
     key: &str,
     redisson: bool,
+    kind: distlock::LockKind,
     addr_of_hash: impl Fn(&str) -> String,
 ) {
-    let lock_key = if redisson {
-        key.to_owned()
-    } else {
-        format!("lock:{{{key}}}")
+    use distlock::LockKind;
+    let lock_key = match (redisson, kind) {
+        (true, _) => key.to_owned(),
+        (false, LockKind::Reentrant) => format!("lock:{{{key}}}"),
+        (false, LockKind::Fair) => format!("lock:{{{key}}}:fair"),
+        (false, LockKind::Read | LockKind::Write) => format!("lock:{{{key}}}:rw"),
+        (false, other) => panic!("the cut test knows no hash of {other:?}"),
+    };
+    // The hash fields that hold the token a hold's script drew.
+    let holds_token = move |field: &str| match kind {
+        LockKind::Reentrant | LockKind::Fair => field.starts_with("l:"),
+        LockKind::Read => field.starts_with("rt:"),
+        LockKind::Write => field == "wt",
+        _ => false,
     };
     let addr = addr_of_hash(&lock_key);
     let take = || {
         reg.lock(key)
-            .lease(distlock::Lease::Fixed(Duration::from_secs(60)))
+            .kind(kind)
+            .lease(distlock::Lease::Fixed(Duration::from_secs(20)))
             .wait(Duration::from_secs(5))
             .acquire()
     };
@@ -294,14 +316,14 @@ pub async fn cut_requests_leave_nothing_held(
             Some(guard) => {
                 let guard = guard.expect("acquire");
                 if !redisson {
-                    // The lock's one hold marks its level with the token its script drew.
+                    // The lock's one hold keeps the token its script drew.
                     let token = guard.fencing_token().to_string();
                     let fields = resp_command(&addr, &["HGETALL", &lock_key]).expect("HGETALL");
                     let fields = fields.as_array().expect("HGETALL reply");
                     assert!(
                         fields
                             .chunks(2)
-                            .any(|f| f[0].as_str().is_some_and(|n| n.starts_with("l:"))
+                            .any(|f| f[0].as_str().is_some_and(holds_token)
                                 && f[1].as_str() == Some(token.as_str())),
                         "round {i}: the token {token} is the one its script drew: {fields:?}"
                     );
