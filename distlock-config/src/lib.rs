@@ -20,6 +20,7 @@
 //! holder_info = true              # record who holds each lock; every mode but memory (default true; false with protocol = "redisson")
 //! handoff = true                  # a release hands the lock to a waiter of this process; false: barging (default true)
 //! required = true                 # false: init succeeds while it is down (default true)
+//! tcp_nodelay = false             # true: each request sent at once, not gathered while others are answered (default false)
 //! protocol = "distlock"           # "redisson": Redisson's on-Redis format; single, cluster, sentinel (default "distlock")
 //! # mode = "cluster" with protocol = "redisson" also takes:
 //! # sharded_subscription_mode = "auto"   # Redisson's shardedSubscriptionMode: "on", "off" (default "auto")
@@ -220,6 +221,26 @@ pub struct BackendConfig {
     /// every lock on it fails at once with a `Backend` error of kind `Connection` naming
     /// the backend, the address and why it cannot be reached.
     pub required: bool,
+    /// Whether the shared command connections send every request at once (`tcp_nodelay`,
+    /// default `false`; every mode but memory). With `false` they leave Nagle's algorithm
+    /// on, as redis-rs does: a request written while an earlier one on the same connection
+    /// is unanswered waits in the kernel until that answer comes, and goes with the others
+    /// written meanwhile. Many tasks locking at once so send fewer, larger writes, and the
+    /// server gets through more of them (10–20 % more lock+unlock pairs with 64 tasks on
+    /// one server, in the project's benchmark). A request on an idle connection goes at
+    /// once either way, so a lone caller waits no longer. `true` sends each request as it is
+    /// written, at the cost of that throughput: a request waits for no earlier answer, which
+    /// on a network with a long round trip can shorten a busy connection's latency. The
+    /// connections a caller drives itself, the subscribers and the sentinels always send at
+    /// once (`TCP_NODELAY`).
+    ///
+    /// ```
+    /// let cfg = distlock_config::Config::from_str(
+    ///     "[backends.main]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"\ntcp_nodelay = true",
+    /// ).unwrap();
+    /// assert!(cfg.backends["main"].tcp_nodelay);
+    /// ```
+    pub tcp_nodelay: bool,
     /// The on-Redis lock format (`protocol`, default `"distlock"`; every mode but memory):
     /// `"redisson"` speaks Redisson's, so Java services locking with Redisson and distlock
     /// exclude and wake each other (see the repository's docs/redisson.md).

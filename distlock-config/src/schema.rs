@@ -45,6 +45,7 @@ const BACKEND_FIELDS: &[&str] = &[
     "handoff",
     "required",
     "protocol",
+    "tcp_nodelay",
     "sharded_subscription_mode",
     "master_username",
     "master_password",
@@ -183,6 +184,7 @@ struct RawBackend {
     holder_info: Option<bool>,
     handoff: Option<bool>,
     required: Option<bool>,
+    tcp_nodelay: Option<bool>,
     protocol: Option<Protocol>,
     sharded_subscription_mode: Option<(ShardedSubscriptionMode, usize)>,
     tls: RawTls,
@@ -233,7 +235,7 @@ impl ModeKind {
 
     /// The fields this mode takes besides `mode`.
     fn fields(self) -> &'static [&'static str] {
-        const T: [&str; 10] = [
+        const T: [&str; 11] = [
             "response_timeout",
             "connect_timeout",
             "tls_ca",
@@ -244,10 +246,11 @@ impl ModeKind {
             "handoff",
             "required",
             "protocol",
+            "tcp_nodelay",
         ];
         match self {
             ModeKind::Single => &[
-                "url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9],
+                "url", T[0], T[1], T[2], T[3], T[4], T[5], T[6], T[7], T[8], T[9], T[10],
             ],
             ModeKind::Cluster => &[
                 "nodes",
@@ -261,6 +264,7 @@ impl ModeKind {
                 T[7],
                 T[8],
                 T[9],
+                T[10],
                 "sharded_subscription_mode",
             ],
             ModeKind::Sentinel => &[
@@ -280,6 +284,7 @@ impl ModeKind {
                 T[7],
                 T[8],
                 T[9],
+                T[10],
             ],
             ModeKind::Redlock | ModeKind::Multi => &[
                 "nodes",
@@ -296,6 +301,7 @@ impl ModeKind {
                 T[7],
                 T[8],
                 T[9],
+                T[10],
             ],
             ModeKind::Memory => &[],
         }
@@ -517,6 +523,7 @@ impl Cx<'_> {
                 "holder_info" => raw.holder_info = Some(self.boolean(&field, value)?),
                 "handoff" => raw.handoff = Some(self.boolean(&field, value)?),
                 "required" => raw.required = Some(self.boolean(&field, value)?),
+                "tcp_nodelay" => raw.tcp_nodelay = Some(self.boolean(&field, value)?),
                 "protocol" => {
                     raw.protocol = Some(match self.string(&field, value)?.as_str() {
                         "distlock" => Protocol::Distlock,
@@ -626,6 +633,7 @@ impl Cx<'_> {
                 .unwrap_or(raw.protocol != Some(Protocol::Redisson)),
             handoff: raw.handoff.unwrap_or(true),
             required: raw.required.unwrap_or(true),
+            tcp_nodelay: raw.tcp_nodelay.unwrap_or(false),
             protocol: raw.protocol.unwrap_or_default(),
         })
     }

@@ -892,18 +892,27 @@ async fn main() {
             "mode = \"single\"\nurl = \"{single_url}\"\nholder_info = false\n"
         ))
         .await;
+        // distlock's command connections leave Nagle's algorithm on by default
+        // (`tcp_nodelay = false`); the floor's has TCP_NODELAY. What each transport gives
+        // each side: the floor with Nagle on, distlock with `tcp_nodelay = true`.
+        let nodelay = registry(&format!(
+            "mode = \"single\"\nurl = \"{single_url}\"\ntcp_nodelay = true\n"
+        ))
+        .await;
         let m = concurrent_alternating(
             &[
                 Contender::Floor(floor.clone()),
                 Contender::Lock(single.clone()),
                 Contender::Floor(fenced),
                 Contender::Lock(off),
+                Contender::Floor(Floor::with_nagle(&single_url).await),
+                Contender::Lock(nodelay),
             ],
             TASKS,
             Duration::from_millis(1500),
         )
         .await;
-        let (f, d, ff, off) = (m[0], m[1], m[2], m[3]);
+        let (f, d, ff, off, fnagle, dnodelay) = (m[0], m[1], m[2], m[3], m[4], m[5]);
         row(
             &mut rows,
             format!("{TASKS} tasks, distinct keys, pairs/s / floor (fencing on)"),
@@ -922,6 +931,20 @@ async fn main() {
             &mut rows,
             format!("  diagnostic: {TASKS} tasks, holder information on (default) / off"),
             format!("{d:.0} / {off:.0} = {:.2}", d / off),
+            "report",
+            true,
+        );
+        row(
+            &mut rows,
+            format!("  diagnostic: {TASKS} tasks, floor with Nagle's algorithm on / floor"),
+            format!("{fnagle:.0} / {f:.0} = {:.2}", fnagle / f),
+            "report",
+            true,
+        );
+        row(
+            &mut rows,
+            format!("  diagnostic: {TASKS} tasks, distlock with tcp_nodelay = true / floor"),
+            format!("{dnodelay:.0} / {f:.0} = {:.2}", dnodelay / f),
             "report",
             true,
         );

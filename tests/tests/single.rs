@@ -296,3 +296,68 @@ async fn requests_cut_at_any_point_leave_nothing_held_and_no_reply_misread() {
         .await;
     }
 }
+
+/// `tcp_nodelay` either way (the command connection with Nagle's algorithm on, the default,
+/// and with `TCP_NODELAY`): two processes' worth of registries, 16 tasks each on 4 keys,
+/// never two holders of a key at once, every token above the last one of its key.
+#[tokio::test]
+async fn tcp_nodelay_either_way_excludes_and_orders_tokens() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let url = single_url();
+    let mut regs = Vec::new();
+    for nodelay in [false, true] {
+        let cfg = format!(
+            "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\ntcp_nodelay = {nodelay}\n"
+        );
+        regs.push(
+            Registry::from_str(&cfg)
+                .await
+                .unwrap_or_else(|e| panic!("tcp_nodelay = {nodelay}: {e}")),
+        );
+    }
+    let base = unique("nodelay");
+    let keys: Vec<String> = (0..4).map(|k| format!("{base}:{k}")).collect();
+    let inside: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
+    let last: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for reg in &regs {
+        for t in 0..16usize {
+            let (reg, keys, inside, last) =
+                (reg.clone(), keys.clone(), inside.clone(), last.clone());
+            tasks.push(tokio::spawn(async move {
+                for round in 0..20usize {
+                    let k = (t + round) % 4;
+                    let g = reg
+                        .lock(keys[k].as_str())
+                        .wait(Duration::from_secs(20))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    assert!(
+                        !inside[k].swap(true, Ordering::SeqCst),
+                        "two holders of {}",
+                        keys[k]
+                    );
+                    let token = g.fencing_token();
+                    {
+                        let mut last = last.lock().expect("tokens");
+                        let before = last.insert(k, token).unwrap_or(0);
+                        assert!(
+                            token > before,
+                            "token {token} after {before} on {}",
+                            keys[k]
+                        );
+                    }
+                    tokio::task::yield_now().await;
+                    inside[k].store(false, Ordering::SeqCst);
+                    g.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+}

@@ -88,7 +88,7 @@ pub(crate) async fn connect(
 ) -> Result<(Cluster, Arc<Hub>), DriverError> {
     let address = addresses(nodes);
     let client = settings
-        .cluster(nodes)
+        .cluster_commands(nodes)
         .build()
         .map_err(|e| DriverError::redis(&address, e))?;
     let conn = bounded(

@@ -285,7 +285,7 @@ async fn open(map: &Map, address: &str) -> Option<Master> {
         map.settings.response_timeout,
     );
     let client = map.settings.client(address, info).ok()?;
-    match map.settings.manager(address, client, Duration::ZERO).await {
+    match map.settings.manager(address, &client, Duration::ZERO).await {
         Ok(conn) => Some(Master { conn, direct }),
         Err(e) => {
             tracing::debug!(address, error = %e, "distlock: cannot open a connection to a cluster master; its commands take the cluster connection");

@@ -39,6 +39,9 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Duration,
     /// `Some` when the backend's URLs are `rediss://`.
     tls: Option<Arc<Tls>>,
+    /// `tcp_nodelay`: whether the command connections ([`Settings::manager`], the cluster
+    /// client) send each request at once; the others always do ([`Settings::tcp`]).
+    nodelay: bool,
     /// The backend-wide revocation channel its subscribers listen on
     /// (`crate::lease::revoke`); set by the backend before it connects.
     pub(crate) revocation: Option<String>,
@@ -89,6 +92,7 @@ impl Settings {
             connect_timeout: cfg.connect_timeout,
             response_timeout: cfg.response_timeout,
             tls,
+            nodelay: cfg.tcp_nodelay,
             revocation: None,
         })
     }
@@ -112,10 +116,22 @@ impl Settings {
         }
     }
 
-    /// The TCP options of every connection.
+    /// The TCP options of every connection but the command connections: each request is
+    /// sent at once (`TCP_NODELAY`).
     pub(crate) fn tcp(&self) -> TcpSettings {
         TcpSettings::default()
             .set_nodelay(true)
+            .set_keepalive(keepalive())
+    }
+
+    /// The TCP options of the command connections, which many tasks share: `TCP_NODELAY`
+    /// only with `tcp_nodelay = true`. Otherwise Nagle's algorithm gathers the requests
+    /// written while an earlier one is unanswered into fewer, larger writes (a request on
+    /// an idle connection still goes at once): more lock operations per second when many
+    /// tasks lock at once (`BackendConfig::tcp_nodelay`).
+    fn command_tcp(&self) -> TcpSettings {
+        TcpSettings::default()
+            .set_nodelay(self.nodelay)
             .set_keepalive(keepalive())
     }
 
@@ -147,7 +163,17 @@ impl Settings {
         address: &str,
         info: ConnectionInfo,
     ) -> Result<redis::Client, DriverError> {
-        let info = self.with_tcp(info);
+        self.client_with(address, info, self.tcp())
+    }
+
+    /// A client for `info` (the server at `address`) with the TCP options `tcp`.
+    fn client_with(
+        &self,
+        address: &str,
+        info: ConnectionInfo,
+        tcp: TcpSettings,
+    ) -> Result<redis::Client, DriverError> {
+        let info = info.set_tcp_settings(tcp);
         #[cfg(feature = "tls")]
         if let (ConnectionAddr::TcpTls { .. }, Some(tls)) = (info.addr(), &self.tls) {
             if let Some(certs) = &tls.certs {
@@ -163,14 +189,20 @@ impl Settings {
         self.client(&url.address, self.info(url)?)
     }
 
-    /// Open an auto-reconnecting multiplexed connection to the server of `client`. `extra`
-    /// is added to the response timeout (a connection that sends `WAIT`).
+    /// Open an auto-reconnecting multiplexed connection to the server of `client`, with the
+    /// command connections' TCP options ([`Settings::command_tcp`]). `extra` is added to
+    /// the response timeout (a connection that sends `WAIT`).
     pub(crate) async fn manager(
         &self,
         address: &str,
-        client: redis::Client,
+        client: &redis::Client,
         extra: Duration,
     ) -> Result<ConnectionManager, DriverError> {
+        let client = self.client_with(
+            address,
+            client.get_connection_info().clone(),
+            self.command_tcp(),
+        )?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout + extra))
@@ -187,7 +219,13 @@ impl Settings {
         .await
     }
 
-    /// A cluster client builder over `nodes` with these settings.
+    /// A cluster client builder over `nodes` for the cluster's command connections: with
+    /// their TCP options ([`Settings::command_tcp`]).
+    pub(crate) fn cluster_commands(&self, nodes: &[RedisUrl]) -> ClusterClientBuilder {
+        self.cluster(nodes).tcp_settings(self.command_tcp())
+    }
+
+    /// A cluster client builder over `nodes` with these settings (a subscriber's).
     pub(crate) fn cluster(&self, nodes: &[RedisUrl]) -> ClusterClientBuilder {
         let builder = ClusterClientBuilder::new(nodes.iter().map(|u| u.url.as_str()))
             .tcp_settings(self.tcp())

@@ -36,7 +36,7 @@ pub(crate) async fn connect(
     publish: Publish,
 ) -> Result<Link<ClusterConnection>, DriverError> {
     let client = settings
-        .cluster(nodes)
+        .cluster_commands(nodes)
         .retries(0)
         .build()
         .map_err(|e| DriverError::redis(address, e))?;

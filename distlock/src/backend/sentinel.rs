@@ -530,7 +530,7 @@ async fn open_master(
         });
     }
     let sync_conn = match sync {
-        Some(s) => Some(settings.manager(address, client, s.timeout).await?),
+        Some(s) => Some(settings.manager(address, &client, s.timeout).await?),
         None => None,
     };
     Ok(Current { server, sync_conn })

@@ -49,7 +49,7 @@ impl Server {
         } else {
             None
         };
-        let conn = settings.manager(address, client, Duration::ZERO).await?;
+        let conn = settings.manager(address, &client, Duration::ZERO).await?;
         let server = Link {
             address: address.to_owned(),
             conn,

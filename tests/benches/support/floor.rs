@@ -25,6 +25,14 @@ impl Floor {
         Floor::with(conn).await
     }
 
+    /// The floor over a connection with Nagle's algorithm on (no `TCP_NODELAY`), as
+    /// distlock's command connections have by default: a diagnostic of what that transport
+    /// gives the same protocol.
+    pub async fn with_nagle(url: &str) -> Floor {
+        let conn = connect_with(url, false).await;
+        Floor::with(conn).await
+    }
+
     /// The floor whose connection (and so its driver task) lives on `rt`, another runtime,
     /// as distlock's connections live on its background runtime: a diagnostic of what that
     /// placement costs the same protocol.
@@ -111,8 +119,14 @@ impl Floor {
 
 /// One multiplexed TCP_NODELAY connection.
 pub async fn connect(url: &str) -> MultiplexedConnection {
+    connect_with(url, true).await
+}
+
+/// A multiplexed connection to `url`, with `TCP_NODELAY` when `nodelay` (else Nagle's
+/// algorithm on, as distlock's command connections have by default: `tcp_nodelay`).
+pub async fn connect_with(url: &str, nodelay: bool) -> MultiplexedConnection {
     let info = redis::IntoConnectionInfo::into_connection_info(url).expect("url");
-    let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(nodelay));
     let client = redis::Client::open(info).expect("url");
     client
         .get_multiplexed_async_connection()
