@@ -1,8 +1,10 @@
 -- One level of a reentrant (or fair) lock let go (prepended to release.lua and
 -- handoff.lua, which decide what happens when it frees the lock): release_level(lock,
--- owner, level, may_keep) removes the level's mark first (`l:<level id>`, set by the
--- acquisition), so a second run finds it gone and changes nothing, and a release never
--- removes a level it did not take. `may_keep`: look for `hold:until` (acquire.lua's
+-- owner, level, may_keep) lets go of the level whose mark (`l:<level id>`, set by the
+-- acquisition) is there, and removes the mark with it, so a second run finds it gone and
+-- changes nothing, and a release never removes a level it did not take. A level that
+-- frees the lock leaves its mark to the caller, which deletes or replaces the whole hash
+-- (one write to replicate, not two). `may_keep`: look for `hold:until` (acquire.lua's
 -- hold_at_least, server ms); a lock freed before that time is kept, without a holder (the
 -- owner's count and holder information `i:<owner id>` go), until then.
 -- Returns the script's answer when the lock stays: -1 the owner does not hold it (nothing
@@ -14,7 +16,8 @@
 -- this release: see `Hold::sole`), so a level that goes frees the lock without counting
 -- down.
 local function release_level(lock, owner, level, may_keep, gone, sole)
-  if redis.call('hdel', lock, 'l:' .. level) == 0 then
+  local mark = 'l:' .. level
+  if redis.call('hexists', lock, mark) == 0 then
     local answer = gone and gone()
     if answer then return answer end
     local count = tonumber(redis.call('hget', lock, owner) or 0)
@@ -22,15 +25,18 @@ local function release_level(lock, owner, level, may_keep, gone, sole)
     return -1
   end
   if not sole then
-    local left = redis.call('hincrby', lock, owner, -1)
-    if left > 0 then return left end
+    local count = tonumber(redis.call('hget', lock, owner) or 0)
+    if count > 1 then
+      redis.call('hdel', lock, mark)
+      return redis.call('hincrby', lock, owner, -1)
+    end
   end
   local hold_until = may_keep and tonumber(redis.call('hget', lock, 'hold:until'))
   if hold_until then
     local t = redis.call('time')
     local until_left = hold_until - (t[1] * 1000 + math.floor(t[2] / 1000))
     if until_left > 0 then
-      redis.call('hdel', lock, owner, 'i:' .. owner)
+      redis.call('hdel', lock, mark, owner, 'i:' .. owner)
       redis.call('pexpire', lock, until_left)
       return 0
     end
