@@ -1323,6 +1323,17 @@ async fn main() {
         }
     }
 
+    // Only with `-- profile-seq-cluster`: the same on the cluster backend.
+    if wanted("profile-seq-cluster") {
+        let cluster = registry(&format!(
+            "mode = \"cluster\"\nnodes = [{}]\n",
+            list(&distlock_tests::cluster_urls())
+        ))
+        .await;
+        let t = sequential(&[Contender::Lock(cluster)], 1, 10_000).await;
+        println!("profile-seq-cluster: {:.1} us per pair", t[0]);
+    }
+
     // Only with `-- profile-distlock`: 20 s of distlock's 64-task loop, for `perf record`.
     if wanted("profile-distlock") {
         let n = concurrent(&Contender::Lock(single.clone()), Duration::from_secs(20)).await;
