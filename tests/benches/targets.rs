@@ -1002,7 +1002,6 @@ async fn main() {
         let topo = sequential(
             &[
                 Contender::Lock(single.clone()),
-                Contender::Lock(sentinel.clone()),
                 Contender::Lock(cluster.clone()),
                 Contender::Lock(on_master.clone()),
                 Contender::Floor(floor.clone()),
@@ -1012,29 +1011,33 @@ async fn main() {
             300,
         )
         .await;
+        // Two backends on one server whose paths differ by a lookup of the current master:
+        // a difference of a few per cent at most, measured as the attribute's
+        // (`paired_ratio`); the alternation above puts their batches two apart, and the
+        // machine's drift moved that ratio by several per cent from run to run.
+        let (st, sr) = paired_ratio([
+            Contender::Lock(sentinel.clone()),
+            Contender::Lock(on_master.clone()),
+        ])
+        .await;
         row(
             &mut rows,
             "sentinel lock+unlock, x single on the same master",
-            format!(
-                "{:.1} vs {:.1} us = {:.2}x",
-                topo[1],
-                topo[3],
-                topo[1] / topo[3]
-            ),
+            format!("{:.1} vs {:.1} us, batch by batch {sr:.2}x", st[0], st[1]),
             "<= 1.05x",
-            topo[1] / topo[3] <= 1.05,
+            sr <= 1.05,
         );
         row(
             &mut rows,
             "cluster lock+unlock, x single",
             format!(
                 "{:.1} vs {:.1} us = {:.2}x",
-                topo[2],
+                topo[1],
                 topo[0],
-                topo[2] / topo[0]
+                topo[1] / topo[0]
             ),
             "<= 1.25x",
-            topo[2] / topo[0] <= 1.25,
+            topo[1] / topo[0] <= 1.25,
         );
         // Diagnostic: the cluster's masters have a replica each, the single server none; a
         // single backend on a master with a replica (the sentinels') leaves only the
@@ -1044,9 +1047,9 @@ async fn main() {
             "  diagnostic: cluster, x single on a master with a replica",
             format!(
                 "{:.1} vs {:.1} us = {:.2}x",
+                topo[1],
                 topo[2],
-                topo[3],
-                topo[2] / topo[3]
+                topo[1] / topo[2]
             ),
             "report",
             true,
@@ -1078,9 +1081,9 @@ async fn main() {
             "  diagnostic: floor on a cluster master, x floor on single",
             format!(
                 "{:.1} vs {:.1} us = {:.2}x",
-                topo[5],
                 topo[4],
-                topo[5] / topo[4]
+                topo[3],
+                topo[4] / topo[3]
             ),
             "report",
             true,
@@ -1088,7 +1091,7 @@ async fn main() {
         row(
             &mut rows,
             "  diagnostic: cluster x floor on a cluster master / single x floor",
-            format!("{:.2}x / {:.2}x", topo[2] / topo[5], topo[0] / topo[4]),
+            format!("{:.2}x / {:.2}x", topo[1] / topo[4], topo[0] / topo[3]),
             "report",
             true,
         );
