@@ -230,9 +230,11 @@ pub struct BackendConfig {
     /// one server, in the project's benchmark). A request on an idle connection goes at
     /// once either way, so a lone caller waits no longer. `true` sends each request as it is
     /// written, at the cost of that throughput: a request waits for no earlier answer, which
-    /// on a network with a long round trip can shorten a busy connection's latency. The
-    /// connections a caller drives itself, the subscribers and the sentinels always send at
-    /// once (`TCP_NODELAY`).
+    /// on a network with a long round trip can shorten a busy connection's latency, and a
+    /// request longer than a network segment never waits for an acknowledgement (with the
+    /// classic algorithm of some systems, not Linux's, its last segment can wait for the
+    /// server's delayed ACK, up to 40 ms: set `true` there). The connections a caller drives
+    /// itself, the subscribers and the sentinels always send at once (`TCP_NODELAY`).
     ///
     /// ```
     /// let cfg = distlock_config::Config::from_str(
