@@ -464,6 +464,84 @@ fn a_sole_release_run_twice_frees_once() {
     );
 }
 
+/// A release that frees the lock by counting down (not `sole`) and one that keeps it until
+/// `hold:until`, each run twice: the level that frees is checked, not removed first (its
+/// mark goes with the `DEL`, or with the fields a kept lock drops), and the second run finds
+/// it gone and changes nothing.
+#[test]
+fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
+    use distlock::__private::scripts::{ACQUIRE, RELEASE};
+    let exists =
+        |key: &str| resp_command(&addr_of(&single_url()), &["EXISTS", key]).expect("EXISTS");
+    let hash = format!("lock:{{{}}}", unique("count-down-twice"));
+    let fence = format!("{hash}:fence");
+    eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "outer", "0"]);
+    eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "inner", "1"]);
+    let release = |level: &str| {
+        eval(
+            RELEASE,
+            &[&hash],
+            &[OWNER, "ch", "publish", level, "0", "0"],
+        )
+    };
+    assert_eq!(release("inner"), RespValue::Integer(1));
+    assert_eq!(release("outer"), RespValue::Integer(0), "freed");
+    assert_eq!(
+        exists(&hash),
+        RespValue::Integer(0),
+        "the DEL took the mark with it"
+    );
+    assert_eq!(
+        release("outer"),
+        RespValue::Integer(-1),
+        "run again: not held"
+    );
+    assert_eq!(exists(&hash), RespValue::Integer(0), "nothing re-created");
+
+    // hold_at_least 60 s: the release keeps the lock without a holder until then.
+    let kept = format!("lock:{{{}}}", unique("kept-twice"));
+    let fence = format!("{kept}:fence");
+    eval(
+        ACQUIRE,
+        &[&kept, &fence],
+        &[OWNER, "100000", "job", "0", "60000"],
+    );
+    let release = || {
+        eval(
+            RELEASE,
+            &[&kept],
+            &[OWNER, "ch", "publish", "job", "1", "1"],
+        )
+    };
+    assert_eq!(release(), RespValue::Integer(0), "kept until hold:until");
+    let fields = || match resp_command(&addr_of(&single_url()), &["HKEYS", &kept]).expect("HKEYS") {
+        RespValue::Array(a) => {
+            let mut names: Vec<String> = a
+                .into_iter()
+                .filter_map(|v| match v {
+                    RespValue::Bulk(b) => String::from_utf8(b).ok(),
+                    _ => None,
+                })
+                .collect();
+            names.sort();
+            names
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        fields(),
+        vec!["hold:until".to_owned()],
+        "no holder, no level mark"
+    );
+    assert_eq!(release(), RespValue::Integer(-1), "run again: not held");
+    assert_eq!(fields(), vec!["hold:until".to_owned()], "nothing changed");
+    let pttl = resp_command(&addr_of(&single_url()), &["PTTL", &kept]).expect("PTTL");
+    assert!(
+        matches!(pttl, RespValue::Integer(ms) if ms > 0 && ms <= 60_000),
+        "kept for the rest of hold_at_least: {pttl:?}"
+    );
+}
+
 /// The release of an outermost hold with no nested hold live frees the lock without
 /// counting down (no `HINCRBY`: one call fewer), and a nested acquisition racing that
 /// release, in either order, either holds a lock that exists (the release counted it down)
