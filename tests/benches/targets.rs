@@ -406,29 +406,61 @@ async fn concurrent_keys(c: &Contender, tasks: usize, run_for: Duration, reuse: 
 }
 
 /// Median pairs/s of each contender with `tasks` tasks, three rounds, the contenders
-/// alternating within each round.
+/// alternating within each round, all on the server at `url`.
 async fn concurrent_alternating(
+    url: &str,
     contenders: &[Contender],
     tasks: usize,
     run_for: Duration,
 ) -> Vec<f64> {
-    concurrent_alternating_keys(contenders, tasks, run_for, false).await
+    concurrent_alternating_keys(url, contenders, tasks, run_for, false).await
 }
 
 /// [`concurrent_alternating`], the keys as [`concurrent_keys`] takes them.
 async fn concurrent_alternating_keys(
+    url: &str,
     contenders: &[Contender],
     tasks: usize,
     run_for: Duration,
     reuse: bool,
 ) -> Vec<f64> {
+    let baseline = expiring_keys(url);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
     for _ in 0..3 {
         for (c, out) in contenders.iter().zip(per.iter_mut()) {
+            settle(url, baseline).await;
             out.push(concurrent_keys(c, tasks, run_for, reuse).await);
         }
     }
     per.into_iter().map(median).collect()
+}
+
+/// The number of keys with an expiry on the server at `url` (`INFO keyspace`, db 0).
+fn expiring_keys(url: &str) -> u64 {
+    let reply = distlock_tests::resp_command(&distlock_tests::addr_of(url), &["INFO", "keyspace"])
+        .expect("INFO keyspace");
+    let text = reply.as_str().expect("INFO reply");
+    text.lines()
+        .find_map(|l| l.strip_prefix("db0:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("expires=")))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Wait until the server at `url` holds no more keys with an expiry than `baseline` (at
+/// most 5 s): the keys a contender left to expire are not expired on the next one's time.
+/// The floor's unlock leaves a latch of 1 s per pair (Redisson's client deletes it after
+/// the reply, the floor does not): 60-90 thousand after a run of 64 tasks, which the
+/// server expired during the next contender's run, taking 5-10 % of its CPU there.
+async fn settle(url: &str, baseline: u64) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while expiring_keys(url) > baseline {
+        if Instant::now() > end {
+            eprintln!("settle: keys with an expiry still above {baseline} after 5 s");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// UNLINK every key of the server at `url` whose name matches `pattern` (SCAN MATCH).
@@ -744,6 +776,7 @@ async fn plot(dir: &std::path::Path, single: &Registry, floor: &Floor) {
     ];
     for tasks in [1usize, 2, 4, 8, 16, 32, 64] {
         let m = concurrent_alternating(
+            &distlock_tests::single_url(),
             &[
                 Contender::Floor(floor.clone()),
                 Contender::Lock(single.clone()),
@@ -900,6 +933,7 @@ async fn main() {
         ))
         .await;
         let m = concurrent_alternating(
+            &single_url,
             &[
                 Contender::Floor(floor.clone()),
                 Contender::Lock(single.clone()),
@@ -955,6 +989,7 @@ async fn main() {
         // Above, every pair is on a new key (distlock's tokens come from the server's one
         // counter). Each task on a key of its own instead:
         let r = concurrent_alternating_keys(
+            &single_url,
             &[
                 Contender::Floor(floor.clone()),
                 Contender::Lock(single.clone()),
