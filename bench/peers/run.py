@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -51,6 +52,41 @@ def command(args, contender, runner, workload):
     if runner == "node":
         return ["node", os.path.join(args.node_dir, "peer.mjs"), args.url, workload, contender]
     return [args.python, os.path.join(HERE, "python", "peer.py"), args.url, workload, contender]
+
+
+def expiring_keys(url):
+    """The number of keys with an expiry on the server at `url` (INFO keyspace, db 0)."""
+    hostport = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    with socket.create_connection((host or "127.0.0.1", int(port or 6379)), timeout=5) as s:
+        s.sendall(b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            head, sep, rest = data.partition(b"\r\n")
+            if sep and head.startswith(b"$") and len(rest) >= int(head[1:]) + 2:
+                break
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("db0:"):
+            for field in line[4:].split(","):
+                if field.startswith("expires="):
+                    return int(field[len("expires="):])
+    return 0
+
+
+def settle(url, baseline):
+    """Wait (at most 5 s) until the server holds no more keys with an expiry than
+    `baseline`: what a contender left to expire (Redisson raw's unlock latches, 1 s each)
+    is not expired on the next contender's time."""
+    end = time.monotonic() + 5
+    while expiring_keys(url) > baseline:
+        if time.monotonic() > end:
+            print(f"settle: keys with an expiry still above {baseline} after 5 s", file=sys.stderr)
+            return
+        time.sleep(0.02)
 
 
 def run_one(args, contender, runner, workload):
@@ -299,11 +335,13 @@ def main():
     res = [{w: {} for w, *_ in WORKLOADS} for _ in range(args.runs)]
     started = time.time()
     load0 = os.getloadavg()[0]
+    baseline = expiring_keys(args.url)
     for k in range(args.runs):
         for i, (w, *_rest) in enumerate(WORKLOADS):
             # A B A B: the order turns every workload and every run.
             order = contenders if (k + i) % 2 == 0 else list(reversed(contenders))
             for c, label, runner in order:
+                settle(args.url, baseline)
                 r = run_one(args, c, runner, w)
                 res[k][w][c] = r
                 shown = r.get("error") or f"{fmt(w, r)}  ({r['cmds_per_op']:.1f} cmds/op)"
