@@ -84,27 +84,23 @@ def expiring_keys(url):
 
 def settle(url, baseline):
     """Wait (at most 5 s) until the server holds no more keys with an expiry than
-    `baseline`: what a contender left to expire (Redisson raw's unlock latches, 1 s each)
-    is not expired on the next contender's time."""
+    `baseline`, or none of them has expired for 250 ms (what is left lives long: a fencing
+    counter's 24 h), so that what a contender left to expire (Redisson raw's unlock latches,
+    1 s each) is not expired on the next contender's time. Returns the count then: the
+    next call's baseline."""
     end = time.monotonic() + 5
-    while expiring_keys(url) > baseline:
+    last, still = expiring_keys(url), time.monotonic()
+    while last > baseline:
         if time.monotonic() > end:
             print(f"settle: keys with an expiry still above {baseline} after 5 s", file=sys.stderr)
-            return
+            return last
         time.sleep(0.02)
-
-
-def run_one(args, contender, runner, workload):
-    cmd = command(args, contender, runner, workload)
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after 60 s"}
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
-        return {"error": f"exit {out.returncode}: {' | '.join(tail)}"}
-    return json.loads(lines[-1])
+        n = expiring_keys(url)
+        if n != last:
+            last, still = n, time.monotonic()
+        elif time.monotonic() - still >= 0.25:
+            return last
+    return last
 
 
 def median_result(rs):
@@ -369,7 +365,7 @@ def main():
             samples = {c: [] for c, *_ in contenders}
             for j in range(reps):
                 for c, label, runner in order if j % 2 == 0 else list(reversed(order)):
-                    settle(args.url, baseline)
+                    baseline = settle(args.url, baseline)
                     r = run_one(args, c, runner, w)
                     samples[c].append(r)
                     shown = r.get("error") or f"{fmt(w, r)}  ({r['cmds_per_op']:.1f} cmds/op)"

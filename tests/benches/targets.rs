@@ -424,11 +424,11 @@ async fn concurrent_alternating_keys(
     run_for: Duration,
     reuse: bool,
 ) -> Vec<f64> {
-    let baseline = expiring_keys(url);
+    let mut baseline = expiring_keys(url);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
     for _ in 0..3 {
         for (c, out) in contenders.iter().zip(per.iter_mut()) {
-            settle(url, baseline).await;
+            baseline = settle(url, baseline).await;
             out.push(concurrent_keys(c, tasks, run_for, reuse).await);
         }
     }
@@ -447,20 +447,30 @@ fn expiring_keys(url: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Wait until the server at `url` holds no more keys with an expiry than `baseline` (at
-/// most 5 s): the keys a contender left to expire are not expired on the next one's time.
-/// The floor's unlock leaves a latch of 1 s per pair (Redisson's client deletes it after
-/// the reply, the floor does not): 60-90 thousand after a run of 64 tasks, which the
-/// server expired during the next contender's run, taking 5-10 % of its CPU there.
-async fn settle(url: &str, baseline: u64) {
+/// Wait until the server at `url` holds no more keys with an expiry than `baseline`, or
+/// none of them has expired for 250 ms (what is left lives long: a fencing counter's
+/// 24 h), at most 5 s: the keys a contender left to expire are not expired on the next
+/// one's time. Returns the count then, the next call's baseline. The floor's unlock leaves
+/// a latch of 1 s per pair (Redisson's client deletes it after the reply, the floor does
+/// not): 60-90 thousand after a run of 64 tasks, which the server expired during the next
+/// contender's run, taking 5-10 % of its CPU there.
+async fn settle(url: &str, baseline: u64) -> u64 {
     let end = Instant::now() + Duration::from_secs(5);
-    while expiring_keys(url) > baseline {
+    let (mut last, mut still) = (expiring_keys(url), Instant::now());
+    while last > baseline {
         if Instant::now() > end {
             eprintln!("settle: keys with an expiry still above {baseline} after 5 s");
-            return;
+            return last;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+        let n = expiring_keys(url);
+        if n != last {
+            (last, still) = (n, Instant::now());
+        } else if still.elapsed() >= Duration::from_millis(250) {
+            return last;
+        }
     }
+    last
 }
 
 /// UNLINK every key of the server at `url` whose name matches `pattern` (SCAN MATCH).
