@@ -103,6 +103,19 @@ def settle(url, baseline):
     return last
 
 
+def run_one(args, contender, runner, workload):
+    cmd = command(args, contender, runner, workload)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 60 s"}
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        return {"error": f"exit {out.returncode}: {' | '.join(tail)}"}
+    return json.loads(lines[-1])
+
+
 def median_result(rs):
     """The result of the median value among one contender's processes (with every
     value under "samples"); an error if any of them failed."""
