@@ -72,7 +72,9 @@ def expiring_keys(url):
                 break
             data += chunk
             head, sep, rest = data.partition(b"\r\n")
-            if sep and head.startswith(b"$") and len(rest) >= int(head[1:]) + 2:
+            if sep and not head.startswith(b"$"):
+                raise RuntimeError(f"INFO keyspace on {url}: {head.decode(errors='replace')}")
+            if sep and len(rest) >= int(head[1:]) + 2:
                 break
     for line in data.decode(errors="replace").splitlines():
         if line.startswith("db0:"):
