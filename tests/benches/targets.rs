@@ -435,15 +435,15 @@ async fn concurrent_alternating_keys(
     per.into_iter().map(median).collect()
 }
 
-/// The number of keys with an expiry on the server at `url` (`INFO keyspace`, db 0).
+/// The number of keys with an expiry on the server at `url` (`INFO keyspace`, db 0; none
+/// when the db is empty).
 fn expiring_keys(url: &str) -> u64 {
-    let reply = distlock_tests::resp_command(&distlock_tests::addr_of(url), &["INFO", "keyspace"])
-        .expect("INFO keyspace");
-    let text = reply.as_str().expect("INFO reply");
-    text.lines()
-        .find_map(|l| l.strip_prefix("db0:"))
-        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("expires=")))
-        .and_then(|n| n.trim().parse().ok())
+    distlock_tests::topology::info_field(&distlock_tests::addr_of(url), "keyspace", "db0")
+        .and_then(|db| {
+            db.split(',')
+                .find_map(|f| f.strip_prefix("expires="))
+                .and_then(|n| n.trim().parse().ok())
+        })
         .unwrap_or(0)
 }
 
