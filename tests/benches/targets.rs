@@ -808,7 +808,9 @@ async fn plot(dir: &std::path::Path, single: &Registry, floor: &Floor) {
 
 /// Whether the row group `name` runs: every group without arguments, else only those
 /// named (`cargo bench --bench targets -- concurrent handoff`): sequential, concurrent,
-/// topologies, latency, handoff, hotkey, attribute, tls, leases, profile-distlock.
+/// topologies, latency, handoff, hotkey, attribute, tls, leases; and the profiles, which
+/// run only when named: profile-seq-floor, profile-seq-distlock, profile-seq-cluster,
+/// profile-distlock.
 fn wanted(name: &str) -> bool {
     let args: Vec<String> = std::env::args()
         .skip(1)
