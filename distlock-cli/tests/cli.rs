@@ -472,7 +472,7 @@ fn unlock_frees_the_lock_and_the_holder_finds_it_lost() {
     assert!(again.is_some());
 }
 
-/// `distlock unlock leader:NAME --yes` is heard by the leader at once (issue: two leaders
+/// `distlock unlock leader:NAME --yes` is heard by the leader at once (without it: two leaders
 /// for 5 s): its `lost()` resolves within 1 s of the command's exit, while its next renewal
 /// (`watchdog_timeout = "30s"`) is 10 s away.
 #[test]

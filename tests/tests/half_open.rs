@@ -1,4 +1,4 @@
-//! Half-open subscriber connections (safety issue, item 11): a NAT or load balancer that
+//! Half-open subscriber connections: a NAT or load balancer that
 //! forgets an idle flow leaves the client's socket open, and every byte sent on it
 //! vanishes, with no FIN and no RST. The wake-up subscriber must find such a connection
 //! dead by itself — it PINGs every 5 s and gives the answer `connect_timeout` — within the

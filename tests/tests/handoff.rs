@@ -1,4 +1,4 @@
-//! Direct hand-off to a waiter of the same process (issue 24 item 3): a release that frees
+//! Direct hand-off to a waiter of the same process: a release that frees
 //! a reentrant lock another task of this process waits for grants it to that task in the
 //! same script (`handoff.lua`), with a new token, and tells it in-process: one script per
 //! owner change, no PUBLISH. Cancellation on either side leaves the lock free or held by

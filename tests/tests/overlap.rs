@@ -2,7 +2,7 @@
 //! their own level, nested acquisitions of a lock that vanished, sibling futures, dropped
 //! futures, transient failures within the wait, and one bad renewal in a batch.
 //!
-//! Each test here failed before the fix it names (issue "safety hardening").
+//! Each test here failed before the fix it names.
 
 mod common;
 
@@ -42,7 +42,7 @@ fn hget(hash: &str, field: &str) -> Option<i64> {
 
 const OWNER: &str = "0123456789abcdef0123456789abcdef";
 
-/// Item 2: an acquire run twice (a client or proxy retrying after a lost reply) answers
+/// An acquire run twice (a client or proxy retrying after a lost reply) answers
 /// the same, and counts once: the guard gets a real token, and one release frees it.
 #[test]
 fn acquire_script_run_twice_counts_once() {
@@ -65,7 +65,7 @@ fn pttl(key: &str) -> i64 {
         .expect("an integer")
 }
 
-/// Item 2, found by the torture run's `latency` scenario: the first run of an acquire
+/// Found by the torture run's `latency` scenario: the first run of an acquire
 /// takes the lock, its reply is late, and the client's retry (sent later) finds the
 /// level's mark. The client counts its lease from the retry's send time, so the retry
 /// must make the server's expiry at least a full lease from then (only ever extending),
@@ -95,7 +95,7 @@ fn a_retried_acquire_extends_the_lease_from_the_retry() {
     assert!(left > 900, "nested retry: {left} ms");
 }
 
-/// Item 2 for read-write locks: an acquire (write or read) run again answers the same and
+/// For read-write locks: an acquire (write or read) run again answers the same and
 /// counts once; a release run again changes nothing; one release per acquisition frees it.
 #[test]
 fn rw_scripts_run_twice_count_once() {
@@ -189,7 +189,7 @@ fn release_only_undoes_its_own_level_once() {
     assert_eq!(hget(&hash, OWNER), Some(1), "the outer level stands");
 }
 
-/// Item 2 through the client: the reply to an acquire is lost (the proxy resets the
+/// Through the client: the reply to an acquire is lost (the proxy resets the
 /// connection right after the server answered) and the acquire is tried again within its
 /// wait: the guard gets a real, larger token, and its release frees the lock.
 #[tokio::test]
@@ -216,7 +216,7 @@ async fn acquire_retried_after_a_lost_reply() {
     );
 }
 
-/// Item 4: a nested acquisition of a lock that vanished under its outer hold (deleted
+/// A nested acquisition of a lock that vanished under its outer hold (deleted
 /// behind its back) fails with `LeaseLost`, tells the outer guard, and re-creates nothing.
 #[tokio::test]
 async fn nested_acquire_of_a_vanished_lock_reports_the_outer_lost() {
@@ -248,7 +248,7 @@ async fn nested_acquire_of_a_vanished_lock_reports_the_outer_lost() {
     );
 }
 
-/// Item 5: sibling futures of one task under one outer hold take the same lock in turns.
+/// Sibling futures of one task under one outer hold take the same lock in turns.
 #[tokio::test]
 async fn sibling_futures_exclude_each_other() {
     for reg in [
@@ -287,7 +287,7 @@ async fn sibling_futures_exclude_each_other() {
     }
 }
 
-/// Item 8: an acquire whose future is dropped after the script was sent leaves nothing
+/// An acquire whose future is dropped after the script was sent leaves nothing
 /// held; so does a dropped `release()`.
 #[tokio::test]
 async fn dropped_acquire_and_release_leave_nothing_held() {
@@ -329,7 +329,7 @@ async fn dropped_acquire_and_release_leave_nothing_held() {
     assert!(free.is_ok(), "the dropped release still released: {free:?}");
 }
 
-/// Item 12: an acquire that meets a server it cannot reach keeps trying within its wait.
+/// An acquire that meets a server it cannot reach keeps trying within its wait.
 #[tokio::test]
 async fn transient_failures_are_retried_within_the_wait() {
     let server = RedisProcess::start();
@@ -363,7 +363,7 @@ async fn transient_failures_are_retried_within_the_wait() {
     );
 }
 
-/// Item 9: one renewal that fails (WRONGTYPE) does not take the healthy leases of its
+/// One renewal that fails (WRONGTYPE) does not take the healthy leases of its
 /// batch down with it.
 #[tokio::test]
 async fn one_bad_renewal_does_not_fail_the_batch() {
@@ -383,7 +383,7 @@ async fn one_bad_renewal_does_not_fail_the_batch() {
     g_good.release().await.expect("release");
 }
 
-/// Item 6: when renewals stop getting through, the loss is signalled a margin *before* the
+/// When renewals stop getting through, the loss is signalled a margin *before* the
 /// lease can run out on the server, not when it does.
 #[tokio::test]
 async fn lost_is_signalled_before_the_server_expires_the_lease() {
@@ -410,7 +410,7 @@ async fn lost_is_signalled_before_the_server_expires_the_lease() {
     proxy.set_blackhole(false);
 }
 
-/// Item 13: a fencing counter does not live forever (24 h from when it started), and a
+/// A fencing counter does not live forever (24 h from when it started), and a
 /// counter that vanished (expired, evicted) starts above every token it gave.
 #[tokio::test]
 async fn fencing_counters_expire_and_restart_above_their_tokens() {

@@ -1401,7 +1401,7 @@ async fn single_fair_and_rw_watchdog_renews_and_signals_a_lost_lease() {
     r.crash();
 }
 
-/// Issue 23 item 1 in Redisson's format: a nested `Write` or `Read` in the task of an
+/// In Redisson's format: a nested `Write` or `Read` in the task of an
 /// outer `Write` whose hash was deleted fails with `LeaseLost`, tells the outer guard and
 /// re-creates nothing; sibling futures under one outer `Write` take the nested write lock
 /// in turns.
@@ -1489,7 +1489,7 @@ async fn single_rw_nested_rules() {
     int(&addr, &["DEL", &token_name(&name)]);
 }
 
-/// Issue 23 item 4: on a cluster, a Redisson-format acquisition whose reply is lost (the
+/// On a cluster, a Redisson-format acquisition whose reply is lost (the
 /// connection reset after the script ran) is never re-sent by the cluster client (Redisson's
 /// scripts would count it twice: a token-0 "re-entry" and a lock that stays held after its
 /// release). The proxied master's replica is stopped, so only clients go through the proxy.
@@ -1592,7 +1592,7 @@ async fn cluster_acquire_whose_reply_is_lost_is_not_sent_again() {
     drop(proxy);
 }
 
-/// Issue 23 item 5: a Redisson-format read lock refuses a lease over Redisson's
+/// A Redisson-format read lock refuses a lease over Redisson's
 /// `lockWatchdogTimeout` (30 s), fixed or auto, before anything is sent: a Java reader's
 /// watchdog sets the shared hash's expiry to its own 30 s and could cut a longer lease
 /// short. Other kinds (one holder per hash) keep longer leases.
@@ -1648,7 +1648,7 @@ async fn single_read_lease_over_redissons_watchdog_is_refused() {
     int(&addr, &["DEL", &token_name(&name)]);
 }
 
-/// Issue 23 item 5, the documented bound: with distlock's reader lease at most the Java
+/// The documented bound: with distlock's reader lease at most the Java
 /// side's `lockWatchdogTimeout`, a Java reader's renewal (which sets the shared hash's
 /// expiry to its own lease) never cuts the distlock reader short: when that Java reader
 /// dies, a writer gets in only after the distlock reader was told its lease ended. Scaled

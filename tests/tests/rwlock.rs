@@ -32,7 +32,7 @@ async fn sentinel_with_sync_replicas() {
     writers_exclude(&reg).await;
 }
 
-/// Issue 23 item 1: a nested `Write` or `Read` in the task of an outer `Write` whose hold
+/// A nested `Write` or `Read` in the task of an outer `Write` whose hold
 /// vanished (force unlock) fails with `LeaseLost`, tells the outer guard, and re-creates
 /// nothing: another owner can take the write lock at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +56,7 @@ async fn memory_nested_rw_of_a_vanished_write_is_lost() {
     nested_rw_of_a_vanished_write_is_lost(&memory().await, |_| 0).await;
 }
 
-/// Issue 23 item 1: sibling futures (`join!`) under one outer `Write` take the nested
+/// Sibling futures (`join!`) under one outer `Write` take the nested
 /// write (or read) lock in turns: never two inside at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn single_rw_siblings_take_turns() {

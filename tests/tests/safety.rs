@@ -1,4 +1,4 @@
-//! Safety properties (issue "safety hardening"): each test failed before its fix, on a real
+//! Safety properties: each test failed before its fix, on a real
 //! redis-server (`scripts/test.sh`) and, where it applies, on the memory backend.
 
 mod common;
@@ -56,7 +56,7 @@ async fn other_owner_gets(reg: &Registry, key: &str, kind: LockKind) -> bool {
 
 /// Outer `Fixed(10s)`, nested `Auto` (watchdog 300ms) renewed several times, then returned:
 /// the outer lease must still be ~10s, and no other owner may take the lock while the
-/// outer guard holds it (item 1: renewal only ever extends).
+/// outer guard holds it (renewal only ever extends).
 /// `on_server`: the lock lives on the single test server (its PTTL is checked there too).
 async fn nested_auto_never_shortens(reg: &Registry, kind: LockKind, on_server: bool) {
     let key = unique("nested-auto");
@@ -135,7 +135,7 @@ async fn renewal_never_shortens_memory_write() {
     nested_auto_never_shortens(&memory().await, LockKind::Write, false).await;
 }
 
-// ------------------------------------------------------------------ item 7: durations
+// ------------------------------------------------------------------ durations
 
 /// The largest valid lease is documented as 24 hours; this is far beyond.
 const ABSURD: Duration = Duration::MAX;

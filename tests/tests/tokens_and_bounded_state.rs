@@ -1,20 +1,18 @@
-//! Safety, round 3 (issue 23), items 6, 10 and 11, against the suite's real redis-server:
+//! Tokens and per-key state, against the suite's real redis-server:
 //!
-//! - item 11: an acquire script run again (its first reply lost) answers its OWN token, not
+//! - an acquire script run again (its first reply lost) answers its OWN token, not
 //!   the fencing counter's current value, which another kind's holder of the same key may
 //!   have drawn meanwhile: reentrant, fair, read, write and semaphore scripts, sent raw;
-//! - item 6: a run-once acquisition (`hold_at_least`) whose reply was lost is undone in the
+//! - a run-once acquisition (`hold_at_least`) whose reply was lost is undone in the
 //!   background, and the undo frees the slot (the job never ran) instead of keeping the
 //!   lock until `hold:until`;
-//! - item 10: per-key state is bounded: a token counter that is lost (deleted, evicted)
+//! - per-key state is bounded: a token counter that is lost (deleted, evicted)
 //!   still gives larger tokens, in both formats; the keys of holders and waiters that died
 //!   without a word end with their leases and deadlines (a Redisson fair waiter's queue
 //!   entries, a read-write lock's holder information of a dead reader).
 //!
-//! And the fencing counter shared by a server's keys (issue 24): released locks leave no key
-//! of their own; a counter of an earlier build (one per key) is drawn above and raised.
-//!
-//! Each test of items 6, 10 and 11 failed before its fix (see the commit messages).
+//! And the fencing counter shared by a server's keys: released locks leave no key of their
+//! own; a counter of an earlier build (one per key) is drawn above and raised.
 
 mod common;
 
@@ -122,7 +120,7 @@ fn sem(n: &Names, id: &str) -> (i64, i64) {
     ))
 }
 
-/// Item 11, every kind of distlock's format: the acquisition's first run takes the lock
+/// Every kind of distlock's format: the acquisition's first run takes the lock
 /// (its reply lost), another kind's holder of the same key draws the next token from the
 /// shared counter, then the acquisition's script runs again (the client's retry, with the
 /// same level): it must answer the first run's token, not the other holder's.
@@ -173,7 +171,7 @@ fn a_rerun_answers_its_own_token_on_every_kind() {
     }
 }
 
-/// Item 11, semaphore: a holder whose recorded token is gone (its counts hash deleted or
+/// Semaphore: a holder whose recorded token is gone (its counts hash deleted or
 /// evicted apart from the holders' zset) run again must not answer the counter's value
 /// (another holder's token): it gets a token of its own, larger than every token given
 /// before, and keeps answering it.
@@ -230,7 +228,7 @@ async fn eventually(bound: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Item 6: a run-once job (`hold_at_least`) with `wait = 0` whose acquire reply is lost
+/// A run-once job (`hold_at_least`) with `wait = 0` whose acquire reply is lost
 /// (the proxy resets the connection right after the server answered) fails, and its
 /// acquisition is undone in the background. The job never ran, so the undo must free the
 /// slot: the lock is gone (not kept until `hold:until`), and the next run runs the job.
@@ -295,7 +293,7 @@ async fn an_undone_run_once_acquisition_frees_its_slot() {
     assert!(ran, "the job runs once, here");
 }
 
-/// Item 6 on redlock: a run-once attempt that wins only a minority of the nodes (another
+/// On redlock: a run-once attempt that wins only a minority of the nodes (another
 /// owner holds the others) is undone on the nodes it won before `Skipped` is returned; the
 /// job never ran, so those nodes must be freed, not kept until `hold:until` (which would
 /// keep the next quorum from forming once the other owner is gone).
@@ -359,7 +357,7 @@ async fn a_failed_redlock_run_once_attempt_frees_the_nodes_it_won() {
     }
 }
 
-/// Item 10, both formats: the token counter lost (deleted, evicted, a failover to a replica
+/// Both formats: the token counter lost (deleted, evicted, a failover to a replica
 /// that never got it) must not make tokens go back: the next token is still larger.
 #[tokio::test]
 async fn tokens_grow_after_the_counter_is_lost_in_every_format() {
@@ -406,7 +404,7 @@ async fn tokens_grow_after_the_counter_is_lost_in_every_format() {
     g.release().await.expect("release");
 }
 
-/// Item 10 again, the fencing counter shared by the keys of a server (issue 24): locks of
+/// The fencing counter shared by the keys of a server: locks of
 /// every kind and semaphores taken and released on 50 keys each leave no key behind, not
 /// even a counter of their own; and the tokens of one key still grow from holder to holder.
 #[tokio::test]
@@ -530,7 +528,7 @@ fn keys_with_ttl(needle: &str) -> Vec<(String, i64)> {
     }
 }
 
-/// Item 10, Redisson's fair lock: a waiter that queued and died (never came back, never
+/// Redisson's fair lock: a waiter that queued and died (never came back, never
 /// cancelled) leaves its queue entry and deadline in `redisson_lock_queue:{name}` and
 /// `redisson_lock_timeout:{name}`; with nobody acquiring again they must still end, with
 /// the latest deadline in them, not live forever.
@@ -576,7 +574,7 @@ fn a_dead_redisson_fair_waiter_leaves_nothing_forever() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
-/// Item 10, read-write lock with holder information: a reader that died (its lease ran
+/// Read-write lock with holder information: a reader that died (its lease ran
 /// out, no release) while another reader keeps renewing must not leave its entry in the
 /// holder information hash for as long as the other holds (a dead reader each time would
 /// grow it without bound).
@@ -620,7 +618,7 @@ async fn a_dead_readers_holder_information_goes_with_its_lease() {
     assert_eq!(int(&["EXISTS", &rw]), 0, "gone with the last holder");
 }
 
-/// Item 10, every kind of both formats: holders that died (their guards forgotten: no
+/// Every kind of both formats: holders that died (their guards forgotten: no
 /// release, no renewal) and waiters that died (queued, never back) leave only keys that
 /// end: every key named after the lock has an expiry, within the longest lease or wait
 /// (the token counters: distlock's within its documented retention, 24 h; Redisson's is
@@ -708,9 +706,9 @@ async fn dead_holders_and_waiters_leave_only_bounded_keys() {
     assert!(gone, "left after every lease and wait: {left:?}");
 }
 
-/// Item 11, Redisson's format: its scripts count a re-entry on the owner's field and have
-/// no per-acquisition mark, so a run again cannot be told from a re-entry (issue 23 item 4
-/// keeps those calls from being re-sent). A re-entry never hands out the counter's value:
+/// An acquire run again, Redisson's format: its scripts count a re-entry on the owner's field
+/// and have no per-acquisition mark, so a run again cannot be told from a re-entry (so those
+/// calls are never re-sent). A re-entry never hands out the counter's value:
 /// a nested acquisition's guard carries its outer hold's token.
 #[tokio::test]
 async fn a_redisson_reentry_carries_the_outer_token() {
