@@ -102,6 +102,8 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     cargo clippy --workspace --all-targets --all-features -- -D warnings
     section "cargo doc (warnings denied)"
     RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+    section "commit subjects (at most 72 characters)"
+    bash "$ROOT/scripts/check-commits.sh"
     section "links of README.md and docs/*.md"
     bash "$ROOT/scripts/check-links.sh"
     # The three library crates as they would be published: each packaged and built from its
