@@ -26,7 +26,7 @@ fi
 benches=(--bench targets)
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --all) benches+=(--bench locks --bench topologies --bench quorum); shift ;;
+    --all) benches+=(--bench locks --bench topologies --bench quorum --bench fair_semaphore); shift ;;
     --plot) export DISTLOCK_BENCH_PLOT="$PWD/docs/bench"; shift ;;
     *) break ;;
   esac

@@ -32,9 +32,10 @@ pub(crate) struct Args {
     pub wait: Option<Duration>,
     pub lease: Option<LeaseArg>,
     pub backend: Option<LitStr>,
-    /// `kind = "..."`: `reentrant` (the default), `fair`, `read`, `write` or `semaphore`.
+    /// `kind = "..."`: `reentrant` (the default), `fair`, `read`, `write`, `semaphore` or
+    /// `fair_semaphore`.
     pub kind: Option<String>,
-    /// `permits = N` (with `kind = "semaphore"` only): the semaphore's number of permits.
+    /// `permits = N` (with a semaphore kind only): the semaphore's number of permits.
     pub permits: Option<u32>,
     /// `on_lost = "cancel"` (the default) or `"signal"`.
     pub on_lost: Option<OnLostArg>,
@@ -246,8 +247,9 @@ impl Parse for Args {
                 }
             }
         }
-        // A semaphore: `kind = "semaphore"` and `permits = N` go together.
-        let semaphore = args.kind.as_deref() == Some("semaphore");
+        // A semaphore: `kind = "semaphore"` (or "fair_semaphore") and `permits = N` go
+        // together.
+        let semaphore = is_semaphore(args.kind.as_deref());
         let permits_name = names.iter().find(|n| *n == "permits");
         match (semaphore, permits_name, &kind_value) {
             (false, Some(name), _) if seen.iter().all(|s| s != "kind") => {
@@ -260,7 +262,7 @@ impl Parse for Args {
                 errors.push(syn::Error::new_spanned(
                     name,
                     format!(
-                        "`permits` goes with `kind = \"semaphore\"` only, not with kind {:?}",
+                        "`permits` goes with `kind = \"semaphore\"` or `\"fair_semaphore\"` only, not with kind {:?}",
                         args.kind.as_deref().unwrap_or_default()
                     ),
                 ));
@@ -277,7 +279,7 @@ impl Parse for Args {
             if let Some(name) = names.iter().find(|n| *n == "on_lost") {
                 errors.push(syn::Error::new_spanned(
                     name,
-                    "`on_lost = \"signal\"` is not available with `kind = \"semaphore\"`: a semaphore's body is dropped at its next `.await` when its lease is lost",
+                    "`on_lost = \"signal\"` is not available with a semaphore kind: a semaphore's body is dropped at its next `.await` when its lease is lost",
                 ));
             }
         }
@@ -463,7 +465,13 @@ fn parse_on_lost(lit: LitStr) -> syn::Result<OnLostArg> {
     }
 }
 
-/// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`, `semaphore`.
+/// Whether `kind` is a semaphore's (`semaphore` or `fair_semaphore`).
+pub(crate) fn is_semaphore(kind: Option<&str>) -> bool {
+    matches!(kind, Some("semaphore" | "fair_semaphore"))
+}
+
+/// `kind = "reentrant"` or `kind = reentrant`; likewise `fair`, `read`, `write`, `semaphore`,
+/// `fair_semaphore`.
 fn parse_kind(value: &Expr) -> syn::Result<String> {
     let kind = match value {
         Expr::Lit(ExprLit {
@@ -480,11 +488,11 @@ fn parse_kind(value: &Expr) -> syn::Result<String> {
         }
     };
     match kind.as_str() {
-        "reentrant" | "fair" | "read" | "write" | "semaphore" => Ok(kind),
+        "reentrant" | "fair" | "read" | "write" | "semaphore" | "fair_semaphore" => Ok(kind),
         _ => Err(syn::Error::new_spanned(
             value,
             format!(
-                "unknown lock kind {:?}; the kinds are \"reentrant\" (the default), \"fair\", \"read\", \"write\" and \"semaphore\" (with `permits = N`)",
+                "unknown lock kind {:?}; the kinds are \"reentrant\" (the default), \"fair\", \"read\", \"write\", \"semaphore\" and \"fair_semaphore\" (with `permits = N`)",
                 kind
             ),
         )),

@@ -368,7 +368,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
         _ => quote!(::distlock::LockKind::Reentrant),
     };
     let site_permits = match (args.kind.as_deref(), args.permits) {
-        (Some("semaphore"), Some(n)) => quote!(::core::option::Option::Some(#n)),
+        (Some("semaphore" | "fair_semaphore"), Some(n)) => quote!(::core::option::Option::Some(#n)),
         _ => quote!(::core::option::Option::None),
     };
     let site = quote! {
@@ -390,12 +390,13 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     let body = Ident::new("__distlock_body", Span::mixed_site());
     let wait = Ident::new("__distlock_wait", Span::mixed_site());
 
-    let semaphore = args.kind.as_deref() == Some("semaphore");
+    let semaphore = crate::attr::is_semaphore(args.kind.as_deref());
     let constructor = if semaphore {
-        // `Args::parse` requires `permits` with `kind = "semaphore"`.
+        // `Args::parse` requires `permits` with a semaphore kind.
         let permits = args.permits.unwrap_or(1);
         let rendered = keys.iter().map(|k| key_expr(k));
-        quote!(::distlock::Semaphore::new(#(#rendered)*, #permits))
+        let fair = (args.kind.as_deref() == Some("fair_semaphore")).then(|| quote!(.fair()));
+        quote!(::distlock::Semaphore::new(#(#rendered)*, #permits)#fair)
     } else if args.keys.is_some() {
         let rendered = keys.iter().map(|k| key_expr(k));
         quote!(::distlock::Lock::all([#(#rendered),*]))

@@ -64,8 +64,8 @@ use proc_macro::TokenStream;
 /// | `wait`    | no  | longest wait to acquire, e.g. `"250ms"`, `"5s"`, `"1m30s"`; `"0s"` tries once. Default: `[defaults].wait` |
 /// | `lease`   | no  | `"auto"`: a watchdog renews the lease while the body runs; `"30s"`: a fixed lease, never renewed. Default: `[defaults].lease` |
 /// | `backend` | no  | a name from `[backends.NAME]`. Default: `[defaults].backend` |
-/// | `kind`    | no  | `"reentrant"` (the default; `kind = reentrant` also works); `"fair"`: granted in the order callers asked; `"read"` / `"write"`: a read-write lock (many readers or one writer, writer-preferring) shared by every function naming the same key with either kind. Fair and read-write locks need a single, cluster, sentinel or memory backend (redlock/multi: `LockError::Unsupported`); `"semaphore"` (with `permits`): at most `permits` calls run at once across every process, see below |
-/// | `permits` | with `kind = "semaphore"` | the semaphore's number of permits, an integer literal ≥ 1: each call takes one permit of `distlock::Semaphore::new(key, permits)` for its body, with its own lease (`lease`), waiting at most `wait`. Only with `kind = "semaphore"`, which needs it |
+/// | `kind`    | no  | `"reentrant"` (the default; `kind = reentrant` also works); `"fair"`: granted in the order callers asked; `"read"` / `"write"`: a read-write lock (many readers or one writer, writer-preferring) shared by every function naming the same key with either kind. Fair and read-write locks need a single, cluster, sentinel or memory backend (redlock/multi: `LockError::Unsupported`); `"semaphore"` (with `permits`): at most `permits` calls run at once across every process, see below; `"fair_semaphore"` (with `permits`): the same, waiters served first come, first served (`Semaphore::fair`) |
+/// | `permits` | with `kind = "semaphore"` or `"fair_semaphore"` | the semaphore's number of permits, an integer literal ≥ 1: each call takes one permit of `distlock::Semaphore::new(key, permits)` (`.fair()` for `"fair_semaphore"`) for its body, with its own lease (`lease`), waiting at most `wait`. Only with a semaphore kind, which needs it |
 /// | `on_lost` | no  | what happens to the body when its auto-lease is lost: `"cancel"` (the default): dropped at its next `.await`, the function returns `LeaseLost`; `"signal"`: it runs to its end and its result is returned, the loss visible through `distlock::lease_lost()` |
 /// | `hold_at_least` | no | a run-once scheduled job (ShedLock's `lockAtLeastFor`), e.g. `"30s"`: the lock is kept at least this long after it was taken, measured on the Redis server's clock, even when the body ends sooner; instances whose schedules fire a few seconds apart then run the job once, and the others return `Err(LockError::Skipped { .. }.into())` (`is_skipped()`), not `Timeout`: not a failure, and not to be retried. Not longer than a fixed `lease`; reentrant locks on one `key` only ([`Lock::hold_at_least`](../distlock/struct.Lock.html#method.hold_at_least)) |
 ///
@@ -186,7 +186,7 @@ use proc_macro::TokenStream;
 ///   given, not both; `keys` is a non-empty array of distinct string literals, with no
 ///   `kind` but `"reentrant"`; `hold_at_least` parses, is not 0, not longer than a fixed
 ///   `lease`, and comes with one `key` and no `kind` but `"reentrant"`; `permits` is an
-///   integer literal ≥ 1, given exactly when `kind = "semaphore"` is; no argument is
+///   integer literal ≥ 1, given exactly when `kind = "semaphore"` (or `"fair_semaphore"`) is; no argument is
 ///   unknown or given twice.
 ///
 /// ```compile_fail

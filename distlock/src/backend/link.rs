@@ -142,7 +142,7 @@ impl<C: ConnectionLike + Directs + Clone + Send + Sync> Link<C> {
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, DriverError> {
-        let call = crate::protocol::acquire(keys, hold, lease, wait);
+        let call = crate::protocol::acquire(keys, hold, lease, wait, self.publish);
         let v = self.run(&call, "acquire timed out").await?;
         call.attempt(&v).map_err(|r| self.unexpected(r))
     }

@@ -103,6 +103,16 @@ struct SemHolder {
     token: u64,
 }
 
+/// Refused until `until` (at least a millisecond from now; a millisecond when unknown).
+fn held_until(until: Option<Instant>, now: Instant) -> Attempt {
+    Attempt::Held {
+        ttl: Some(until.map_or(Duration::from_millis(1), |e| {
+            e.saturating_duration_since(now)
+                .max(Duration::from_millis(1))
+        })),
+    }
+}
+
 /// The live holders of the semaphore `hash` (the expired ones removed; an empty one is
 /// forgotten by the caller).
 fn sem_live<'a>(
@@ -198,7 +208,14 @@ impl MemoryDriver {
         }
         match &keys.shape {
             Shape::Semaphore(sem) => {
-                return Self::sem_acquire(&mut st, keys, sem, owner, lease, now);
+                let (attempt, wake) =
+                    Self::sem_acquire(&mut st, keys, sem, owner, lease, wait, now);
+                drop(st);
+                if wake {
+                    // The next waiter may fit in what is left (as the script's publish).
+                    self.hub.deliver(&keys.channel);
+                }
+                return attempt;
             }
             Shape::Read | Shape::Write => {
                 return Self::rw_acquire(&mut st, keys, hold, lease, wait, now)
@@ -261,30 +278,46 @@ impl MemoryDriver {
         }
     }
 
-    /// As `protocol/sem_acquire.lua`: a holder found again extends its lease to a full one
-    /// from now; a new one is admitted when the holders' total plus its permits fits the
-    /// limit it carries.
+    /// As `protocol/sem_acquire.lua` (and `sem_fair_acquire.lua` for a fair one): a holder
+    /// found again extends its lease to a full one from now; a new one is admitted when
+    /// the holders' total plus its permits fits the limit it carries (and, fair, when it is
+    /// the head of the queue or nobody waits). With it: whether to wake the waiters (a fair
+    /// head admitted with permits left and waiters behind it).
     fn sem_acquire(
         st: &mut State,
         keys: &LockKeys,
         sem: &crate::protocol::keys::SemKeys,
         owner: OwnerId,
         lease: Duration,
+        wait: Duration,
         now: Instant,
-    ) -> Attempt {
+    ) -> (Attempt, bool) {
         let holders = sem_live(&mut st.sems, &keys.hash, now);
         if let Some(h) = holders.get_mut(&owner) {
             h.expires_at = h.expires_at.max(later(now, lease));
-            return Attempt::Acquired { token: h.token };
+            return (Attempt::Acquired { token: h.token }, false);
         }
         let used: u64 = holders.values().map(|h| u64::from(h.permits)).sum();
-        if used + u64::from(sem.permits) > u64::from(sem.limit) {
-            let first = holders.values().map(|h| h.expires_at).min();
-            return Attempt::Held {
-                ttl: Some(first.map_or(Duration::from_millis(1), |e| {
-                    (e - now).max(Duration::from_millis(1))
-                })),
-            };
+        let first = holders.values().map(|h| h.expires_at).min();
+        let fits = used + u64::from(sem.permits) <= u64::from(sem.limit);
+        let mut wake = false;
+        if sem.fair {
+            let q = st.queues.entry(keys.hash.clone()).or_default();
+            let head = q.head(now);
+            if !fits || head.is_some_and(|h| h != owner) {
+                if !wait.is_zero() {
+                    q.enqueue(owner, later(now, wait));
+                }
+                let head_deadline = head.and_then(|h| q.deadlines.get(&h).copied());
+                // Not its turn: until the head takes its permits (or its deadline);
+                // too few free: until a holder's lease ends.
+                let until = if fits { head_deadline.or(first) } else { first };
+                return (held_until(until, now), false);
+            }
+            q.remove(owner);
+            wake = used + u64::from(sem.permits) < u64::from(sem.limit) && !q.queue.is_empty();
+        } else if !fits {
+            return (held_until(first, now), false);
         }
         let token = st.next_token(&keys.fence);
         st.sems.entry(keys.hash.clone()).or_default().insert(
@@ -295,7 +328,7 @@ impl MemoryDriver {
                 token,
             },
         );
-        Attempt::Acquired { token }
+        (Attempt::Acquired { token }, wake)
     }
 
     /// As `protocol/sem_release.lua`.
@@ -430,7 +463,7 @@ impl MemoryDriver {
         Released::Freed
     }
 
-    /// A fair or write waiter gives up; returns whether it was queued.
+    /// A fair or write waiter (or a fair semaphore's) gives up; returns whether it was queued.
     pub(super) fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
         let now = Instant::now();
         let mut st = self.state();
@@ -446,6 +479,10 @@ impl MemoryDriver {
                     .is_some_and(|q| q.remove(owner));
                 was && Self::live(&mut st, &keys.hash, now).is_none()
             }
+            Shape::Semaphore(sem) if sem.fair => st
+                .queues
+                .get_mut(&keys.hash)
+                .is_some_and(|q| q.remove(owner)),
             Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => false,
         };
         drop(st);

@@ -308,14 +308,18 @@ impl Backend {
     }
 
     /// The Redis names of a semaphore on `key` (distlock's format), for an acquisition of
-    /// `permits` out of `limit`.
+    /// `permits` out of `limit`; `fair`: waiters queue.
     pub(crate) fn semaphore_keys(
         &self,
         key: String,
         permits: u32,
         limit: u32,
+        fair: bool,
     ) -> Result<LockKeys, LockError> {
-        Ok(LockKeys::semaphore(&self.prefix, key, permits, limit)?.scoped(self.fence_scope()))
+        Ok(
+            LockKeys::semaphore(&self.prefix, key, permits, limit, fair)?
+                .scoped(self.fence_scope()),
+        )
     }
 
     /// Which counter this backend's fencing tokens come from (`FenceScope`).

@@ -40,7 +40,7 @@ use super::server::Server;
 use super::subscriber::{self, Connector};
 use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::{Attempt, Call, Released};
+use crate::protocol::{Attempt, Call, Publish, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
 
@@ -234,7 +234,7 @@ impl SentinelMaster {
         let (Some(sync), Some(conn)) = (self.sync, &current.sync_conn) else {
             return self.checked(current.server.acquire(keys, hold, lease, wait).await);
         };
-        let call = crate::protocol::acquire(keys, hold, lease, wait);
+        let call = crate::protocol::acquire(keys, hold, lease, wait, Publish::Plain);
         let (attempt, acked) = self.checked(
             current
                 .server

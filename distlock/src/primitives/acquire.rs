@@ -470,9 +470,11 @@ fn nested_under(outer: &Shape, kind: LockKind) -> Option<Under> {
 
 /// Whether a waiter of this shape queues in the backend (and must leave the queue).
 fn queues(shape: &Shape) -> bool {
-    match shape.lock_kind() {
-        Some(kind) => kind.queues(),
-        None => false,
+    match shape {
+        Shape::Semaphore(sem) => sem.fair,
+        Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => {
+            shape.lock_kind().is_some_and(LockKind::queues)
+        }
     }
 }
 

@@ -39,7 +39,8 @@ use crate::{Lease, LockError};
 ///   larger number is still judged by it.
 /// - **Waiting.** A waiter sleeps until a release of this semaphore is published or the
 ///   earliest holder's lease ends, whichever comes first, within `wait`. Waiters are not
-///   queued: a waiter asking for many permits can be overtaken by ones asking for fewer.
+///   queued unless the semaphore is [`fair`](Semaphore::fair): then permits go first come,
+///   first served, across processes.
 /// - **Fencing.** Each acquisition draws a token from the fencing counter its key shares
 ///   with the locks of that key ([`SemaphoreGuard::fencing_token`]): tokens grow strictly
 ///   with every acquisition, so a resource can refuse writes older than the last it saw.
@@ -82,6 +83,7 @@ pub struct Semaphore {
     lease: Option<Lease>,
     registry: Option<Registry>,
     site: LockSite,
+    fair: bool,
 }
 
 impl Semaphore {
@@ -104,7 +106,49 @@ impl Semaphore {
             lease: None,
             registry: None,
             site: LockSite::Caller(std::panic::Location::caller()),
+            fair: false,
         }
+    }
+
+    /// Serve waiters first come, first served: permits go to the waiter that has waited
+    /// longest, and a waiter asking for many permits is never overtaken by later ones
+    /// asking for fewer (while it waits at the head, those wait behind it). The queue
+    /// lives in Redis, so the order holds across processes. A waiter that gives up (its
+    /// `wait` ends, its future is dropped) leaves the queue; one whose process died keeps
+    /// its place until its `wait` ends, and the waiters behind it wait that long at most.
+    /// `try_acquire` does not queue, and is refused while others wait.
+    ///
+    /// Without it (the default) waiters are not queued: whichever asks when permits are
+    /// free takes them, which gives more throughput and no order.
+    ///
+    /// Every user of a key should agree: an unqueued acquisition does not look at the
+    /// queue. Backends: as the semaphore's (`single`, `cluster`, `sentinel`, `memory`).
+    /// Attribute: `kind = "fair_semaphore", permits = N`.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # distlock::init_from_str("[backends.main]\nmode = \"memory\"").await.unwrap();
+    /// use distlock::Semaphore;
+    /// use std::time::Duration;
+    /// let api = Semaphore::new("thirdparty", 3).fair().wait(Duration::from_secs(10));
+    /// let permit = api.acquire(1).await?;
+    /// assert!(api.is_fair());
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn fair(mut self) -> Semaphore {
+        self.fair = true;
+        self
+    }
+
+    /// Whether waiters queue ([`fair`](Self::fair)).
+    ///
+    /// ```
+    /// assert!(!distlock::Semaphore::new("export:acme", 4).is_fair());
+    /// ```
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// Name the site (metrics' `site` label) instead of the `file:line` of `new` (see
@@ -222,6 +266,7 @@ impl Semaphore {
                 self.key.clone(),
                 self.permits,
                 n,
+                self.fair,
                 wait,
                 lease,
                 site,
@@ -321,7 +366,7 @@ impl Semaphore {
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports_semaphore()?;
         let permits = self.permits.max(1);
-        let keys = backend.semaphore_keys(self.key, permits, permits)?;
+        let keys = backend.semaphore_keys(self.key, permits, permits, false)?;
         crate::rt::runtime::entered(backend.force_release(&keys)).await
     }
 }
@@ -371,6 +416,7 @@ async fn acquire(
     key: String,
     permits: u32,
     n: u32,
+    fair: bool,
     wait: Duration,
     lease: Lease,
     label: &'static str,
@@ -379,7 +425,7 @@ async fn acquire(
     if let Some(e) = invalid(&backend, key.clone(), n, permits) {
         return Err(e);
     }
-    let keys = backend.semaphore_keys(key, n, permits)?;
+    let keys = backend.semaphore_keys(key, n, permits, fair)?;
     let held = crate::primitives::acquire::acquire(Request {
         backend,
         keys,

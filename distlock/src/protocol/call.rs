@@ -127,6 +127,8 @@ impl Call {
             | Script::SemAcquire
             | Script::SemRelease
             | Script::SemRenew
+            | Script::SemFairAcquire
+            | Script::SemFairCancel
             | Script::Handoff => return None,
         };
         self.keys.get(at).map(String::as_str)

@@ -9,13 +9,22 @@ use crate::protocol::keys::{LockKeys, SemKeys, Shape};
 use crate::protocol::script::{millis, Publish, Script};
 use crate::LockKind;
 
-/// The acquire call. `wait`: how long the caller may still wait (fair and write locks
-/// queue for that long). A refused fresh acquisition of a lock that hands off leaves its
+/// The acquire call. `wait`: how long the caller may still wait (fair and write locks and
+/// fair semaphores queue for that long). A refused fresh acquisition of a lock that hands off leaves its
 /// process's tag in the lock (`LockKeys::handoff_tag`, `acquire.lua`).
-pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    hold: Hold,
+    lease: Duration,
+    wait: Duration,
+    publish: Publish,
+) -> Call {
     let wait = wait.as_millis().min(i64::MAX as u128).to_string();
     let nested = hold.nested_arg();
     let mut call = match &keys.shape {
+        Shape::Semaphore(sem) if sem.fair => {
+            return sem_fair_acquire(keys, sem, hold, lease, wait, publish)
+        }
         Shape::Semaphore(sem) => return sem_acquire(keys, sem, hold, lease),
         Shape::Reentrant => Call::on(Script::Acquire, keys)
             .arg(hold.owner.hex())
@@ -78,6 +87,30 @@ fn sem_acquire(keys: &LockKeys, sem: &SemKeys, hold: Hold, lease: Duration) -> C
         .arg(sem.permits.to_string())
         .arg(sem.limit.to_string())
         .arg(millis(lease))
+}
+
+fn sem_fair_acquire(
+    keys: &LockKeys,
+    sem: &SemKeys,
+    hold: Hold,
+    lease: Duration,
+    wait: String,
+    publish: Publish,
+) -> Call {
+    let [queue, deadlines] = keys.extra();
+    let mut call = Call::raw(
+        Script::SemFairAcquire,
+        vec![keys.hash.clone(), sem.counts.clone(), queue, deadlines],
+        Vec::new(),
+    );
+    push_fence(&mut call, keys);
+    call.arg(hold.owner.hex())
+        .arg(sem.permits.to_string())
+        .arg(sem.limit.to_string())
+        .arg(millis(lease))
+        .arg(wait)
+        .arg(&keys.channel)
+        .arg(publish.verb())
 }
 
 /// The release call of one level.
@@ -174,12 +207,15 @@ pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
     }
 }
 
-/// The call by which a fair or write waiter leaves the queue; `None` for the shapes that
-/// do not queue.
+/// The call by which a fair or write waiter (or a fair semaphore's) leaves the queue;
+/// `None` for the shapes that do not queue.
 pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Option<Call> {
     let call = match &keys.shape {
         Shape::Fair => Call::on(Script::FairCancel, keys),
         Shape::Write => Call::on(Script::RwCancel, keys),
+        Shape::Semaphore(sem) if sem.fair => {
+            Call::raw(Script::SemFairCancel, keys.extra().into(), Vec::new())
+        }
         Shape::Reentrant | Shape::Read | Shape::Semaphore(_) => return None,
     };
     Some(call.arg(owner.hex()).arg(&keys.channel).arg(publish.verb()))

@@ -154,6 +154,9 @@ pub(crate) struct SemKeys {
     pub permits: u32,
     /// The number of permits of the semaphore, as this acquisition sees it.
     pub limit: u32,
+    /// Whether waiters queue (first come, first served: `sem_fair_acquire.lua`, its keys
+    /// [`LockKeys::extra`]).
+    pub fair: bool,
 }
 
 /// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
@@ -230,12 +233,13 @@ impl LockKeys {
 
     /// Names of the semaphore on `key` (`PREFIX{KEY}:sem`, `PREFIX{KEY}:sem:n`, channel
     /// `PREFIX{KEY}:sem:released`; the fencing counter shared with the locks of the key),
-    /// for an acquisition of `permits` out of `limit`.
+    /// for an acquisition of `permits` out of `limit`; `fair`: waiters queue.
     pub(crate) fn semaphore(
         prefix: &str,
         key: String,
         permits: u32,
         limit: u32,
+        fair: bool,
     ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new(prefix, key)?;
         keys.hash.push_str(":sem");
@@ -244,6 +248,7 @@ impl LockKeys {
             counts: format!("{}:n", keys.hash),
             permits,
             limit,
+            fair,
         }));
         Ok(keys)
     }
@@ -380,8 +385,9 @@ impl LockKeys {
     }
 
     /// The other Redis keys of a fair or read-write lock (all derived from `hash`, so in its
-    /// slot): fair: the wait queue (list) and the waiters' deadlines (zset); read-write: the
-    /// readers' lease ends (zset) and the waiting writers' deadlines (zset).
+    /// slot): fair lock and fair semaphore: the wait queue (list) and the waiters' deadlines
+    /// (zset); read-write: the readers' lease ends (zset) and the waiting writers' deadlines
+    /// (zset).
     /// Under `protocol = "redisson"` the fair lock's are `redisson_lock_queue:{name}` and
     /// `redisson_lock_timeout:{name}`; the read-write lock has none (its per-hold keys are
     /// named by holder, see [`LockKeys::redisson_rw_stem`]).
@@ -393,11 +399,11 @@ impl LockKeys {
             ];
         }
         match self.shape {
-            Shape::Fair => [
+            Shape::Fair | Shape::Semaphore(_) => [
                 format!("{}:queue", self.hash),
                 format!("{}:waiters", self.hash),
             ],
-            Shape::Reentrant | Shape::Read | Shape::Write | Shape::Semaphore(_) => [
+            Shape::Reentrant | Shape::Read | Shape::Write => [
                 format!("{}:readers", self.hash),
                 format!("{}:writers", self.hash),
             ],
@@ -579,7 +585,7 @@ mod tests {
         for name in rw.extra().iter().chain(fair.extra().iter()) {
             assert_eq!(hash_tag(name), "k");
         }
-        let sem = LockKeys::semaphore("lock:", "k".into(), 1, 4).unwrap();
+        let sem = LockKeys::semaphore("lock:", "k".into(), 1, 4, false).unwrap();
         assert_eq!(sem.hash, "lock:{k}:sem");
         assert_eq!(sem.channel, "lock:{k}:sem:released");
         assert_eq!(sem.fence, "lock:{k}:fence");

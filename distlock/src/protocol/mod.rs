@@ -45,11 +45,18 @@ fn redisson(keys: &LockKeys) -> Option<(LockKind, &RedissonKeys)> {
 }
 
 /// The acquire call for `keys`. `wait`: how long the caller may still wait (fair and write
-/// locks queue for that long).
-pub(crate) fn acquire(keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Call {
+/// locks and fair semaphores queue for that long); `publish`: how a fair semaphore's
+/// admitted head wakes the next waiter.
+pub(crate) fn acquire(
+    keys: &LockKeys,
+    hold: Hold,
+    lease: Duration,
+    wait: Duration,
+    publish: Publish,
+) -> Call {
     match redisson(keys) {
         Some((kind, r)) => redisson_calls::acquire(keys, kind, r, hold, lease, wait),
-        None => distlock_calls::acquire(keys, hold, lease, wait),
+        None => distlock_calls::acquire(keys, hold, lease, wait, publish),
     }
 }
 
@@ -139,7 +146,11 @@ mod tests {
         ] {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
         }
-        for s in [Script::FairAcquire, Script::RwAcquire] {
+        for s in [
+            Script::FairAcquire,
+            Script::RwAcquire,
+            Script::SemFairAcquire,
+        ] {
             assert!(s.source().contains(&lease), "{s:?} checks {lease}");
             assert!(s.source().contains(&wait), "{s:?} checks {wait}");
         }
@@ -155,9 +166,15 @@ mod tests {
             crate::__private::scripts::SEM_RELEASE,
             Script::SemRelease.source()
         );
-        let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5).unwrap();
+        let keys = LockKeys::semaphore("lock:", "k".into(), 2, 5, false).unwrap();
         let hold = Hold::fresh();
-        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        let a = acquire(
+            &keys,
+            hold,
+            Duration::from_secs(30),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.script, Script::SemAcquire);
         assert_eq!(
             a.keys,
@@ -267,12 +284,18 @@ mod tests {
         keys.handoff_tag = Some("00ab".into());
         let tagged = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(tagged.args[8..10], [b"".to_vec(), b"00ab".to_vec()]);
-        let refused = acquire(&keys, old, d, Duration::ZERO);
+        let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
         assert_eq!(refused.args[5..], [b"h\t2\tt".to_vec(), b"00ab".to_vec()]);
         keys.holder = None;
-        let refused = acquire(&keys, old, d, Duration::ZERO);
+        let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
         assert_eq!(refused.args[5..], [b"".to_vec(), b"00ab".to_vec()]);
-        let nested = acquire(&keys, Hold::nested(old.owner), d, Duration::ZERO);
+        let nested = acquire(
+            &keys,
+            Hold::nested(old.owner),
+            d,
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(
             nested.args.len(),
             5,
@@ -321,7 +344,13 @@ mod tests {
         .unwrap();
         let hold = Hold::fresh();
         let field = hold.owner.redisson_field();
-        let a = acquire(&keys, hold, Duration::from_secs(30), Duration::ZERO);
+        let a = acquire(
+            &keys,
+            hold,
+            Duration::from_secs(30),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.script, Script::RedissonLock);
         assert_eq!(a.keys, vec!["order:42", "redisson_lock_token:{order:42}"]);
         assert_eq!(a.args, vec![b"30000".to_vec(), field.clone().into_bytes()]);
@@ -379,7 +408,7 @@ mod tests {
         if let Format::Redisson(r) = &mut fair.format {
             r.allowance = Duration::from_secs(5);
         }
-        let a = acquire(&fair, hold, d, Duration::from_secs(5));
+        let a = acquire(&fair, hold, d, Duration::from_secs(5), Publish::Plain);
         assert_eq!(a.script, Script::RedissonFairLock);
         assert_eq!(
             a.keys,
@@ -393,7 +422,10 @@ mod tests {
         assert_eq!(a.args[1], field.as_bytes());
         assert_eq!(a.args[2], b"5000", "the allowance");
         assert_eq!(a.args[3], b"wait");
-        assert_eq!(acquire(&fair, hold, d, Duration::ZERO).args[3], b"try");
+        assert_eq!(
+            acquire(&fair, hold, d, Duration::ZERO, Publish::Plain).args[3],
+            b"try"
+        );
         let r = release(&fair, hold, Publish::Plain);
         assert_eq!(r.script, Script::RedissonFairUnlock);
         assert_eq!(r.keys[3], "redisson_lock__channel:{o}");
@@ -417,7 +449,7 @@ mod tests {
         );
 
         let read = LockKeys::redisson("o".into(), LockKind::Read, d).unwrap();
-        let a = acquire(&read, hold, d, Duration::ZERO);
+        let a = acquire(&read, hold, d, Duration::ZERO, Publish::Plain);
         assert_eq!(a.script, Script::RedissonReadLock);
         assert_eq!(a.keys[1], format!("{{o}}:{field}:rwlock_timeout"));
         assert_eq!(a.args[2], format!("{field}:write").as_bytes());
@@ -431,7 +463,7 @@ mod tests {
         assert_eq!(w.keys, vec!["o", "{o}"]);
 
         let write = LockKeys::redisson("o".into(), LockKind::Write, d).unwrap();
-        let a = acquire(&write, hold, d, Duration::from_secs(1));
+        let a = acquire(&write, hold, d, Duration::from_secs(1), Publish::Plain);
         assert_eq!(a.script, Script::RedissonWriteLock);
         assert_eq!(a.args[1], format!("{field}:write").as_bytes());
         let r = release(&write, hold, Publish::Plain);
@@ -442,13 +474,41 @@ mod tests {
         // nested acquisitions name the enclosing hold they require (reply 3 without it)
         use crate::lease::owner::Under;
         let nested = |under| Hold::nested_under(hold.owner, under);
-        assert_eq!(acquire(&write, hold, d, Duration::ZERO).args.len(), 2);
-        let a = acquire(&write, nested(Under::Same), d, Duration::ZERO);
+        assert_eq!(
+            acquire(&write, hold, d, Duration::ZERO, Publish::Plain)
+                .args
+                .len(),
+            2
+        );
+        let a = acquire(
+            &write,
+            nested(Under::Same),
+            d,
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.args[2], b"1");
-        let a = acquire(&write, nested(Under::Read), d, Duration::ZERO);
+        let a = acquire(
+            &write,
+            nested(Under::Read),
+            d,
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.args[2..], [b"r".to_vec(), field.clone().into_bytes()]);
-        assert_eq!(acquire(&read, hold, d, Duration::ZERO).args.len(), 3);
-        let a = acquire(&read, nested(Under::Write), d, Duration::ZERO);
+        assert_eq!(
+            acquire(&read, hold, d, Duration::ZERO, Publish::Plain)
+                .args
+                .len(),
+            3
+        );
+        let a = acquire(
+            &read,
+            nested(Under::Write),
+            d,
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(a.args[3], b"w");
         assert_eq!(
             a.attempt(&Value::Array(vec![Value::Int(3), Value::Int(0)])),
@@ -460,11 +520,14 @@ mod tests {
             (nested(Under::Same), "1"),
             (nested(Under::Read), "r"),
         ] {
-            assert_eq!(acquire(&rw, h, d, Duration::ZERO).args[5], flag.as_bytes());
+            assert_eq!(
+                acquire(&rw, h, d, Duration::ZERO, Publish::Plain).args[5],
+                flag.as_bytes()
+            );
         }
         let rr = LockKeys::for_kind("lock:", "o".into(), LockKind::Read).unwrap();
         assert_eq!(
-            acquire(&rr, nested(Under::Write), d, Duration::ZERO).args[5],
+            acquire(&rr, nested(Under::Write), d, Duration::ZERO, Publish::Plain).args[5],
             b"w"
         );
         assert_eq!(
@@ -476,7 +539,13 @@ mod tests {
     #[test]
     fn replies_parse() {
         let keys = LockKeys::new("lock:", "k".into()).unwrap();
-        let call = acquire(&keys, Hold::fresh(), Duration::from_secs(1), Duration::ZERO);
+        let call = acquire(
+            &keys,
+            Hold::fresh(),
+            Duration::from_secs(1),
+            Duration::ZERO,
+            Publish::Plain,
+        );
         assert_eq!(call.keys.len(), 2);
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(

@@ -58,6 +58,10 @@ pub(crate) enum Script {
     /// `crate::primitives::handoff`: release a reentrant lock and hand it to a waiter of
     /// this process in the same run.
     Handoff,
+    /// `crate::primitives::semaphore`: take permits of a fair semaphore, or queue.
+    SemFairAcquire,
+    /// `crate::primitives::semaphore`: a fair semaphore's waiter leaves the queue.
+    SemFairCancel,
 }
 
 /// A script's source: its prologues, then its own file, joined at compile time.
@@ -102,7 +106,19 @@ pub mod sources {
     pub const REDISSON_WRITE_UNLOCK: &str = lua!("redisson/write_unlock.lua");
     pub const REDISSON_FAIR_FORCE_UNLOCK: &str = lua!("redisson/fair_force_unlock.lua");
     pub const ANNOUNCE: &str = lua!("announce.lua");
-    pub const SEM_ACQUIRE: &str = lua!("sem_prologue.lua", "fence_prologue.lua", "sem_acquire.lua");
+    pub const SEM_ACQUIRE: &str = lua!(
+        "sem_prologue.lua",
+        "fence_prologue.lua",
+        "sem_take.lua",
+        "sem_acquire.lua"
+    );
+    pub const SEM_FAIR_ACQUIRE: &str = lua!(
+        "sem_prologue.lua",
+        "fence_prologue.lua",
+        "sem_take.lua",
+        "sem_fair_acquire.lua"
+    );
+    pub const SEM_FAIR_CANCEL: &str = lua!("sem_fair_cancel.lua");
     pub const SEM_RELEASE: &str = lua!("sem_prologue.lua", "sem_release.lua");
     pub const SEM_RENEW: &str = lua!("sem_prologue.lua", "sem_renew.lua");
     pub const HANDOFF: &str = lua!("fence_prologue.lua", "release_prologue.lua", "handoff.lua");
@@ -111,12 +127,12 @@ pub mod sources {
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
     pub(crate) fn name(self) -> &'static str {
-        static NAMES: std::sync::OnceLock<[String; 30]> = std::sync::OnceLock::new();
+        static NAMES: std::sync::OnceLock<[String; 32]> = std::sync::OnceLock::new();
         &NAMES.get_or_init(|| Script::ALL.map(|s| format!("{s:?}")))[self as usize]
     }
 
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 30] = [
+    pub(crate) const ALL: [Script; 32] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -147,6 +163,8 @@ impl Script {
         Script::SemRelease,
         Script::SemRenew,
         Script::Handoff,
+        Script::SemFairAcquire,
+        Script::SemFairCancel,
     ];
 
     /// The Lua source as sent with EVAL.
@@ -182,12 +200,14 @@ impl Script {
             Script::SemRelease => sources::SEM_RELEASE,
             Script::SemRenew => sources::SEM_RENEW,
             Script::Handoff => sources::HANDOFF,
+            Script::SemFairAcquire => sources::SEM_FAIR_ACQUIRE,
+            Script::SemFairCancel => sources::SEM_FAIR_CANCEL,
         }
     }
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 30]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 32]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]
