@@ -11,8 +11,15 @@
 //!   pipe closes without `done` (`run` was killed), it SIGKILLs the group.
 //! - `run` is a child subreaper, so the group's orphans become its children and it reaps
 //!   them: "the group is gone" is then seen at once instead of after `--grace`.
+//! - Job control: the command is never left running while `run` is stopped (its renewals
+//!   stopped with it, so another owner may take the lock). `run` forwards SIGTSTP (Ctrl-Z)
+//!   to the group, then stops itself; a SIGSTOP cannot be caught, so the guard process
+//!   looks at `run`'s state every [`GUARD_POLL`] and stops the group (SIGSTOP) while `run`
+//!   is stopped. When `run` is continued (SIGCONT) it continues the group only if its lease
+//!   is still held; else the group gets SIGTERM (then SIGCONT, so that it is delivered) and
+//!   `run` exits 74 as for any lost lease.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -61,7 +68,7 @@ fn group_left(pgid: libc::pid_t) -> bool {
     unsafe { libc::kill(-pgid, 0) == 0 }
 }
 
-fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
+pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     // SAFETY: kill(2) of the group the command leads (this process's child, or its
     // leftovers while this process still has not let the group id go).
     unsafe {
@@ -69,16 +76,29 @@ fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     }
 }
 
+/// Stop this process (SIGSTOP: it cannot be caught), after SIGTSTP was forwarded to the
+/// command's group; it goes on at the next SIGCONT.
+pub(crate) fn stop_self() {
+    // SAFETY: kill(2) of this process.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGSTOP);
+    }
+}
+
 /// Stop the group `pgid`: `sig` (SIGTERM, or the signal `run` got), then SIGKILL after
 /// `grace` if anything of the group is left. `child` is the command when it has not been
-/// waited for yet.
+/// waited for yet. A group stopped by job control gets SIGCONT after `sig`, so that `sig`
+/// is delivered now rather than at SIGKILL, and the guard is told to let it go on.
 pub(crate) async fn stop(
     pgid: libc::pid_t,
     sig: libc::c_int,
     grace: Duration,
     mut child: Option<&mut tokio::process::Child>,
+    watcher: &mut Guard,
 ) {
     signal_group(pgid, sig);
+    signal_group(pgid, libc::SIGCONT);
+    watcher.cont();
     if let Some(c) = child.as_mut() {
         if tokio::time::timeout(grace, c.wait()).await.is_err() {
             signal_group(pgid, libc::SIGKILL);
@@ -98,11 +118,23 @@ pub(crate) async fn stop(
     }
 }
 
-/// The signals `run` forwards to the group instead of dying of them.
+/// The signals `run` handles instead of taking their default action.
 pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    tstp: tokio::signal::unix::Signal,
+    cont: tokio::signal::unix::Signal,
+}
+
+/// What a signal to `run` asks for.
+pub(crate) enum Signalled {
+    /// SIGINT, SIGTERM or SIGHUP: forwarded to the group, which is stopped; `run` ends.
+    End(libc::c_int),
+    /// SIGTSTP (Ctrl-Z): stop the group, then `run` itself.
+    Stop,
+    /// SIGCONT: `run` was continued (after a stop, or by a stray SIGCONT).
+    Continued,
 }
 
 impl Signals {
@@ -113,15 +145,19 @@ impl Signals {
             int: on(SignalKind::interrupt())?,
             term: on(SignalKind::terminate())?,
             hup: on(SignalKind::hangup())?,
+            tstp: on(SignalKind::from_raw(libc::SIGTSTP))?,
+            cont: on(SignalKind::from_raw(libc::SIGCONT))?,
         })
     }
 
-    /// The next of SIGINT, SIGTERM, SIGHUP.
-    pub(crate) async fn recv(&mut self) -> libc::c_int {
+    /// The next signal.
+    pub(crate) async fn recv(&mut self) -> Signalled {
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
+            _ = self.int.recv() => Signalled::End(libc::SIGINT),
+            _ = self.term.recv() => Signalled::End(libc::SIGTERM),
+            _ = self.hup.recv() => Signalled::End(libc::SIGHUP),
+            _ = self.tstp.recv() => Signalled::Stop,
+            _ = self.cont.recv() => Signalled::Continued,
         }
     }
 }
@@ -156,7 +192,14 @@ impl Guard {
         self.send(&format!("{pgid}\n"));
     }
 
-    /// The group was stopped: the guard exits without killing anything.
+    /// `run` was continued: if the guard stopped the group while `run` was stopped, it
+    /// continues it (`run` sends its own SIGCONT too; this one undoes a SIGSTOP the guard
+    /// may have sent just after it).
+    pub(crate) fn cont(&mut self) {
+        self.send("cont\n");
+    }
+
+    /// The group was stopped (or never started): the guard exits without killing anything.
     pub(crate) fn done(mut self) {
         self.send("done\n");
         self.pipe = None;
@@ -172,8 +215,13 @@ impl Guard {
     }
 }
 
+/// How often the guard looks whether `run` is stopped.
+pub(crate) const GUARD_POLL: Duration = Duration::from_millis(20);
+
 /// `distlock __guard`: read a group id, then wait for `done` or the end of stdin; at the
-/// end of stdin (`run` died) SIGKILL the group.
+/// end of stdin (`run` died) SIGKILL the group. Meanwhile, every [`GUARD_POLL`], stop the
+/// group (SIGSTOP) while `run` is stopped; `cont` (sent by `run` when continued) continues
+/// a group stopped that way.
 pub(crate) fn guard() -> ExitCode {
     // SAFETY: setting signal dispositions to SIG_IGN.
     unsafe {
@@ -183,27 +231,119 @@ pub(crate) fn guard() -> ExitCode {
             libc::SIGHUP,
             libc::SIGQUIT,
             libc::SIGPIPE,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
         ] {
             libc::signal(sig, libc::SIG_IGN);
         }
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    let pgid: libc::pid_t = match lines.next() {
-        Some(Ok(l)) => match l.trim().parse() {
-            Ok(p) if p > 1 => p,
-            _ => return ExitCode::FAILURE,
-        },
-        // `run` ended before it started the command (or a read error): nothing to guard.
-        _ => return ExitCode::SUCCESS,
-    };
-    for line in lines {
-        match line {
-            Ok(l) if l.trim() == "done" => return ExitCode::SUCCESS,
-            Ok(_) => {}
-            Err(_) => break,
+    // SAFETY: getppid has no preconditions.
+    let run = unsafe { libc::getppid() };
+    let mut input = Input::default();
+    let mut pgid: Option<libc::pid_t> = None;
+    // Whether the group is stopped by this guard (and not continued since).
+    let mut stopped = false;
+    loop {
+        match input.next(GUARD_POLL) {
+            Next::Line(l) => match (l.trim(), pgid) {
+                ("done", _) => return ExitCode::SUCCESS,
+                ("cont", Some(g)) => {
+                    if std::mem::take(&mut stopped) {
+                        signal_group(g, libc::SIGCONT);
+                    }
+                }
+                (l, None) => match l.parse() {
+                    Ok(p) if p > 1 => pgid = Some(p),
+                    _ => return ExitCode::FAILURE,
+                },
+                (_, Some(_)) => {}
+            },
+            // `run` died (or a read error): kill what it started, if anything.
+            Next::End => break,
+            Next::Idle => {}
+        }
+        if let Some(g) = pgid {
+            if !stopped && is_stopped(run) {
+                signal_group(g, libc::SIGSTOP);
+                stopped = true;
+            }
         }
     }
-    signal_group(pgid, libc::SIGKILL);
+    if let Some(g) = pgid {
+        signal_group(g, libc::SIGKILL);
+    }
     ExitCode::SUCCESS
+}
+
+/// Whether process `pid` is stopped by a signal (`T` in `/proc/PID/stat`).
+fn is_stopped(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.trim_start().chars().next()
+        })
+        == Some('T')
+}
+
+/// The guard's stdin, read line by line without blocking longer than asked.
+#[derive(Default)]
+struct Input {
+    buf: Vec<u8>,
+    ended: bool,
+}
+
+enum Next {
+    Line(String),
+    /// Nothing came within the time asked.
+    Idle,
+    /// End of input (or a read error).
+    End,
+}
+
+impl Input {
+    /// The next line, or `Idle` when none came within `wait`.
+    fn next(&mut self, wait: Duration) -> Next {
+        loop {
+            if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=at).collect();
+                return Next::Line(String::from_utf8_lossy(&line).into_owned());
+            }
+            if self.ended {
+                return Next::End;
+            }
+            let mut fds = libc::pollfd {
+                fd: libc::STDIN_FILENO,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: poll(2) on one valid pollfd.
+            let ready = unsafe { libc::poll(&mut fds, 1, ms) };
+            if ready == 0 {
+                return Next::Idle;
+            }
+            if ready < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.ended = true;
+                continue;
+            }
+            let mut chunk = [0u8; 256];
+            // SAFETY: read(2) into a buffer of the given length.
+            let n =
+                unsafe { libc::read(libc::STDIN_FILENO, chunk.as_mut_ptr().cast(), chunk.len()) };
+            match usize::try_from(n) {
+                Ok(0) => self.ended = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(_) => {
+                    if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                        self.ended = true;
+                    }
+                }
+            }
+        }
+    }
 }

@@ -21,6 +21,11 @@
 //! before the lock is released). If `run` itself dies (SIGKILL, a crash) the command
 //! dies with it (`PR_SET_PDEATHSIG`) and a small guard process (`distlock` again, started
 //! first, holding nothing but a pipe from `run`) kills the group when the pipe closes.
+//! The command stops with `run`: SIGTSTP (Ctrl-Z) is forwarded to the group; while `run`
+//! is stopped by SIGSTOP the guard stops the group; continued, `run` continues it if its
+//! lease is still held, else stops it as for a lost lease (exit 74). Every way out
+//! releases the lock, answered, before `run` exits; a command that cannot be started
+//! exits 127 (not found) or 126.
 
 mod group;
 mod table;
@@ -684,61 +689,126 @@ async fn run(
         }
         Err(e) => return Err(e.to_string()),
     };
+    // Whatever happens from here, the lock is released, and the release answered, before
+    // this returns (a guard dropped instead would release in a task the exit cuts short).
+    let outcome = supervise(&guard, &key, &command, grace).await;
+    let released = guard.release().await;
+    match outcome {
+        Ok(Ended::Exited(status)) => {
+            if let Err(e) = released {
+                eprintln!("distlock: release after the command failed: {e}");
+            }
+            Ok(exit_of(status))
+        }
+        Ok(Ended::Lost) => Ok(ExitCode::from(EXIT_LOST)),
+        Ok(Ended::Signal(sig)) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))),
+        Ok(Ended::NotStarted(code)) => Ok(ExitCode::from(code)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Run `command` under the lock `guard` holds until it ends, the lease is lost or `run` is
+/// told to stop; the command's process group is stopped on every way out.
+async fn supervise(
+    guard: &distlock::LockGuard,
+    key: &str,
+    command: &[String],
+    grace: Duration,
+) -> Result<Ended, String> {
     let token = guard.fencing_token();
     // The guard first: from the moment the command exists, `run` dying kills its group.
     let mut watcher = group::Guard::start()?;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..])
         .env("DISTLOCK_FENCING_TOKEN", token.to_string())
-        .env("DISTLOCK_KEY", &key);
+        .env("DISTLOCK_KEY", key);
     group::own_group_dying_with_us(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
-    let pgid = child
-        .id()
-        .and_then(|p| libc::pid_t::try_from(p).ok())
-        .ok_or_else(|| format!("{:?} exited before it could be watched", command[0]))?;
-    watcher.watch(pgid);
-    let mut signals = group::Signals::new()?;
-    let ended = tokio::select! {
-        status = child.wait() => Ended::Exited(status.map_err(|e| e.to_string())?),
-        lost = guard.lost() => {
-            eprintln!("distlock: {lost}; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
-                command[0], distlock_config::format_duration(grace));
-            Ended::Lost
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            watcher.done();
+            eprintln!("distlock: cannot run {:?}: {e}", command[0]);
+            // As env(1): 127 when the command is not found, 126 when it cannot be run.
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Ok(Ended::NotStarted(code));
         }
-        sig = signals.recv() => Ended::Signal(sig),
+    };
+    let Some(pgid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
+        watcher.done();
+        return Err(format!(
+            "{:?} exited before it could be watched",
+            command[0]
+        ));
+    };
+    watcher.watch(pgid);
+    let mut signals = match group::Signals::new() {
+        Ok(s) => s,
+        Err(e) => {
+            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child), &mut watcher).await;
+            watcher.done();
+            return Err(e);
+        }
+    };
+    let ended = loop {
+        tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => break Ended::Exited(status),
+                Err(e) => {
+                    eprintln!("distlock: waiting for {:?} failed: {e}; stopping its process group", command[0]);
+                    break Ended::Signal(libc::SIGTERM);
+                }
+            },
+            lost = guard.lost() => {
+                eprintln!("distlock: {lost}; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
+                    command[0], distlock_config::format_duration(grace));
+                break Ended::Lost;
+            }
+            sig = signals.recv() => match sig {
+                group::Signalled::End(sig) => break Ended::Signal(sig),
+                group::Signalled::Stop => {
+                    // Ctrl-Z: the command stops with `run` (its renewals stop now).
+                    group::signal_group(pgid, libc::SIGTSTP);
+                    group::stop_self();
+                }
+                group::Signalled::Continued => {
+                    if guard.is_held() {
+                        group::signal_group(pgid, libc::SIGCONT);
+                        watcher.cont();
+                    } else {
+                        eprintln!("distlock: the lease ran out while `run` was stopped; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
+                            command[0], distlock_config::format_duration(grace));
+                        break Ended::Lost;
+                    }
+                }
+            },
+        }
     };
     match ended {
-        Ended::Exited(status) => {
-            // Whatever the command left running still works under the lock: stop it
-            // before the release.
-            group::stop(pgid, libc::SIGTERM, grace, None).await;
-            watcher.done();
-            if let Err(e) = guard.release().await {
-                eprintln!("distlock: release after the command failed: {e}");
-            }
-            Ok(exit_of(status))
+        // Whatever the command left running still works under the lock: stop it before
+        // the release.
+        Ended::Exited(_) | Ended::NotStarted(_) => {
+            group::stop(pgid, libc::SIGTERM, grace, None, &mut watcher).await;
         }
         Ended::Lost => {
-            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child)).await;
-            watcher.done();
-            let _ = guard.release().await;
-            Ok(ExitCode::from(EXIT_LOST))
+            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child), &mut watcher).await;
         }
         Ended::Signal(sig) => {
-            group::stop(pgid, sig, grace, Some(&mut child)).await;
-            watcher.done();
-            let _ = guard.release().await;
-            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+            group::stop(pgid, sig, grace, Some(&mut child), &mut watcher).await;
         }
     }
+    watcher.done();
+    Ok(ended)
 }
 
 /// How the command's run ended.
 enum Ended {
     Exited(std::process::ExitStatus),
+    /// The command could not be started: exit with this (127 not found, else 126).
+    NotStarted(u8),
     Lost,
     /// `run` got this signal (forwarded to the group).
     Signal(libc::c_int),

@@ -17,6 +17,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 struct Setup {
     path: PathBuf,
     toml: String,
+    /// The `key_prefix` of this test's keys.
+    prefix: String,
 }
 
 impl Setup {
@@ -29,7 +31,7 @@ impl Setup {
         let path =
             std::env::temp_dir().join(format!("distlock-cli-{}-{test}.toml", std::process::id()));
         std::fs::write(&path, &toml).expect("write config");
-        Setup { path, toml }
+        Setup { path, toml, prefix }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -1099,4 +1101,145 @@ fn list_on_a_cluster_and_show_on_redlock() {
     rt.block_on(guard.release()).unwrap();
     let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
     assert_eq!(shown, serde_json::json!([]));
+}
+
+/// A command that cannot start: `run` says so, exits 127 (as `env` does), and the lock is
+/// free by the time it returns, every time (its release is sent and answered before the
+/// process exits, not left to a background task that the exit cuts short).
+#[test]
+fn run_frees_the_lock_when_its_command_cannot_start() {
+    let setup = Setup::new("nostart");
+    let hash = format!("{}{{nightly}}", setup.prefix);
+    for i in 0..25 {
+        let out = setup.output(&["run", "nightly", "--lease", "30s", "--", "/nonexistent"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !exists(&hash),
+            "run {i}: the lock is still held after `run` returned ({stderr})"
+        );
+        assert_eq!(out.status.code(), Some(127), "run {i}: {stderr}");
+        assert!(stderr.contains("/nonexistent"), "run {i}: {stderr}");
+    }
+    let out = setup.output(&["show", "nightly"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "nightly: not held"
+    );
+}
+
+/// The scheduling state of process `pid` (`R`, `S`, `T` stopped, `Z`, ...), `None` when gone.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// `distlock run --lease 2s` stopped by `signal` (TSTP: Ctrl-Z, or STOP) until its lease has
+/// ended on the server and a second owner holds the lock: by then the command is stopped
+/// too (never running unlocked); continued, `run` finds the lease lost, the command gets
+/// SIGTERM and `run` exits 74, leaving the second owner's lock alone.
+fn stopped_run_stops_its_command(test: &str, signal: &str) {
+    let setup = Setup::new(test);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let marker = std::env::temp_dir().join(format!("distlock-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let script = format!(
+        "trap 'echo TERM > {}; exit 0' TERM; echo HELD $DISTLOCK_FENCING_TOKEN $$; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut cli = setup
+        .cmd(&[
+            "run", "--lease", "2s", "--grace", "5s", "nightly", "--", "sh", "-c", &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(cli.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let (token, shell): (u64, u32) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["HELD", t, p] => (t.parse().unwrap(), p.parse().unwrap()),
+        _ => panic!("expected `HELD <token> <pid>`, got {line:?}"),
+    };
+
+    send_signal(signal, cli.id());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let other = loop {
+        if let Some(g) = rt.block_on(registry.lock("nightly").try_acquire()).unwrap() {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped run's lease never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(other.fencing_token() > token);
+    assert_eq!(
+        state_of(shell),
+        Some('T'),
+        "SIG{signal}: another owner holds the lock and the command of the stopped run is not stopped"
+    );
+    assert!(cli.try_wait().unwrap().is_none(), "stopped, not exited");
+
+    send_signal("CONT", cli.id());
+    let status = wait_exit(&mut cli, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(74), "exit 74: the lease was lost");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "TERM",
+        "the command got SIGTERM"
+    );
+    assert!(gone_within(shell, Duration::from_secs(5)));
+    assert!(other.is_held());
+    let shown = setup.json(&["show", "nightly", "--json"]);
+    assert_eq!(shown[0]["token"], other.fencing_token(), "{shown:#}");
+    rt.block_on(other.release()).unwrap();
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn run_stopped_by_sigtstp_stops_its_command_with_it() {
+    stopped_run_stops_its_command("tstp", "TSTP");
+}
+
+#[test]
+fn run_stopped_by_sigstop_stops_its_command_with_it() {
+    stopped_run_stops_its_command("sigstopped", "STOP");
+}
+
+/// Ctrl-Z then `fg` within the lease: the command is stopped with `run` and continued with
+/// it, and runs to its end under the lock (exit status its own).
+#[test]
+fn run_continued_within_its_lease_continues_its_command() {
+    let setup = Setup::new("tstpcont");
+    let script = "echo HELD $DISTLOCK_FENCING_TOKEN $$; read line; exit 3";
+    let mut cli = setup
+        .cmd(&["run", "nightly", "--", "sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(cli.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let shell: u32 = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["HELD", _, p] => p.parse().unwrap(),
+        _ => panic!("expected `HELD <token> <pid>`, got {line:?}"),
+    };
+    send_signal("TSTP", cli.id());
+    distlock_tests::wait_until(Duration::from_secs(5), "the command stopped", || {
+        state_of(shell) == Some('T')
+    });
+    send_signal("CONT", cli.id());
+    distlock_tests::wait_until(Duration::from_secs(5), "the command continued", || {
+        state_of(shell).is_some_and(|s| s != 'T')
+    });
+    std::io::Write::write_all(cli.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let status = wait_exit(&mut cli, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(3));
 }
