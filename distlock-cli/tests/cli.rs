@@ -1077,6 +1077,14 @@ fn list_on_a_cluster_and_show_on_redlock() {
     assert_eq!(listed, want);
     for l in list.as_array().unwrap() {
         assert_eq!(l["holders"][0]["pid"], std::process::id());
+        // The master holding the key (one `host:port`), not the seed list.
+        let address = l["address"].as_str().unwrap();
+        let name = format!("{prefix}{{{}}}", l["key"].as_str().unwrap());
+        assert_eq!(
+            distlock_tests::resp_command(address, &["EXISTS", &name]),
+            Ok(distlock_tests::RespValue::Integer(1)),
+            "{l:#}: the address is the master holding {name}"
+        );
     }
     for g in guards {
         rt.block_on(g.release()).unwrap();
@@ -1177,11 +1185,17 @@ fn stopped_run_stops_its_command(test: &str, signal: &str) {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(other.fencing_token() > token);
-    assert_eq!(
-        state_of(shell),
-        Some('T'),
-        "SIG{signal}: another owner holds the lock and the command of the stopped run is not stopped"
-    );
+    // Stopped (`T`; a process caught in an uninterruptible wait, `D`, shows `T` once it
+    // is out of it).
+    let seen = Instant::now();
+    while state_of(shell) != Some('T') {
+        assert!(
+            seen.elapsed() < Duration::from_secs(2),
+            "SIG{signal}: another owner holds the lock and the command of the stopped run is not stopped ({:?})",
+            state_of(shell)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(cli.try_wait().unwrap().is_none(), "stopped, not exited");
 
     send_signal("CONT", cli.id());
@@ -1242,4 +1256,196 @@ fn run_continued_within_its_lease_continues_its_command() {
     std::io::Write::write_all(cli.stdin.as_mut().unwrap(), b"go\n").unwrap();
     let status = wait_exit(&mut cli, Duration::from_secs(10));
     assert_eq!(status.code(), Some(3));
+}
+
+/// A semaphore with every permit taken is shown by `show`, `list` and `watch` (permits,
+/// holders with host, pid, site and lease left, waiting processes) and `unlock` frees one
+/// holder (`--holder ID`) or all of them; each freed holder hears it at once (`lost()`
+/// within 1 s, with a renewal 10 s away), the others keep their permits.
+#[test]
+fn semaphores_are_shown_and_unlocked_holder_by_holder() {
+    let setup = Setup::new("sem");
+    let toml = setup.toml.replace("\"1s\"", "\"30s\"");
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    let (a, b) = rt.block_on(async {
+        let a = registry.semaphore("quota", 3).acquire(1).await.unwrap();
+        let b = registry.semaphore("quota", 3).acquire(2).await.unwrap();
+        (a, b)
+    });
+    // A third process-local acquisition waits: every permit is taken.
+    let waiter = {
+        let registry = registry.clone();
+        rt.spawn(async move {
+            registry
+                .semaphore("quota", 3)
+                .wait(Duration::from_secs(60))
+                .acquire(1)
+                .await
+        })
+    };
+    let shown = loop {
+        let shown = setup.json(&["show", "quota", "--json"]);
+        let s = shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["kind"] == "semaphore")
+            .cloned()
+            .unwrap_or_else(|| panic!("a semaphore with every permit taken is shown: {shown:#}"));
+        if s["waiting_processes"] == 1 {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(shown["permits"], 3, "{shown:#}");
+    assert!(shown["ttl_ms"].as_u64().unwrap() > 20_000, "{shown:#}");
+    let holders = shown["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 2, "{shown:#}");
+    for (h, guard) in [(&a, 1u64), (&b, 2)].map(|(g, n)| {
+        let h = holders
+            .iter()
+            .find(|h| h["token"] == g.fencing_token())
+            .unwrap_or_else(|| panic!("a holder with token {}: {shown:#}", g.fencing_token()));
+        (h, n)
+    }) {
+        assert_eq!(h["permits"], guard, "{h:#}");
+        assert_eq!(h["count"], guard, "{h:#}");
+        assert_eq!(h["host"], hostname(), "{h:#}");
+        assert_eq!(h["pid"], std::process::id(), "{h:#}");
+        assert!(h["site"].as_str().unwrap().contains("cli.rs"), "{h:#}");
+        assert!(h["lease_left_ms"].as_u64().unwrap() > 20_000, "{h:#}");
+    }
+    let listed = setup.json(&["list", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["key"] == "quota" && l["kind"] == "semaphore"),
+        "{listed:#}"
+    );
+    let table = String::from_utf8_lossy(&setup.output(&["show", "quota"]).stdout).into_owned();
+    assert!(
+        table.contains("semaphore 3/3") && table.contains("1 proc"),
+        "{table}"
+    );
+    let watched =
+        String::from_utf8_lossy(&setup.output(&["watch", "--count", "1"]).stdout).into_owned();
+    assert!(
+        row_of(&watched, "quota").is_some_and(|r| r.contains("semaphore 3/3")),
+        "{watched}"
+    );
+
+    // One holder: `a` hears it at once; `b` keeps its permits; the waiter gets a permit.
+    let a_id = holders
+        .iter()
+        .find(|h| h["token"] == a.fencing_token())
+        .unwrap()["owner"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(a_id, a.holder_id());
+    let out = setup.output(&["unlock", "quota", "--holder", &a_id[..12], "--yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("released"), "{stdout}");
+    let unlocked = Instant::now();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), a.lost())
+            .await
+            .expect("the freed holder hears it within 1 s")
+    });
+    assert!(unlocked.elapsed() < Duration::from_secs(1));
+    assert!(b.is_held());
+    let c = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), waiter).await })
+        .expect("the waiter got the freed permit")
+        .unwrap()
+        .unwrap();
+    let shown = setup.json(&["show", "quota", "--json"]);
+    assert_eq!(
+        shown[0]["holders"].as_array().unwrap().len(),
+        2,
+        "{shown:#}"
+    );
+
+    // No such holder: exit 1, nothing freed.
+    let out = setup.output(&["unlock", "quota", "--holder", "zz", "--yes"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(b.is_held() && c.is_held());
+
+    // All of them.
+    let out = setup.output(&["unlock", "quota", "--yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("(semaphore): released"),
+        "{stdout}"
+    );
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), b.lost())
+            .await
+            .expect("b hears it within 1 s");
+        tokio::time::timeout(Duration::from_secs(1), c.lost())
+            .await
+            .expect("c hears it within 1 s");
+    });
+    // Nobody holds it (this process may still count as waiting until its subscription to
+    // the release channel is swept).
+    let shown = setup.json(&["show", "quota", "--json"]);
+    assert!(
+        shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["holders"] == serde_json::json!([])),
+        "{shown:#}"
+    );
+    assert!(!exists(&format!("{}{{quota}}:sem", setup.prefix)));
+    assert!(!exists(&format!("{}{{quota}}:sem:n", setup.prefix)));
+}
+
+/// On a cluster a semaphore is shown with the master that holds it as its address, and
+/// `unlock` frees it, heard by its holder at once.
+#[test]
+fn semaphores_on_a_cluster_are_shown_and_unlocked() {
+    let nodes = distlock_tests::cluster_urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let prefix = format!("cli-{}-csem:", std::process::id());
+    let toml = format!(
+        "[defaults]\nwatchdog_timeout = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{nodes}]\nholder_info = true\n"
+    );
+    let setup = Setup::new("csem");
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    let g = rt
+        .block_on(registry.semaphore("quota", 1).acquire(1))
+        .unwrap();
+    let shown = setup.json(&["show", "quota", "--json"]);
+    let s = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == "semaphore")
+        .unwrap_or_else(|| panic!("{shown:#}"));
+    assert_eq!(s["permits"], 1, "{s:#}");
+    assert_eq!(s["holders"][0]["pid"], std::process::id(), "{s:#}");
+    let address = s["address"].as_str().unwrap();
+    assert_eq!(
+        distlock_tests::resp_command(address, &["EXISTS", &format!("{prefix}{{quota}}:sem")]),
+        Ok(distlock_tests::RespValue::Integer(1)),
+        "{address} holds the semaphore"
+    );
+    let out = setup.output(&["unlock", "quota", "--yes"]);
+    assert!(out.status.success());
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), g.lost())
+            .await
+            .expect("the holder hears it within 1 s")
+    });
 }

@@ -154,6 +154,8 @@ pub(crate) struct SemKeys {
     pub permits: u32,
     /// The number of permits of the semaphore, as this acquisition sees it.
     pub limit: u32,
+    /// A forced release of one holder only (`Semaphore::force_unlock_holder`): its id.
+    pub only_holder: Option<String>,
 }
 
 /// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
@@ -244,6 +246,7 @@ impl LockKeys {
             counts: format!("{}:n", keys.hash),
             permits,
             limit,
+            only_holder: None,
         }));
         Ok(keys)
     }

@@ -13,6 +13,8 @@
 -- ARGV[3] limit: the semaphore's permits as this caller sees it (1..2147483647); the
 --         holders' total after this acquisition must not exceed it
 -- ARGV[4] lease in ms (1..86400000, MAX_LEASE)
+-- ARGV[5] (optional) holder information `host\tpid\tsite`: recorded for a new holder as
+--         i:<holder id> -> `host\tpid\tsite\tsince_ms\ttoken` (`distlock list`/`show`)
 -- Bad arguments are an error reply before any write.
 -- Returns: {1, token} acquired; {0, ms} not enough permits free: ms until the earliest
 --   holder's lease ends (when a permit comes back at the latest, without a release).
@@ -54,6 +56,9 @@ if used + n > limit then
 end
 local token = next_token(fence, KEYS[4])
 redis.call('zadd', holders, now + lease, id)
-redis.call('hset', counts, id, n, 't:' .. id, string.format('%.0f', token))
+redis.call('hset', counts, id, n, 't:' .. id, string.format('%.0f', token), 'limit', limit)
+if ARGV[5] and ARGV[5] ~= '' then
+  redis.call('hset', counts, 'i:' .. id, ARGV[5] .. '\t' .. now .. '\t' .. string.format('%.0f', token))
+end
 keep(now)
 return {1, token}
