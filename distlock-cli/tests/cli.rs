@@ -1145,14 +1145,14 @@ fn state_of(pid: u32) -> Option<char> {
 /// ended on the server and a second owner holds the lock: by then the command is stopped
 /// too (never running unlocked); continued, `run` finds the lease lost, the command gets
 /// SIGTERM and `run` exits 74, leaving the second owner's lock alone.
-fn stopped_run_stops_its_command(test: &str, signal: &str) {
+fn stopped_run_stops_its_command(test: &str, signal: &str, prelude: &str) {
     let setup = Setup::new(test);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
     let marker = std::env::temp_dir().join(format!("distlock-cli-{test}-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let script = format!(
-        "trap 'echo TERM > {}; exit 0' TERM; echo HELD $DISTLOCK_FENCING_TOKEN $$; while :; do sleep 0.05; done",
+        "{prelude}trap 'echo TERM > {}; exit 0' TERM; echo HELD $DISTLOCK_FENCING_TOKEN $$; while :; do sleep 0.05; done",
         marker.display()
     );
     let mut cli = setup
@@ -1216,12 +1216,18 @@ fn stopped_run_stops_its_command(test: &str, signal: &str) {
 
 #[test]
 fn run_stopped_by_sigtstp_stops_its_command_with_it() {
-    stopped_run_stops_its_command("tstp", "TSTP");
+    stopped_run_stops_its_command("tstp", "TSTP", "");
+}
+
+/// A command that ignores SIGTSTP is stopped all the same (SIGSTOP from the guard).
+#[test]
+fn run_stopped_by_sigtstp_stops_a_command_that_ignores_it() {
+    stopped_run_stops_its_command("tstpignored", "TSTP", "trap '' TSTP; ");
 }
 
 #[test]
 fn run_stopped_by_sigstop_stops_its_command_with_it() {
-    stopped_run_stops_its_command("sigstopped", "STOP");
+    stopped_run_stops_its_command("sigstopped", "STOP", "");
 }
 
 /// Ctrl-Z then `fg` within the lease: the command is stopped with `run` and continued with
