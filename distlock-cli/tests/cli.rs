@@ -1412,20 +1412,15 @@ fn semaphores_are_shown_and_unlocked_holder_by_holder() {
     assert!(!exists(&format!("{}{{quota}}:sem:n", setup.prefix)));
 }
 
-/// On a cluster a semaphore is shown with the master that holds it as its address, and
-/// `unlock` frees it, heard by its holder at once.
-#[test]
-fn semaphores_on_a_cluster_are_shown_and_unlocked() {
-    let nodes = distlock_tests::cluster_urls()
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let prefix = format!("cli-{}-csem:", std::process::id());
+/// A semaphore on `backend` (the TOML lines of `[backends.c]`) is shown and `unlock` frees
+/// it, heard by its holder at once; on a cluster (`master_address`) the address shown is the
+/// master that holds it.
+fn semaphore_shown_and_unlocked_on(test: &str, backend: &str, master_address: bool) {
+    let prefix = format!("cli-{}-{test}:", std::process::id());
     let toml = format!(
-        "[defaults]\nwatchdog_timeout = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.c]\nmode = \"cluster\"\nnodes = [{nodes}]\nholder_info = true\n"
+        "[defaults]\nwatchdog_timeout = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.c]\n{backend}\nholder_info = true\n"
     );
-    let setup = Setup::new("csem");
+    let setup = Setup::new(test);
     std::fs::write(&setup.path, &toml).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
@@ -1441,12 +1436,15 @@ fn semaphores_on_a_cluster_are_shown_and_unlocked() {
         .unwrap_or_else(|| panic!("{shown:#}"));
     assert_eq!(s["permits"], 1, "{s:#}");
     assert_eq!(s["holders"][0]["pid"], std::process::id(), "{s:#}");
-    let address = s["address"].as_str().unwrap();
-    assert_eq!(
-        distlock_tests::resp_command(address, &["EXISTS", &format!("{prefix}{{quota}}:sem")]),
-        Ok(distlock_tests::RespValue::Integer(1)),
-        "{address} holds the semaphore"
-    );
+    assert_eq!(s["holders"][0]["owner"], g.holder_id(), "{s:#}");
+    if master_address {
+        let address = s["address"].as_str().unwrap();
+        assert_eq!(
+            distlock_tests::resp_command(address, &["EXISTS", &format!("{prefix}{{quota}}:sem")]),
+            Ok(distlock_tests::RespValue::Integer(1)),
+            "{address} holds the semaphore"
+        );
+    }
     let out = setup.output(&["unlock", "quota", "--yes"]);
     assert!(out.status.success());
     rt.block_on(async {
@@ -1454,4 +1452,36 @@ fn semaphores_on_a_cluster_are_shown_and_unlocked() {
             .await
             .expect("the holder hears it within 1 s")
     });
+}
+
+fn quoted(urls: Vec<String>) -> String {
+    urls.iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn semaphores_on_a_cluster_are_shown_and_unlocked() {
+    semaphore_shown_and_unlocked_on(
+        "csem",
+        &format!(
+            "mode = \"cluster\"\nnodes = [{}]",
+            quoted(distlock_tests::cluster_urls())
+        ),
+        true,
+    );
+}
+
+#[test]
+fn semaphores_on_sentinel_are_shown_and_unlocked() {
+    semaphore_shown_and_unlocked_on(
+        "ssem",
+        &format!(
+            "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
+            distlock_tests::sentinel_master_name(),
+            quoted(distlock_tests::sentinel_urls())
+        ),
+        false,
+    );
 }
