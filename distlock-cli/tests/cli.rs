@@ -1235,6 +1235,8 @@ fn run_stopped_by_sigstop_stops_its_command_with_it() {
 #[test]
 fn run_continued_within_its_lease_continues_its_command() {
     let setup = Setup::new("tstpcont");
+    // A lease that a stop of a few scheduling delays cannot come near.
+    std::fs::write(&setup.path, setup.toml.replace("\"1s\"", "\"30s\"")).unwrap();
     let script = "echo HELD $DISTLOCK_FENCING_TOKEN $$; read line; exit 3";
     let mut cli = setup
         .cmd(&["run", "nightly", "--", "sh", "-c", script])
