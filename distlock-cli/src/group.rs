@@ -23,13 +23,16 @@ use std::io::Write;
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-/// Make `cmd` start in a process group of its own that dies with this process.
-pub(crate) fn own_group_dying_with_us(cmd: &mut tokio::process::Command) {
+/// Make `cmd` start in a process group of its own that dies with this process, and that
+/// the guard `watcher` is told of before the command runs (so that a `run` stopped or
+/// killed the moment the command starts still has its group stopped or killed).
+pub(crate) fn own_group_dying_with_us(cmd: &mut tokio::process::Command, watcher: &Guard) {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    let guard_fd = watcher.fd();
     cmd.process_group(0);
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-    // functions (prctl, getppid) and builds an io::Error without allocating.
+    // functions (prctl, getppid, getpid, write) and builds an io::Error without allocating.
     unsafe {
         cmd.pre_exec(move || {
             #[cfg(target_os = "linux")]
@@ -42,6 +45,14 @@ pub(crate) fn own_group_dying_with_us(cmd: &mut tokio::process::Command) {
             if libc::getppid() != parent {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
+            // The group's id (this process's id, as its leader) to the guard, in one write
+            // (atomic on a pipe): `run` sends it again after the spawn, too late for a
+            // `run` stopped in between.
+            if let Some(fd) = guard_fd {
+                let mut line = [0u8; 24];
+                let n = decimal_line(libc::getpid(), &mut line);
+                libc::write(fd, line.as_ptr().cast(), n);
+            }
             Ok(())
         });
     }
@@ -50,6 +61,26 @@ pub(crate) fn own_group_dying_with_us(cmd: &mut tokio::process::Command) {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+}
+
+/// `pid` in decimal with a newline into `buf`, without allocating; returns its length.
+fn decimal_line(pid: libc::pid_t, buf: &mut [u8; 24]) -> usize {
+    let mut digits = [0u8; 20];
+    let mut n = u64::try_from(pid).unwrap_or(0);
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[i] = digits[len - 1 - i];
+    }
+    buf[len] = b'\n';
+    len + 1
 }
 
 /// Whether any process of group `pgid` is left, after reaping the group's zombies that
@@ -187,7 +218,14 @@ impl Guard {
         Ok(Guard { process, pipe })
     }
 
-    /// Tell the guard which group to kill if this process dies.
+    /// The pipe to the guard, for the command to write its group's id before it runs.
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.pipe.as_ref().map(|p| p.as_raw_fd())
+    }
+
+    /// Tell the guard which group to kill if this process dies (the command told it
+    /// already; this covers a guard that missed it).
     pub(crate) fn watch(&mut self, pgid: libc::pid_t) {
         self.send(&format!("{pgid}\n"));
     }

@@ -823,13 +823,12 @@ async fn run(
     // this returns (a guard dropped instead would release in a task the exit cuts short).
     let outcome = supervise(&guard, &key, &command, grace).await;
     let released = guard.release().await;
+    // A lost lease's release finds nothing held; any other failure is said.
+    if let (Err(e), false) = (released, matches!(outcome, Ok(Ended::Lost))) {
+        eprintln!("distlock: release after the command failed: {e}");
+    }
     match outcome {
-        Ok(Ended::Exited(status)) => {
-            if let Err(e) = released {
-                eprintln!("distlock: release after the command failed: {e}");
-            }
-            Ok(exit_of(status))
-        }
+        Ok(Ended::Exited(status)) => Ok(exit_of(status)),
         Ok(Ended::Lost) => Ok(ExitCode::from(EXIT_LOST)),
         Ok(Ended::Signal(sig)) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))),
         Ok(Ended::NotStarted(code)) => Ok(ExitCode::from(code)),
@@ -855,7 +854,7 @@ async fn supervise(
     cmd.args(&command[1..])
         .env("DISTLOCK_FENCING_TOKEN", token.to_string())
         .env("DISTLOCK_KEY", key);
-    group::own_group_dying_with_us(&mut cmd);
+    group::own_group_dying_with_us(&mut cmd, &watcher);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
