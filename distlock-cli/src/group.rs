@@ -7,8 +7,9 @@
 //!   main thread of `run`, which lives as long as `run`). A `run` that died between the
 //!   fork and the `prctl` is seen by `getppid()` and the command is not started.
 //! - `PR_SET_PDEATHSIG` reaches the command only, not what it started: a guard process
-//!   (`distlock __guard`, started before the command) reads a pipe from `run`; when the
-//!   pipe closes without `done` (`run` was killed), it SIGKILLs the group.
+//!   (`distlock __guard`, started before the command) reads a pipe from `run`, on which
+//!   the command itself writes its group's id between fork and exec; when the pipe closes
+//!   without `done` (`run` was killed), it SIGKILLs the group.
 //! - `run` is a child subreaper, so the group's orphans become its children and it reaps
 //!   them: "the group is gone" is then seen at once instead of after `--grace`.
 //! - Job control: the command is never left running while `run` is stopped (its renewals
