@@ -4,7 +4,7 @@
 //! distlock [--config FILE] check [--json]
 //! distlock [--config FILE] list [PATTERN] [--backend B] [--json]
 //! distlock [--config FILE] show KEY [--backend B] [--json]
-//! distlock [--config FILE] unlock KEY [--backend B] [--yes]
+//! distlock [--config FILE] unlock KEY [--backend B] [--yes] [--holder ID]
 //! distlock [--config FILE] run KEY [--wait D] [--lease auto|D] [--backend B] -- CMD ARGS...
 //! distlock [--config FILE] watch [PATTERN] [--backend B] [--interval D] [--count N]
 //! ```
@@ -21,6 +21,11 @@
 //! before the lock is released). If `run` itself dies (SIGKILL, a crash) the command
 //! dies with it (`PR_SET_PDEATHSIG`) and a small guard process (`distlock` again, started
 //! first, holding nothing but a pipe from `run`) kills the group when the pipe closes.
+//! The command stops with `run`: SIGTSTP (Ctrl-Z) is forwarded to the group; while `run`
+//! is stopped by SIGSTOP the guard stops the group; continued, `run` continues it if its
+//! lease is still held, else stops it as for a lost lease (exit 74). Every way out
+//! releases the lock, answered, before `run` exits; a command that cannot be started
+//! exits 127 (not found) or 126.
 
 mod group;
 mod table;
@@ -31,7 +36,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::inspect::LockInfo;
+use distlock::inspect::{Kind, LockInfo};
 use distlock::{InitError, Lease, LockError, LockKind, Registry};
 use distlock_config::{check_duration, parse_duration, Config, DurationUse};
 use serde_json::json;
@@ -85,15 +90,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Force-release a lock whoever holds it, waking its waiters; prints who held it.
+    /// Force-release a lock (or a semaphore's permits) whoever holds it, waking its
+    /// waiters; prints who held it. `--holder ID` frees one holder of a semaphore only.
     ///
-    /// The holder is not asked. With an auto lease its next renewal (within a third of
-    /// `watchdog_timeout`, 10 s by default) finds the lock gone: its `lost()` resolves, an
-    /// annotated body is cancelled with `LeaseLost` (or signalled with on_lost = "signal"),
-    /// a `distlock run` child gets SIGTERM and run exits 74. Until then it still believes it
-    /// holds the lock while a waiter may already be inside. With a fixed lease it is never
-    /// told (its release returns NotHeld). Use it for a holder that is gone or stuck, and
-    /// fence the resource (docs/operations.md).
+    /// The holder is not asked; it is told at once by the revocation message the forced
+    /// release publishes (else at its next renewal): its `lost()` resolves, an annotated
+    /// body is cancelled with `LeaseLost` (or signalled with on_lost = "signal"), a
+    /// `distlock run` child gets SIGTERM and run exits 74. Until then it still believes it
+    /// holds the lock while a waiter may already be inside. Use it for a holder that is
+    /// gone or stuck, and fence the resource (docs/operations.md).
     Unlock {
         key: String,
         #[arg(long)]
@@ -101,6 +106,10 @@ enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Free only this holder of the key's semaphore: its id (`owner` in `show --json`,
+        /// `id` in `show`), or the start of it when that names one holder.
+        #[arg(long)]
+        holder: Option<String>,
     },
     /// Run a command while holding the lock (the child sees DISTLOCK_FENCING_TOKEN).
     Run {
@@ -247,7 +256,12 @@ async fn dispatch(config: PathBuf, command: Command) -> Result<ExitCode, String>
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Unlock { key, backend, yes } => unlock(&config, key, backend, yes).await,
+        Command::Unlock {
+            key,
+            backend,
+            yes,
+            holder,
+        } => unlock(&config, key, backend, yes, holder).await,
         Command::Run {
             key,
             wait,
@@ -490,9 +504,12 @@ fn lock_json(l: &LockInfo) -> serde_json::Value {
         "address": l.address,
         "ttl_ms": l.ttl.map(|t| t.as_millis() as u64),
         "token": l.token,
+        "permits": l.permits,
         "holders": l.holders.iter().map(|h| json!({
             "owner": h.owner,
             "count": h.count,
+            "permits": (l.kind == Kind::Semaphore).then_some(h.count),
+            "lease_left_ms": h.lease_left.map(|d| d.as_millis() as u64),
             "host": h.host,
             "pid": h.pid,
             "site": h.site,
@@ -508,8 +525,10 @@ fn lock_json(l: &LockInfo) -> serde_json::Value {
     })
 }
 
-/// `host pid site since(age) xN token` of one holder, for tables.
-fn holder_line(h: &distlock::inspect::Holder) -> String {
+/// `host:pid site for AGE token T xN` of one holder, for tables; a semaphore's holder
+/// adds its permits, its lease left and its id (for `unlock --holder`).
+fn holder_line(h: &distlock::inspect::Holder, kind: Kind) -> String {
+    let round = |d: Duration| Duration::from_millis(d.as_millis() as u64 / 100 * 100);
     let mut s = format!(
         "{}:{}",
         h.host.as_deref().unwrap_or("?"),
@@ -519,11 +538,31 @@ fn holder_line(h: &distlock::inspect::Holder) -> String {
         s.push_str(&format!(" {site}"));
     }
     if let Some(age) = h.held_for {
-        let age = Duration::from_millis(age.as_millis() as u64 / 100 * 100);
-        s.push_str(&format!(" for {}", distlock_config::format_duration(age)));
+        s.push_str(&format!(
+            " for {}",
+            distlock_config::format_duration(round(age))
+        ));
     }
     if let Some(t) = h.token {
         s.push_str(&format!(" token {t}"));
+    }
+    if kind == Kind::Semaphore {
+        if h.host.is_none() {
+            s = "(no holder info)".to_owned();
+        }
+        s.push_str(&format!(
+            " {} permit{}",
+            h.count,
+            if h.count == 1 { "" } else { "s" }
+        ));
+        if let Some(left) = h.lease_left {
+            s.push_str(&format!(
+                " lease {}",
+                distlock_config::format_duration(round(left))
+            ));
+        }
+        s.push_str(&format!(" id {}", h.owner));
+        return s;
     }
     if h.count > 1 {
         s.push_str(&format!(" x{}", h.count));
@@ -532,6 +571,18 @@ fn holder_line(h: &distlock::inspect::Holder) -> String {
         s = format!("owner {} (no holder info)", h.owner);
     }
     s
+}
+
+/// The KIND cell: the kind's name; for a semaphore also the permits held and its permits.
+fn kind_cell(l: &LockInfo) -> String {
+    if l.kind != Kind::Semaphore {
+        return l.kind.name().to_owned();
+    }
+    let held: u64 = l.holders.iter().map(|h| h.count).sum();
+    match l.permits {
+        Some(p) => format!("semaphore {held}/{p}"),
+        None => format!("semaphore {held}/?"),
+    }
 }
 
 fn print_locks(locks: &[LockInfo], as_json: bool) {
@@ -545,10 +596,10 @@ fn print_locks(locks: &[LockInfo], as_json: bool) {
     }
     let mut table = Table::new(&["KEY", "KIND", "TTL", "TOKEN", "HOLDERS", "WAITERS"]);
     for l in locks {
-        let holders: Vec<String> = l.holders.iter().map(holder_line).collect();
+        let holders: Vec<String> = l.holders.iter().map(|h| holder_line(h, l.kind)).collect();
         table.row(vec![
             l.key.clone(),
-            l.kind.name().to_owned(),
+            kind_cell(l),
             l.ttl
                 .map_or_else(|| "-".into(), distlock_config::format_duration),
             l.token.map_or_else(|| "-".into(), |t| t.to_string()),
@@ -564,11 +615,11 @@ fn print_locks(locks: &[LockInfo], as_json: bool) {
 }
 
 /// The WAITERS cell: the queue's length for a fair or write lock (its waiters are recorded
-/// one by one); for a reentrant or read lock the processes waiting for it (`2 proc`; `?`
-/// when the ACL user may not run PUBSUB).
+/// one by one); for a reentrant or read lock or a semaphore the processes waiting for it
+/// (`2 proc`; `?` when the ACL user may not run PUBSUB).
 fn waiters_cell(l: &LockInfo) -> String {
     match (l.kind, l.waiting_processes) {
-        (LockKind::Fair | LockKind::Write, _) => l.waiters.len().to_string(),
+        (Kind::Fair | Kind::Write, _) => l.waiters.len().to_string(),
         (_, Some(0)) => "0".to_owned(),
         (_, Some(n)) => format!("{n} proc"),
         (_, None) if !l.waiters.is_empty() => l.waiters.len().to_string(),
@@ -581,12 +632,16 @@ async fn unlock(
     key: String,
     backend: Option<String>,
     yes: bool,
+    holder: Option<String>,
 ) -> Result<ExitCode, String> {
     let registry = connect(config).await?;
     let locks = registry
         .inspect(&key, backend.as_deref())
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(wanted) = holder {
+        return unlock_holder(&registry, &key, backend, yes, &locks, &wanted).await;
+    }
     let held: Vec<&LockInfo> = locks.iter().filter(|l| !l.holders.is_empty()).collect();
     if held.is_empty() {
         println!("{key}: not held");
@@ -594,38 +649,49 @@ async fn unlock(
     }
     for l in &held {
         for h in &l.holders {
-            println!("{key} ({}) held by {}", l.kind.name(), holder_line(h));
+            println!(
+                "{key} ({}) held by {}",
+                l.kind.name(),
+                holder_line(h, l.kind)
+            );
         }
     }
-    if !yes {
-        print!("force-release {key}? [y/N] ");
-        let _ = std::io::stdout().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            println!("not released");
-            return Ok(ExitCode::FAILURE);
-        }
+    if !yes && !confirm(&format!("force-release {key}?")) {
+        println!("not released");
+        return Ok(ExitCode::FAILURE);
     }
     // Read and write share one lock state: one forced release covers both.
-    let mut kinds: Vec<LockKind> = held
+    let mut kinds: Vec<Kind> = held
         .iter()
         .map(|l| match l.kind {
-            LockKind::Read => LockKind::Write,
+            Kind::Read => Kind::Write,
             k => k,
         })
         .collect();
     kinds.dedup();
     for kind in kinds {
-        let mut lock = registry.lock(key.clone()).kind(kind);
-        if let Some(b) = &backend {
-            lock = lock.backend(b.clone());
+        let freed = match kind.lock_kind() {
+            Some(lock_kind) => {
+                let mut lock = registry.lock(key.clone()).kind(lock_kind);
+                if let Some(b) = &backend {
+                    lock = lock.backend(b.clone());
+                }
+                lock.force_unlock().await
+            }
+            None => {
+                let permits = held.iter().find_map(|l| l.permits).unwrap_or(1);
+                let mut sem = registry.semaphore(key.clone(), permits);
+                if let Some(b) = &backend {
+                    sem = sem.backend(b.clone());
+                }
+                sem.force_unlock().await
+            }
         }
-        let freed = lock.force_unlock().await.map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?;
         let holders: Vec<String> = locks
             .iter()
-            .filter(|l| l.kind == kind || (kind == LockKind::Write && l.kind == LockKind::Read))
-            .flat_map(|l| l.holders.iter().map(holder_line))
+            .filter(|l| l.kind == kind || (kind == Kind::Write && l.kind == Kind::Read))
+            .flat_map(|l| l.holders.iter().map(|h| holder_line(h, l.kind)))
             .collect();
         tracing::warn!(target: "distlock::cli", key = %key, kind = kind.name(), freed,
             holders = %holders.join("; "), "distlock: lock force-released from the command line");
@@ -640,6 +706,75 @@ async fn unlock(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `unlock KEY --holder ID`: free one holder of the key's semaphore (its id, or a prefix
+/// naming one holder); exit 1 when no holder (or more than one) matches.
+async fn unlock_holder(
+    registry: &Registry,
+    key: &str,
+    backend: Option<String>,
+    yes: bool,
+    locks: &[LockInfo],
+    wanted: &str,
+) -> Result<ExitCode, String> {
+    let sem = locks.iter().find(|l| l.kind == Kind::Semaphore);
+    let matching: Vec<&distlock::inspect::Holder> = sem
+        .iter()
+        .flat_map(|l| l.holders.iter())
+        .filter(|h| !wanted.is_empty() && h.owner.starts_with(wanted))
+        .collect();
+    let (sem, h) = match (sem, matching.as_slice()) {
+        (Some(sem), [h]) => (sem, *h),
+        (_, []) => {
+            eprintln!("distlock: {key}: no semaphore holder {wanted:?}");
+            return Ok(ExitCode::FAILURE);
+        }
+        (_, _) => {
+            eprintln!(
+                "distlock: {key}: {} semaphore holders start with {wanted:?}; give more of the id",
+                matching.len()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    println!(
+        "{key} (semaphore) held by {}",
+        holder_line(h, Kind::Semaphore)
+    );
+    if !yes && !confirm(&format!("force-release this holder of {key}?")) {
+        println!("not released");
+        return Ok(ExitCode::FAILURE);
+    }
+    let mut semaphore = registry.semaphore(key.to_owned(), sem.permits.unwrap_or(1));
+    if let Some(b) = backend {
+        semaphore = semaphore.backend(b);
+    }
+    let freed = semaphore
+        .force_unlock_holder(&h.owner)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::warn!(target: "distlock::cli", key = %key, kind = "semaphore", freed,
+        holder = %holder_line(h, Kind::Semaphore), "distlock: semaphore holder force-released from the command line");
+    println!(
+        "{key} (semaphore) holder {}: {}",
+        h.owner,
+        if freed {
+            "released"
+        } else {
+            "was already gone"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ask `question [y/N]` on the terminal.
+fn confirm(question: &str) -> bool {
+    print!("{question} [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
 }
 
 /// How `run` takes its lock.
@@ -684,61 +819,120 @@ async fn run(
         }
         Err(e) => return Err(e.to_string()),
     };
+    // Whatever happens from here, the lock is released, and the release answered, before
+    // this returns (a guard dropped instead would release in a task the exit cuts short).
+    let outcome = supervise(&guard, &key, &command, grace).await;
+    let released = guard.release().await;
+    // A lost lease's release finds nothing held; any other failure is said.
+    if let (Err(e), false) = (released, matches!(outcome, Ok(Ended::Lost))) {
+        eprintln!("distlock: release after the command failed: {e}");
+    }
+    match outcome {
+        Ok(Ended::Exited(status)) => Ok(exit_of(status)),
+        Ok(Ended::Lost) => Ok(ExitCode::from(EXIT_LOST)),
+        Ok(Ended::Signal(sig)) => Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))),
+        Ok(Ended::NotStarted(code)) => Ok(ExitCode::from(code)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Run `command` under the lock `guard` holds until it ends, the lease is lost or `run` is
+/// told to stop; the command's process group is stopped on every way out.
+async fn supervise(
+    guard: &distlock::LockGuard,
+    key: &str,
+    command: &[String],
+    grace: Duration,
+) -> Result<Ended, String> {
     let token = guard.fencing_token();
-    // The guard first: from the moment the command exists, `run` dying kills its group.
+    // The signals first: one that comes as the command starts is handled, not taken with
+    // its default action (a SIGTSTP would stop `run` alone).
+    let mut signals = group::Signals::new()?;
+    // The guard next: from the moment the command exists, `run` dying kills its group.
     let mut watcher = group::Guard::start()?;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..])
         .env("DISTLOCK_FENCING_TOKEN", token.to_string())
-        .env("DISTLOCK_KEY", &key);
-    group::own_group_dying_with_us(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {:?}: {e}", command[0]))?;
-    let pgid = child
-        .id()
-        .and_then(|p| libc::pid_t::try_from(p).ok())
-        .ok_or_else(|| format!("{:?} exited before it could be watched", command[0]))?;
-    watcher.watch(pgid);
-    let mut signals = group::Signals::new()?;
-    let ended = tokio::select! {
-        status = child.wait() => Ended::Exited(status.map_err(|e| e.to_string())?),
-        lost = guard.lost() => {
-            eprintln!("distlock: {lost}; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
-                command[0], distlock_config::format_duration(grace));
-            Ended::Lost
+        .env("DISTLOCK_KEY", key);
+    group::own_group_dying_with_us(&mut cmd, &watcher);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            watcher.done();
+            eprintln!("distlock: cannot run {:?}: {e}", command[0]);
+            // As env(1): 127 when the command is not found, 126 when it cannot be run.
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Ok(Ended::NotStarted(code));
         }
-        sig = signals.recv() => Ended::Signal(sig),
+    };
+    let Some(pgid) = child.id().and_then(|p| libc::pid_t::try_from(p).ok()) else {
+        watcher.done();
+        return Err(format!(
+            "{:?} exited before it could be watched",
+            command[0]
+        ));
+    };
+    watcher.watch(pgid);
+    let ended = loop {
+        tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => break Ended::Exited(status),
+                Err(e) => {
+                    eprintln!("distlock: waiting for {:?} failed: {e}; stopping its process group", command[0]);
+                    break Ended::Signal(libc::SIGTERM);
+                }
+            },
+            lost = guard.lost() => {
+                eprintln!("distlock: {lost}; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
+                    command[0], distlock_config::format_duration(grace));
+                break Ended::Lost;
+            }
+            sig = signals.recv() => match sig {
+                group::Signalled::End(sig) => break Ended::Signal(sig),
+                group::Signalled::Stop => {
+                    // Ctrl-Z: the command stops with `run` (its renewals stop now).
+                    group::signal_group(pgid, libc::SIGTSTP);
+                    group::stop_self();
+                }
+                group::Signalled::Continued => {
+                    if guard.is_held() {
+                        group::signal_group(pgid, libc::SIGCONT);
+                        watcher.cont();
+                    } else {
+                        eprintln!("distlock: the lease ran out while `run` was stopped; stopping {:?} and its process group (SIGTERM, SIGKILL after {})",
+                            command[0], distlock_config::format_duration(grace));
+                        break Ended::Lost;
+                    }
+                }
+            },
+        }
     };
     match ended {
-        Ended::Exited(status) => {
-            // Whatever the command left running still works under the lock: stop it
-            // before the release.
-            group::stop(pgid, libc::SIGTERM, grace, None).await;
-            watcher.done();
-            if let Err(e) = guard.release().await {
-                eprintln!("distlock: release after the command failed: {e}");
-            }
-            Ok(exit_of(status))
+        // Whatever the command left running still works under the lock: stop it before
+        // the release.
+        Ended::Exited(_) | Ended::NotStarted(_) => {
+            group::stop(pgid, libc::SIGTERM, grace, None, &mut watcher).await;
         }
         Ended::Lost => {
-            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child)).await;
-            watcher.done();
-            let _ = guard.release().await;
-            Ok(ExitCode::from(EXIT_LOST))
+            group::stop(pgid, libc::SIGTERM, grace, Some(&mut child), &mut watcher).await;
         }
         Ended::Signal(sig) => {
-            group::stop(pgid, sig, grace, Some(&mut child)).await;
-            watcher.done();
-            let _ = guard.release().await;
-            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+            group::stop(pgid, sig, grace, Some(&mut child), &mut watcher).await;
         }
     }
+    watcher.done();
+    Ok(ended)
 }
 
 /// How the command's run ended.
 enum Ended {
     Exited(std::process::ExitStatus),
+    /// The command could not be started: exit with this (127 not found, else 126).
+    NotStarted(u8),
     Lost,
     /// `run` got this signal (forwarded to the group).
     Signal(libc::c_int),

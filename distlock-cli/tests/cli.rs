@@ -17,6 +17,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 struct Setup {
     path: PathBuf,
     toml: String,
+    /// The `key_prefix` of this test's keys.
+    prefix: String,
 }
 
 impl Setup {
@@ -29,7 +31,7 @@ impl Setup {
         let path =
             std::env::temp_dir().join(format!("distlock-cli-{}-{test}.toml", std::process::id()));
         std::fs::write(&path, &toml).expect("write config");
-        Setup { path, toml }
+        Setup { path, toml, prefix }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -1075,6 +1077,14 @@ fn list_on_a_cluster_and_show_on_redlock() {
     assert_eq!(listed, want);
     for l in list.as_array().unwrap() {
         assert_eq!(l["holders"][0]["pid"], std::process::id());
+        // The master holding the key (one `host:port`), not the seed list.
+        let address = l["address"].as_str().unwrap();
+        let name = format!("{prefix}{{{}}}", l["key"].as_str().unwrap());
+        assert_eq!(
+            distlock_tests::resp_command(address, &["EXISTS", &name]),
+            Ok(distlock_tests::RespValue::Integer(1)),
+            "{l:#}: the address is the master holding {name}"
+        );
     }
     for g in guards {
         rt.block_on(g.release()).unwrap();
@@ -1099,4 +1109,396 @@ fn list_on_a_cluster_and_show_on_redlock() {
     rt.block_on(guard.release()).unwrap();
     let shown = setup.json(&["show", "quorum-job", "--backend", "r", "--json"]);
     assert_eq!(shown, serde_json::json!([]));
+}
+
+/// A command that cannot start: `run` says so, exits 127 (as `env` does), and the lock is
+/// free by the time it returns, every time (its release is sent and answered before the
+/// process exits, not left to a background task that the exit cuts short).
+#[test]
+fn run_frees_the_lock_when_its_command_cannot_start() {
+    let setup = Setup::new("nostart");
+    let hash = format!("{}{{nightly}}", setup.prefix);
+    for i in 0..25 {
+        let out = setup.output(&["run", "nightly", "--lease", "30s", "--", "/nonexistent"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !exists(&hash),
+            "run {i}: the lock is still held after `run` returned ({stderr})"
+        );
+        assert_eq!(out.status.code(), Some(127), "run {i}: {stderr}");
+        assert!(stderr.contains("/nonexistent"), "run {i}: {stderr}");
+    }
+    let out = setup.output(&["show", "nightly"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "nightly: not held"
+    );
+}
+
+/// The scheduling state of process `pid` (`R`, `S`, `T` stopped, `Z`, ...), `None` when gone.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Whether process `pid` is stopped (`T`), or has a SIGSTOP pending, so that it runs no
+/// more of its own code: on a loaded machine a process may wait long for the CPU time it
+/// takes to act on the signal, and one in an uninterruptible wait (`D`: dash waits for a
+/// `vfork`ed child that way) acts on it only when that wait ends.
+fn stopped_or_stopping(pid: u32) -> bool {
+    if state_of(pid) == Some('T') {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let stop = 1u64 << (libc::SIGSTOP - 1);
+    status.lines().any(|l| {
+        ["ShdPnd:", "SigPnd:"].iter().any(|field| {
+            l.strip_prefix(field)
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|mask| mask & stop != 0)
+        })
+    }) || state_of(pid) == Some('T')
+}
+
+/// `distlock run --lease 2s` stopped by `signal` (TSTP: Ctrl-Z, or STOP) until its lease has
+/// ended on the server and a second owner holds the lock: by then the command is stopped
+/// too (never running unlocked); continued, `run` finds the lease lost, the command gets
+/// SIGTERM and `run` exits 74, leaving the second owner's lock alone.
+fn stopped_run_stops_its_command(test: &str, signal: &str, prelude: &str) {
+    let setup = Setup::new(test);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let marker = std::env::temp_dir().join(format!("distlock-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let script = format!(
+        "{prelude}trap 'echo TERM > {}; exit 0' TERM; echo HELD $DISTLOCK_FENCING_TOKEN $$; while :; do sleep 0.05; done",
+        marker.display()
+    );
+    let mut cli = setup
+        .cmd(&[
+            "run", "--lease", "2s", "--grace", "5s", "nightly", "--", "sh", "-c", &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(cli.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let (token, shell): (u64, u32) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["HELD", t, p] => (t.parse().unwrap(), p.parse().unwrap()),
+        _ => panic!("expected `HELD <token> <pid>`, got {line:?}"),
+    };
+
+    send_signal(signal, cli.id());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let other = loop {
+        if let Some(g) = rt.block_on(registry.lock("nightly").try_acquire()).unwrap() {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped run's lease never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(other.fencing_token() > token);
+    assert!(
+        stopped_or_stopping(shell),
+        "SIG{signal}: another owner holds the lock and the command of the stopped run is not stopped ({:?})",
+        state_of(shell)
+    );
+    assert!(cli.try_wait().unwrap().is_none(), "stopped, not exited");
+
+    send_signal("CONT", cli.id());
+    let status = wait_exit(&mut cli, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(74), "exit 74: the lease was lost");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "TERM",
+        "the command got SIGTERM"
+    );
+    assert!(gone_within(shell, Duration::from_secs(5)));
+    assert!(other.is_held());
+    let shown = setup.json(&["show", "nightly", "--json"]);
+    assert_eq!(shown[0]["token"], other.fencing_token(), "{shown:#}");
+    rt.block_on(other.release()).unwrap();
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn run_stopped_by_sigtstp_stops_its_command_with_it() {
+    stopped_run_stops_its_command("tstp", "TSTP", "");
+}
+
+/// A command that ignores SIGTSTP is stopped all the same (SIGSTOP from the guard).
+#[test]
+fn run_stopped_by_sigtstp_stops_a_command_that_ignores_it() {
+    stopped_run_stops_its_command("tstpignored", "TSTP", "trap '' TSTP; ");
+}
+
+#[test]
+fn run_stopped_by_sigstop_stops_its_command_with_it() {
+    stopped_run_stops_its_command("sigstopped", "STOP", "");
+}
+
+/// Ctrl-Z then `fg` within the lease: the command is stopped with `run` and continued with
+/// it, and runs to its end under the lock (exit status its own).
+#[test]
+fn run_continued_within_its_lease_continues_its_command() {
+    let setup = Setup::new("tstpcont");
+    // A lease that a stop of a few scheduling delays cannot come near.
+    std::fs::write(&setup.path, setup.toml.replace("\"1s\"", "\"30s\"")).unwrap();
+    let script = "echo HELD $DISTLOCK_FENCING_TOKEN $$; read line; exit 3";
+    let mut cli = setup
+        .cmd(&["run", "nightly", "--", "sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(cli.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let shell: u32 = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["HELD", _, p] => p.parse().unwrap(),
+        _ => panic!("expected `HELD <token> <pid>`, got {line:?}"),
+    };
+    send_signal("TSTP", cli.id());
+    distlock_tests::wait_until(Duration::from_secs(5), "the command stopped", || {
+        state_of(shell) == Some('T')
+    });
+    send_signal("CONT", cli.id());
+    distlock_tests::wait_until(Duration::from_secs(5), "the command continued", || {
+        state_of(shell).is_some_and(|s| s != 'T')
+    });
+    std::io::Write::write_all(cli.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let status = wait_exit(&mut cli, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(3));
+}
+
+/// A semaphore with every permit taken is shown by `show`, `list` and `watch` (permits,
+/// holders with host, pid, site and lease left, waiting processes) and `unlock` frees one
+/// holder (`--holder ID`) or all of them; each freed holder hears it at once (`lost()`
+/// within 1 s, with a renewal 10 s away), the others keep their permits.
+#[test]
+fn semaphores_are_shown_and_unlocked_holder_by_holder() {
+    let setup = Setup::new("sem");
+    let toml = setup.toml.replace("\"1s\"", "\"30s\"");
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    let (a, b) = rt.block_on(async {
+        let a = registry.semaphore("quota", 3).acquire(1).await.unwrap();
+        let b = registry.semaphore("quota", 3).acquire(2).await.unwrap();
+        (a, b)
+    });
+    // A third process-local acquisition waits: every permit is taken.
+    let waiter = {
+        let registry = registry.clone();
+        rt.spawn(async move {
+            registry
+                .semaphore("quota", 3)
+                .wait(Duration::from_secs(60))
+                .acquire(1)
+                .await
+        })
+    };
+    let shown = loop {
+        let shown = setup.json(&["show", "quota", "--json"]);
+        let s = shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["kind"] == "semaphore")
+            .cloned()
+            .unwrap_or_else(|| panic!("a semaphore with every permit taken is shown: {shown:#}"));
+        if s["waiting_processes"] == 1 {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(shown["permits"], 3, "{shown:#}");
+    assert!(shown["ttl_ms"].as_u64().unwrap() > 20_000, "{shown:#}");
+    let holders = shown["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 2, "{shown:#}");
+    for (h, guard) in [(&a, 1u64), (&b, 2)].map(|(g, n)| {
+        let h = holders
+            .iter()
+            .find(|h| h["token"] == g.fencing_token())
+            .unwrap_or_else(|| panic!("a holder with token {}: {shown:#}", g.fencing_token()));
+        (h, n)
+    }) {
+        assert_eq!(h["permits"], guard, "{h:#}");
+        assert_eq!(h["count"], guard, "{h:#}");
+        assert_eq!(h["host"], hostname(), "{h:#}");
+        assert_eq!(h["pid"], std::process::id(), "{h:#}");
+        assert!(h["site"].as_str().unwrap().contains("cli.rs"), "{h:#}");
+        assert!(h["lease_left_ms"].as_u64().unwrap() > 20_000, "{h:#}");
+    }
+    let listed = setup.json(&["list", "--json"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["key"] == "quota" && l["kind"] == "semaphore"),
+        "{listed:#}"
+    );
+    let table = String::from_utf8_lossy(&setup.output(&["show", "quota"]).stdout).into_owned();
+    assert!(
+        table.contains("semaphore 3/3") && table.contains("1 proc"),
+        "{table}"
+    );
+    let watched =
+        String::from_utf8_lossy(&setup.output(&["watch", "--count", "1"]).stdout).into_owned();
+    assert!(
+        row_of(&watched, "quota").is_some_and(|r| r.contains("semaphore 3/3")),
+        "{watched}"
+    );
+
+    // One holder: `a` hears it at once; `b` keeps its permits; the waiter gets a permit.
+    let a_id = holders
+        .iter()
+        .find(|h| h["token"] == a.fencing_token())
+        .unwrap()["owner"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(a_id, a.holder_id());
+    let out = setup.output(&["unlock", "quota", "--holder", &a_id[..12], "--yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("released"), "{stdout}");
+    let unlocked = Instant::now();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), a.lost())
+            .await
+            .expect("the freed holder hears it within 1 s")
+    });
+    assert!(unlocked.elapsed() < Duration::from_secs(1));
+    assert!(b.is_held());
+    let c = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), waiter).await })
+        .expect("the waiter got the freed permit")
+        .unwrap()
+        .unwrap();
+    let shown = setup.json(&["show", "quota", "--json"]);
+    assert_eq!(
+        shown[0]["holders"].as_array().unwrap().len(),
+        2,
+        "{shown:#}"
+    );
+
+    // No such holder: exit 1, nothing freed.
+    let out = setup.output(&["unlock", "quota", "--holder", "zz", "--yes"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(b.is_held() && c.is_held());
+
+    // All of them.
+    let out = setup.output(&["unlock", "quota", "--yes"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("(semaphore): released"),
+        "{stdout}"
+    );
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), b.lost())
+            .await
+            .expect("b hears it within 1 s");
+        tokio::time::timeout(Duration::from_secs(1), c.lost())
+            .await
+            .expect("c hears it within 1 s");
+    });
+    // Nobody holds it (this process may still count as waiting until its subscription to
+    // the release channel is swept).
+    let shown = setup.json(&["show", "quota", "--json"]);
+    assert!(
+        shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["holders"] == serde_json::json!([])),
+        "{shown:#}"
+    );
+    assert!(!exists(&format!("{}{{quota}}:sem", setup.prefix)));
+    assert!(!exists(&format!("{}{{quota}}:sem:n", setup.prefix)));
+}
+
+/// A semaphore on `backend` (the TOML lines of `[backends.c]`) is shown and `unlock` frees
+/// it, heard by its holder at once; on a cluster (`master_address`) the address shown is the
+/// master that holds it.
+fn semaphore_shown_and_unlocked_on(test: &str, backend: &str, master_address: bool) {
+    let prefix = format!("cli-{}-{test}:", std::process::id());
+    let toml = format!(
+        "[defaults]\nwatchdog_timeout = \"30s\"\nkey_prefix = \"{prefix}\"\n[backends.c]\n{backend}\nholder_info = true\n"
+    );
+    let setup = Setup::new(test);
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&toml)).unwrap();
+    let g = rt
+        .block_on(registry.semaphore("quota", 1).acquire(1))
+        .unwrap();
+    let shown = setup.json(&["show", "quota", "--json"]);
+    let s = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == "semaphore")
+        .unwrap_or_else(|| panic!("{shown:#}"));
+    assert_eq!(s["permits"], 1, "{s:#}");
+    assert_eq!(s["holders"][0]["pid"], std::process::id(), "{s:#}");
+    assert_eq!(s["holders"][0]["owner"], g.holder_id(), "{s:#}");
+    if master_address {
+        let address = s["address"].as_str().unwrap();
+        assert_eq!(
+            distlock_tests::resp_command(address, &["EXISTS", &format!("{prefix}{{quota}}:sem")]),
+            Ok(distlock_tests::RespValue::Integer(1)),
+            "{address} holds the semaphore"
+        );
+    }
+    let out = setup.output(&["unlock", "quota", "--yes"]);
+    assert!(out.status.success());
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(1), g.lost())
+            .await
+            .expect("the holder hears it within 1 s")
+    });
+}
+
+fn quoted(urls: Vec<String>) -> String {
+    urls.iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[test]
+fn semaphores_on_a_cluster_are_shown_and_unlocked() {
+    semaphore_shown_and_unlocked_on(
+        "csem",
+        &format!(
+            "mode = \"cluster\"\nnodes = [{}]",
+            quoted(distlock_tests::cluster_urls())
+        ),
+        true,
+    );
+}
+
+#[test]
+fn semaphores_on_sentinel_are_shown_and_unlocked() {
+    semaphore_shown_and_unlocked_on(
+        "ssem",
+        &format!(
+            "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
+            distlock_tests::sentinel_master_name(),
+            quoted(distlock_tests::sentinel_urls())
+        ),
+        false,
+    );
 }

@@ -210,7 +210,7 @@ pub mod inspect {
     //! }
     //! # Ok(()) }
     //! ```
-    pub use crate::ops::inspect::{Holder, LockInfo, Waiter};
+    pub use crate::ops::inspect::{Holder, Kind, LockInfo, Waiter};
     pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
     pub use crate::ops::sites::{sites, Site};
     pub use crate::primitives::leader::LeaderInfo;

@@ -609,6 +609,23 @@ impl MemoryDriver {
     pub(super) fn force_release(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
         let mut st = self.state();
+        // One semaphore holder only (`Semaphore::force_unlock_holder`).
+        if let Shape::Semaphore(sem) = &keys.shape {
+            if let Some(only) = &sem.only_holder {
+                let holders = sem_live(&mut st.sems, &keys.hash, now);
+                let before = holders.len();
+                holders.retain(|owner, _| owner.hex().as_slice() != only.as_bytes());
+                let freed = holders.len() < before;
+                if holders.is_empty() {
+                    st.sems.remove(&keys.hash);
+                }
+                drop(st);
+                if freed {
+                    self.hub.deliver(&keys.channel);
+                }
+                return freed;
+            }
+        }
         let mut existed = Self::live(&mut st, &keys.hash, now).is_some();
         st.locks.remove(&keys.hash);
         existed |= st.rw.remove(&keys.hash).is_some();

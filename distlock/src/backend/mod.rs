@@ -448,7 +448,15 @@ impl Backend {
             // Every holder is in this process: each is marked lost before this returns.
             Driver::Memory(m) => {
                 let freed = m.force_release(keys);
-                for lease in self.leases.held(|l| l.keys.hash == keys.hash) {
+                let only = match &keys.shape {
+                    Shape::Semaphore(sem) => sem.only_holder.as_deref(),
+                    Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => None,
+                };
+                let concerned = |l: &crate::lease::held::LeaseState| {
+                    l.keys.hash == keys.hash
+                        && only.is_none_or(|o| l.owner.hex().as_slice() == o.as_bytes())
+                };
+                for lease in self.leases.held(concerned) {
                     lease.mark_lost("the lock was force-released".into());
                 }
                 Ok(freed)
@@ -540,6 +548,17 @@ impl Backend {
             .map(|r| r.map_err(|e| e.into_lock_error(&self.name, Some(key))))
             .collect();
         Some((replies, needed))
+    }
+
+    /// Whether it is a Redis Cluster backend (inspection asks the node that answers for its
+    /// own address: `protocol/inspect.lua`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match &self.driver {
+            Driver::Cluster(_) => true,
+            Driver::Single(_) | Driver::Sentinel(_) | Driver::Quorum(_) | Driver::Memory(_) => {
+                false
+            }
+        }
     }
 
     /// The mode's name when it is a quorum backend (redlock, multi), else `None`.

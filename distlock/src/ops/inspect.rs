@@ -4,10 +4,15 @@
 //! lock's expiry; on by default in distlock's format), and the read-only
 //! inspection behind `distlock list`/`show`: [`Registry::inspect`] and [`Registry::list`].
 //!
-//! On a redlock or multi backend every node is asked and the first node (in configuration
-//! order) on which the lock is held is reported, with its address in
-//! [`LockInfo::address`]; the nodes' views can differ while a quorum acquisition or release
-//! is under way. A memory backend has no inspection (its locks live in one process).
+//! Semaphores are shown too ([`Kind::Semaphore`]): their holders (the acquire script
+//! records the same information in the semaphore's counts hash), each one's permits and
+//! lease left, and the semaphore's permits as the last acquisition carried them.
+//!
+//! On a cluster the master that holds the key is reported in [`LockInfo::address`] (the
+//! node answers with its own address from `CLUSTER NODES`). On a redlock or multi backend
+//! every node is asked and the first node (in configuration order) on which the lock is
+//! held is reported; the nodes' views can differ while a quorum acquisition or release is
+//! under way. A memory backend has no inspection (its locks live in one process).
 
 use crate::ops::report::ServerReport;
 use std::collections::{BTreeSet, HashMap};
@@ -23,7 +28,71 @@ use crate::{LockError, LockKind};
 /// Most Redis key names one [`Registry::list`] looks at.
 const SCAN_LIMIT: usize = 100_000;
 
-/// One held (or waited-for) lock, as [`Registry::inspect`] and [`Registry::list`] see it.
+/// What an inspected entry is: a lock of one of the [`LockKind`]s, or a semaphore. It
+/// compares equal to the matching `LockKind`.
+///
+/// ```
+/// use distlock::inspect::Kind;
+/// assert_eq!(Kind::from(distlock::LockKind::Read), distlock::LockKind::Read);
+/// assert_eq!(Kind::Semaphore.name(), "semaphore");
+/// assert_eq!(Kind::Semaphore.lock_kind(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A reentrant lock.
+    Reentrant,
+    /// A fair lock.
+    Fair,
+    /// A read lock (readers hold it).
+    Read,
+    /// A write lock (a writer holds it).
+    Write,
+    /// A semaphore ([`crate::Semaphore`]): [`LockInfo::permits`], and each holder's permits
+    /// in [`Holder::count`].
+    Semaphore,
+}
+
+impl Kind {
+    /// `reentrant`, `fair`, `read`, `write` (as the attribute's `kind`) or `semaphore`.
+    pub fn name(&self) -> &'static str {
+        match self.lock_kind() {
+            Some(k) => k.name(),
+            None => "semaphore",
+        }
+    }
+
+    /// The lock kind; `None` for a semaphore.
+    pub fn lock_kind(&self) -> Option<LockKind> {
+        match self {
+            Kind::Reentrant => Some(LockKind::Reentrant),
+            Kind::Fair => Some(LockKind::Fair),
+            Kind::Read => Some(LockKind::Read),
+            Kind::Write => Some(LockKind::Write),
+            Kind::Semaphore => None,
+        }
+    }
+}
+
+impl From<LockKind> for Kind {
+    fn from(k: LockKind) -> Kind {
+        match k {
+            LockKind::Reentrant => Kind::Reentrant,
+            LockKind::Fair => Kind::Fair,
+            LockKind::Read => Kind::Read,
+            LockKind::Write => Kind::Write,
+        }
+    }
+}
+
+impl PartialEq<LockKind> for Kind {
+    fn eq(&self, other: &LockKind) -> bool {
+        self.lock_kind() == Some(*other)
+    }
+}
+
+/// One held (or waited-for) lock or semaphore, as [`Registry::inspect`] and
+/// [`Registry::list`] see it.
 ///
 /// ```
 /// # fn show(info: &distlock::inspect::LockInfo) {
@@ -37,12 +106,17 @@ const SCAN_LIMIT: usize = 100_000;
 pub struct LockInfo {
     /// The key, as given to `Lock::new`.
     pub key: String,
-    /// Reentrant, fair, read (readers hold it) or write (a writer holds it).
-    pub kind: LockKind,
+    /// Reentrant, fair, read (readers hold it), write (a writer holds it) or a semaphore.
+    pub kind: Kind,
     /// The backend's name.
     pub backend: String,
-    /// The server that answered (on redlock/multi: the node reported).
+    /// The server that answered: on a cluster the master holding the key (the seed list
+    /// when the node may not run `CLUSTER NODES`); on redlock/multi the node reported; on
+    /// sentinel the master's name and the sentinels.
     pub address: String,
+    /// A semaphore's number of permits, as its last acquisition carried it; `None` for a
+    /// lock.
+    pub permits: Option<u32>,
     /// What is left of the lease (the longest of the holders'); `None` when not held.
     pub ttl: Option<Duration>,
     /// The last fencing token handed out for this key, as far as the server knows it: the
@@ -51,7 +125,7 @@ pub struct LockInfo {
     /// cluster draw from a counter shared by many keys, so a lock nobody holds there shows
     /// `None`). Under `protocol = "redisson"`, the fenced lock's counter.
     pub token: Option<u64>,
-    /// Who holds it (several readers for a read lock).
+    /// Who holds it (several readers for a read lock, several holders for a semaphore).
     pub holders: Vec<Holder>,
     /// Who waits, in order (fair locks: the queue; write locks: waiting writers).
     pub waiters: Vec<Waiter>,
@@ -68,9 +142,10 @@ pub struct LockInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// The owner id (hex), as stored in Redis.
+    /// The owner id (hex), as stored in Redis (for a semaphore, the holder id that
+    /// [`Semaphore::force_unlock_holder`](crate::Semaphore::force_unlock_holder) takes).
     pub owner: String,
-    /// Reentrancy count.
+    /// Reentrancy count; for a semaphore, the permits this holder holds.
     pub count: u64,
     /// The holder's host name (`None`: holder information is off on its backend).
     pub host: Option<String>,
@@ -84,6 +159,9 @@ pub struct Holder {
     pub held_for: Option<Duration>,
     /// The fencing token this holder got.
     pub token: Option<u64>,
+    /// What is left of this holder's own lease, where each holder has one (a semaphore's
+    /// holders, a read lock's readers); `None` for the others (see [`LockInfo::ttl`]).
+    pub lease_left: Option<Duration>,
 }
 
 /// One waiter of a fair or write lock.
@@ -238,7 +316,7 @@ pub(crate) async fn inspect_on(
     backend: &crate::backend::Backend,
     key: &str,
 ) -> Result<Vec<LockInfo>, LockError> {
-    let call = crate::protocol::inspect(&backend.prefix, key)?;
+    let call = crate::protocol::inspect(&backend.prefix, key, backend.is_cluster())?;
     let Some((replies, _)) = backend.run_script(key, &call).await else {
         return Err(no_inspection(&backend.name));
     };
@@ -337,6 +415,7 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
         since_ms: None,
         held_for: None,
         token: None,
+        lease_left: None,
     };
     if let Some(entry) = entry {
         let mut head = entry.splitn(3, '\t');
@@ -392,9 +471,12 @@ fn info_of(fields: &[(String, String)]) -> Vec<(String, String)> {
 
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
     let a = array(v)?;
-    if a.len() != 10 {
+    if a.len() != 13 {
         return None;
     }
+    // On a cluster, the node that answered (the master holding the key).
+    let address = text(&a[12]).unwrap_or_else(|| address.to_owned());
+    let address = address.as_str();
     let waiting_on: Vec<Option<u64>> = array(&a[9])?
         .iter()
         .map(|v| int(v).and_then(|n| u64::try_from(n).ok()))
@@ -407,6 +489,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         kind,
         backend: backend.to_owned(),
         address: address.to_owned(),
+        permits: None,
         ttl,
         token,
         holders,
@@ -427,7 +510,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         out.push(LockInfo {
             waiting_processes: waiting_on(0),
             token: last_token(token, level_tokens(&fields)),
-            ..info(LockKind::Reentrant, positive_ms(pttl), holders, Vec::new())
+            ..info(Kind::Reentrant, positive_ms(pttl), holders, Vec::new())
         });
     }
     // Fair.
@@ -454,7 +537,7 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
         out.push(LockInfo {
             waiting_processes: waiting_on(1),
             token: last_token(token, level_tokens(&fields)),
-            ..info(LockKind::Fair, positive_ms(pttl), holders, waiters)
+            ..info(Kind::Fair, positive_ms(pttl), holders, waiters)
         });
     }
     // Read-write: the state hash, the readers' lease ends, the waiting writers' deadlines.
@@ -491,14 +574,14 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             waiting_processes: waiting_on(2),
             token: last_token(token, field("wt").and_then(|t| t.parse().ok())),
             ..info(
-                LockKind::Write,
+                Kind::Write,
                 positive_ms(wexp - now),
                 holders,
                 std::mem::take(&mut waiting),
             )
         });
     }
-    let rw_counted = out.iter().any(|l| l.kind == LockKind::Write);
+    let rw_counted = out.iter().any(|l| l.kind == Kind::Write);
     let mut last = 0;
     let mut read_tokens = Vec::new();
     let live: Vec<Holder> = readers
@@ -511,24 +594,71 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             last = last.max(e);
             read_tokens.extend(field(&format!("rt:{o}")).and_then(|t| t.parse::<u64>().ok()));
             let c = field(&format!("r:{o}")).map_or(0, count);
-            Some(holder(o, c, &wrinfo, now))
+            Some(Holder {
+                lease_left: positive_ms(e - now),
+                ..holder(o, c, &wrinfo, now)
+            })
         })
         .collect();
     if !live.is_empty() || !waiting.is_empty() {
         out.push(LockInfo {
             waiting_processes: waiting_on(2).filter(|_| !rw_counted),
             token: last_token(token, read_tokens),
-            ..info(LockKind::Read, positive_ms(last - now), live, waiting)
+            ..info(Kind::Read, positive_ms(last - now), live, waiting)
+        });
+    }
+    // Semaphore: the holders' lease ends, and their permits, tokens and information.
+    let ends = pairs(&a[10])?;
+    let counts = pairs(&a[11])?;
+    let sinfo = info_of(&counts);
+    let entry = |name: &str| {
+        counts
+            .iter()
+            .find(|(f, _)| f == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let mut last = 0;
+    let mut tokens = Vec::new();
+    let holders: Vec<Holder> = ends
+        .iter()
+        .filter_map(|(id, e)| {
+            let e: i64 = e.parse().ok()?;
+            if e <= now {
+                return None;
+            }
+            last = last.max(e);
+            let token = entry(&format!("t:{id}")).and_then(|t| t.parse::<u64>().ok());
+            tokens.extend(token);
+            let base = holder(id, entry(id).map_or(0, count), &sinfo, now);
+            Some(Holder {
+                token: base.token.or(token),
+                lease_left: positive_ms(e - now),
+                ..base
+            })
+        })
+        .collect();
+    if !holders.is_empty() || waiting_on(3).is_some_and(|n| n > 0) {
+        out.push(LockInfo {
+            waiting_processes: waiting_on(3),
+            token: last_token(token, tokens),
+            permits: entry("limit").and_then(|p| p.parse().ok()),
+            ..info(
+                Kind::Semaphore,
+                positive_ms(last - now),
+                holders,
+                Vec::new(),
+            )
         });
     }
     Some(out)
 }
 
 /// The user key a Redis key name of a lock's main state belongs to (`PREFIX{KEY}`,
-/// `PREFIX{KEY}:fair`, `PREFIX{KEY}:fair:queue`, `PREFIX{KEY}:rw`, `PREFIX{KEY}:rw:writers`;
-/// the `PREFIX{#HASH}KEY` form of keys with braces too), checked by computing the names back.
+/// `PREFIX{KEY}:fair`, `PREFIX{KEY}:fair:queue`, `PREFIX{KEY}:rw`, `PREFIX{KEY}:rw:writers`,
+/// a semaphore's `PREFIX{KEY}:sem`; the `PREFIX{#HASH}KEY` form of keys with braces too),
+/// checked by computing the names back.
 fn user_key(prefix: &str, name: &str) -> Option<String> {
-    const SUFFIXES: [&str; 5] = [":fair:queue", ":rw:writers", ":fair", ":rw", ""];
+    const SUFFIXES: [&str; 6] = [":fair:queue", ":rw:writers", ":fair", ":rw", ":sem", ""];
     let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
     for suffix in SUFFIXES {
         let Some(base) = name.strip_suffix(suffix) else {
@@ -633,6 +763,9 @@ mod tests {
                 );
                 assert_eq!(user_key("lock:", &k.fence), None);
             }
+            let sem = LockKeys::semaphore("lock:", key.into(), 1, 1).unwrap();
+            assert_eq!(user_key("lock:", &sem.hash).as_deref(), Some(key));
+            assert_eq!(user_key("lock:", &format!("{}:n", sem.hash)), None);
         }
     }
 

@@ -50,8 +50,12 @@ use crate::{Lease, LockError};
 /// - A semaphore is a Redis object of its own: it does not exclude the locks of the same
 ///   key, and `distlock::fencing_token()` inside its section does not see it (use the
 ///   guard's token).
-/// - Not covered yet: holder information (`holder_info`), `distlock list` /
-///   [`Registry::inspect`] and forced release do not show or touch semaphores.
+/// - **Operations.** Each holder's host, pid and site are recorded with its permits
+///   (`holder_info`, as for locks); [`Registry::inspect`], [`Registry::list`] and
+///   `distlock list`/`show`/`watch` show a semaphore (`Kind::Semaphore`: its permits, each
+///   holder's permits and lease left, the processes waiting), and
+///   [`Semaphore::force_unlock`] / [`Semaphore::force_unlock_holder`] (`distlock unlock
+///   KEY [--holder ID]`) free all its permits or one holder's; the holders hear it at once.
 ///
 /// ```
 /// use distlock::{Lease, Semaphore};
@@ -369,6 +373,48 @@ impl Semaphore {
         let keys = backend.semaphore_keys(self.key, permits, permits, false)?;
         crate::rt::runtime::entered(backend.force_release(&keys)).await
     }
+
+    /// Administration: give back the permits of one holder of this semaphore, its holder
+    /// id as [`Registry::inspect`] shows it ([`Holder::owner`](crate::inspect::Holder::owner),
+    /// `owner` in `distlock show --json`). Returns whether that holder held permits. Its
+    /// process is told at once (its guard's `lost()` resolves); the other holders keep
+    /// theirs.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.semaphore("export:acme", 2).acquire(1).await?;
+    /// let h = registry.semaphore("export:acme", 2).acquire(1).await?;
+    /// assert!(!registry.semaphore("export:acme", 2).force_unlock_holder("00ff").await?);
+    /// assert!(registry.semaphore("export:acme", 2).force_unlock_holder(&g.holder_id()).await?);
+    /// assert!(!g.is_held());
+    /// assert!(h.is_held());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`force_unlock`](Self::force_unlock): `Backend`, `Unsupported` (redlock, multi,
+    /// `protocol = "redisson"`), `InvalidKey`, `NotInitialized`, `NoSuchBackend`.
+    pub async fn force_unlock_holder(self, holder: &str) -> Result<bool, LockError> {
+        let registry = match self.registry {
+            Some(r) => r,
+            None => crate::registry::current()?,
+        };
+        let backend = registry.backend(self.backend.as_deref())?;
+        backend.supports_semaphore()?;
+        if holder.is_empty() {
+            // No holder has an empty id (and an empty one would mean "every holder").
+            return Ok(false);
+        }
+        let permits = self.permits.max(1);
+        let mut keys = backend.semaphore_keys(self.key, permits, permits, false)?;
+        if let crate::protocol::keys::Shape::Semaphore(sem) = &mut keys.shape {
+            sem.only_holder = Some(holder.to_owned());
+        }
+        crate::rt::runtime::entered(backend.force_release(&keys)).await
+    }
 }
 
 impl Registry {
@@ -425,7 +471,10 @@ async fn acquire(
     if let Some(e) = invalid(&backend, key.clone(), n, permits) {
         return Err(e);
     }
-    let keys = backend.semaphore_keys(key, n, permits, fair)?;
+    let mut keys = backend.semaphore_keys(key, n, permits, fair)?;
+    if backend.holder_info {
+        keys = keys.with_holder(crate::ops::inspect::holder_text(label));
+    }
     let held = crate::primitives::acquire::acquire(Request {
         backend,
         keys,
@@ -486,6 +535,22 @@ impl SemaphoreGuard {
     /// can give them to another holder. Never resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
         self.held.state.lost().await
+    }
+
+    /// This acquisition's holder id, as [`Registry::inspect`] shows it
+    /// ([`Holder::owner`](crate::inspect::Holder::owner)) and
+    /// [`Semaphore::force_unlock_holder`] (`distlock unlock KEY --holder ID`) takes it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.semaphore("export:acme", 2).acquire(1).await?;
+    /// assert_eq!(g.holder_id().len(), 32);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn holder_id(&self) -> String {
+        String::from_utf8_lossy(&self.held.state.owner.hex()).into_owned()
     }
 
     /// The semaphore's key, as given.

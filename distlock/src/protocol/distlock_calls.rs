@@ -83,10 +83,15 @@ fn sem_acquire(keys: &LockKeys, sem: &SemKeys, hold: Hold, lease: Duration) -> C
         Vec::new(),
     );
     push_fence(&mut call, keys);
-    call.arg(hold.owner.hex())
+    let call = call
+        .arg(hold.owner.hex())
         .arg(sem.permits.to_string())
         .arg(sem.limit.to_string())
-        .arg(millis(lease))
+        .arg(millis(lease));
+    match &keys.holder {
+        Some(holder) => call.arg(&**holder),
+        None => call,
+    }
 }
 
 fn sem_fair_acquire(
@@ -104,13 +109,18 @@ fn sem_fair_acquire(
         Vec::new(),
     );
     push_fence(&mut call, keys);
-    call.arg(hold.owner.hex())
+    let call = call
+        .arg(hold.owner.hex())
         .arg(sem.permits.to_string())
         .arg(sem.limit.to_string())
         .arg(millis(lease))
         .arg(wait)
         .arg(&keys.channel)
-        .arg(publish.verb())
+        .arg(publish.verb());
+    match &keys.holder {
+        Some(holder) => call.arg(&**holder),
+        None => call,
+    }
 }
 
 /// The release call of one level.
@@ -236,13 +246,19 @@ pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
 
 /// The read-only call that returns everything about the locks of every kind on `key`
 /// (`inspect.lua`).
-pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError> {
+pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, crate::LockError> {
     let kinds = |kind| LockKeys::for_kind(prefix, key.to_owned(), kind);
     let (r, fair, rw) = (
         kinds(LockKind::Reentrant)?,
         kinds(LockKind::Fair)?,
         kinds(LockKind::Read)?,
     );
+    let sem = LockKeys::semaphore(prefix, key.to_owned(), 1, 1)?;
+    let counts = match &sem.shape {
+        Shape::Semaphore(s) => s.counts.clone(),
+        // Not made by LockKeys::semaphore; its naming, for completeness.
+        Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => format!("{}:n", sem.hash),
+    };
     let [queue, waiters] = fair.extra();
     let [readers, writers] = rw.extra();
     let keys = vec![
@@ -254,11 +270,18 @@ pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError>
         readers,
         writers,
         r.fence.clone(),
+        sem.hash.clone(),
+        counts,
     ];
-    let channels = [&r.channel, &fair.channel, &rw.channel]
+    let mut args = [&r.channel, &fair.channel, &rw.channel, &sem.channel]
         .map(|c| c.as_bytes().to_vec())
         .to_vec();
-    Ok(Call::raw(Script::Inspect, keys, channels))
+    args.push(if cluster {
+        b"1".to_vec()
+    } else {
+        b"0".to_vec()
+    });
+    Ok(Call::raw(Script::Inspect, keys, args))
 }
 
 /// `read` or `write`, as the read-write scripts take it.

@@ -4,12 +4,18 @@
 -- KEYS[1] reentrant lock hash      KEYS[2] fair lock hash    KEYS[3] fair queue list
 -- KEYS[4] fair waiters zset        KEYS[5] rw hash           KEYS[6] rw readers zset
 -- KEYS[7] rw waiting writers zset  KEYS[8] fencing counter
--- ARGV[1], ARGV[2], ARGV[3] the release channels of the reentrant, fair and read-write locks
+-- KEYS[9] semaphore holders zset   KEYS[10] semaphore counts hash (see sem_prologue.lua)
+-- ARGV[1], ARGV[2], ARGV[3], ARGV[4] the release channels of the reentrant, fair and
+--   read-write locks and of the semaphore
+-- ARGV[5] '1': this server is a cluster node; its own address is asked (CLUSTER NODES,
+--   the `myself` line), so that the node holding the key is reported, not the seed list
 -- Returns: {now_ms, fence or false,
 --   {pttl, hgetall lock},
 --   {pttl, hgetall fair}, lrange queue, zrange waiters withscores,
 --   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores,
---   {waiting processes on each channel of ARGV}}
+--   {waiting processes on each channel of ARGV[1..4]},
+--   zrange semaphore holders withscores, hgetall semaphore counts,
+--   this node's address (`host:port`) or false}
 -- The holders' information is in their lock's hash (`i:<owner id>`, see acquire.lua).
 -- A waiting process is a subscriber connection to the lock's release channel (PUBSUB NUMSUB
 -- plus SHARDNUMSUB on this server): every process with a task waiting for the lock has
@@ -29,6 +35,22 @@ local function waiting(channel)
   end
   return n
 end
+-- This cluster node's `host:port`, false when not asked, not a cluster node, or CLUSTER
+-- is refused (ACL).
+local function myself()
+  if ARGV[5] ~= '1' then return false end
+  local nodes = redis.pcall('cluster', 'nodes')
+  if type(nodes) ~= 'string' then return false end
+  for line in string.gmatch(nodes, '[^\n]+') do
+    local addr, flags = string.match(line, '^%S+ (%S+) (%S+)')
+    if flags and string.find(',' .. flags .. ',', ',myself,', 1, true) then
+      local hostport = string.match(addr, '^([^@,]+)')
+      if hostport and string.sub(hostport, 1, 1) ~= ':' then return hostport end
+      return false
+    end
+  end
+  return false
+end
 return {
   now, redis.call('get', KEYS[8]),
   hash(KEYS[1]),
@@ -36,5 +58,7 @@ return {
   redis.call('zrange', KEYS[4], 0, -1, 'withscores'),
   hash(KEYS[5]), redis.call('zrange', KEYS[6], 0, -1, 'withscores'),
   redis.call('zrange', KEYS[7], 0, -1, 'withscores'),
-  {waiting(ARGV[1]), waiting(ARGV[2]), waiting(ARGV[3])},
+  {waiting(ARGV[1]), waiting(ARGV[2]), waiting(ARGV[3]), waiting(ARGV[4])},
+  redis.call('zrange', KEYS[9], 0, -1, 'withscores'), redis.call('hgetall', KEYS[10]),
+  myself(),
 }

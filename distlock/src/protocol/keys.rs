@@ -157,6 +157,8 @@ pub(crate) struct SemKeys {
     /// Whether waiters queue (first come, first served: `sem_fair_acquire.lua`, its keys
     /// [`LockKeys::extra`]).
     pub fair: bool,
+    /// A forced release of one holder only (`Semaphore::force_unlock_holder`): its id.
+    pub only_holder: Option<String>,
 }
 
 /// What a lock in Redisson's format needs besides its names (`protocol/redisson/*.lua`).
@@ -249,6 +251,7 @@ impl LockKeys {
             permits,
             limit,
             fair,
+            only_holder: None,
         }));
         Ok(keys)
     }

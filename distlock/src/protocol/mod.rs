@@ -110,7 +110,17 @@ pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Optio
 pub(crate) fn force_release(keys: &LockKeys, publish: Publish, revocation: &str) -> Call {
     match redisson(keys) {
         Some((kind, _)) => redisson_calls::force_release(keys, kind, publish).arg(revocation),
-        None => distlock_calls::force_release(keys, publish).arg(revocation),
+        None => {
+            let call = distlock_calls::force_release(keys, publish).arg(revocation);
+            // force_release.lua's ARGV[5]: one semaphore holder only.
+            match &keys.shape {
+                Shape::Semaphore(sem) => match &sem.only_holder {
+                    Some(holder) => call.arg(holder.as_str()),
+                    None => call,
+                },
+                Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => call,
+            }
+        }
     }
 }
 
@@ -123,8 +133,9 @@ pub(crate) fn revocation_channel(prefix: &str) -> String {
 }
 
 /// The read-only call that returns everything about the locks of every kind on `key`.
-pub(crate) fn inspect(prefix: &str, key: &str) -> Result<Call, crate::LockError> {
-    distlock_calls::inspect(prefix, key)
+/// `cluster`: the server is a cluster node, asked for its own address.
+pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, crate::LockError> {
+    distlock_calls::inspect(prefix, key, cluster)
 }
 
 #[cfg(test)]

@@ -113,9 +113,10 @@ pub(crate) const SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
 ];
 
 /// Commands the scripts call only for inspection (not needed to lock; `pubsub` counts the
-/// waiting processes, under `pcall`, and is `null` without the right).
+/// waiting processes, under `pcall`, and is `null` without the right; `cluster nodes`, under
+/// `pcall`, gives a cluster node's own address, else the seed list is shown).
 #[cfg(test)]
-pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange", "pubsub"];
+pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange", "pubsub", "cluster"];
 
 /// What the scripts call without needing it: the forced release's plain `PUBLISH` of the
 /// revocation message (`<key_prefix>__revoked`, see `crate::lease::revoke`) is sent with

@@ -11,6 +11,7 @@
 -- ARGV[3] limit: the semaphore's permits as this caller sees it (1..2147483647); the
 --         holders' total after this acquisition must not exceed it
 -- ARGV[4] lease in ms (1..86400000, MAX_LEASE)
+-- ARGV[5] (optional) holder information `host\tpid\tsite` (see take() in sem_take.lua)
 -- Bad arguments are an error reply before any write.
 -- Returns: {1, token} acquired; {0, ms} not enough permits free: ms until the earliest
 --   holder's lease ends (when a permit comes back at the latest, without a release).
@@ -22,4 +23,4 @@ local now = purge()
 local done = again(id, n, lease, now, KEYS[3], KEYS[4])
 if done then return done end
 if in_use(limit) + n > limit then return refused(now) end
-return {1, take(id, n, lease, now, KEYS[3], KEYS[4])}
+return {1, take(id, n, limit, lease, now, KEYS[3], KEYS[4], ARGV[5])}

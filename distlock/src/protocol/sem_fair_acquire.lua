@@ -15,6 +15,7 @@
 -- ARGV[5] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[6] channel, ARGV[7] the publish verb ('spublish' or 'publish'): an admitted head
 --         that leaves permits free and waiters behind it publishes, so the next one tries
+-- ARGV[8] (optional) holder information `host\tpid\tsite` (see take() in sem_take.lua)
 -- Bad arguments are an error reply before any write.
 -- Returns: {1, token} acquired; {0, ms} refused: ms until the head's deadline or the
 --   earliest holder's lease end, whichever is first.
@@ -67,7 +68,7 @@ if head then
   redis.call('zrem', waiters, id)
   tidy()
 end
-local token = take(id, n, lease, now, KEYS[5], KEYS[6])
+local token = take(id, n, limit, lease, now, KEYS[5], KEYS[6], ARGV[8])
 if used + n < limit and redis.call('llen', queue) > 0 then
   redis.pcall(ARGV[7], ARGV[6], id)
 end

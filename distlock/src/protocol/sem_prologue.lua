@@ -3,15 +3,17 @@
 -- it after checking its arguments (a bad argument leaves nothing changed).
 --
 -- Layout (all under the key's hash tag): PREFIX{KEY}:sem a zset holder id -> the end of its
--- lease (server ms); PREFIX{KEY}:sem:n a hash holder id -> permits it holds, and
--- t:<holder id> -> its fencing token. Both keys expire with the last holder's lease (keep()),
--- so nothing outlives the holders.
+-- lease (server ms); PREFIX{KEY}:sem:n a hash holder id -> permits it holds,
+-- t:<holder id> -> its fencing token, i:<holder id> -> its holder information
+-- (`host\tpid\tsite\tsince_ms\ttoken`, when recorded) and `limit` -> the semaphore's
+-- permits as the last acquisition carried them (for inspection). Both keys expire with the
+-- last holder's lease (keep()), so nothing outlives the holders.
 local holders, counts = KEYS[1], KEYS[2]
 local function purge()
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local dead = redis.call('zrangebyscore', holders, '-inf', now)
-  for _, h in ipairs(dead) do redis.call('hdel', counts, h, 't:' .. h) end
+  for _, h in ipairs(dead) do redis.call('hdel', counts, h, 't:' .. h, 'i:' .. h) end
   if #dead > 0 then redis.call('zremrangebyscore', holders, '-inf', now) end
   return now
 end

@@ -15,7 +15,7 @@ if redis.call('zrem', holders, id) == 0 then
   keep(now)
   return -1
 end
-redis.call('hdel', counts, id, 't:' .. id)
+redis.call('hdel', counts, id, 't:' .. id, 'i:' .. id)
 keep(now)
 local published = redis.pcall(ARGV[3], ARGV[2], id)
 if type(published) == 'table' and published.err then return {0, published.err} end

@@ -9,7 +9,10 @@
 --   holding every permit until its lease ends: never admit more than the limit.
 -- refused(now): {0, ms until the earliest holder's lease ends} (when a permit comes back
 --   at the latest, without a release).
--- take(id, n, lease, now, fence, own): admit the holder; returns its token.
+-- take(id, n, limit, lease, now, fence, own, info): admit the holder; returns its token.
+--   It records the semaphore's permits as this acquisition carried them (`limit`, for
+--   inspection) and, when `info` (`host\tpid\tsite`) is given, the holder's information
+--   i:<holder id> -> `host\tpid\tsite\tsince_ms\ttoken` (`distlock list`/`show`).
 local function check(n, limit, lease)
   if not lease or lease < 1 or lease > 86400000 or lease ~= math.floor(lease) then
     return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[4]))
@@ -48,10 +51,15 @@ local function refused(now)
   keep(now)
   return {0, ms}
 end
-local function take(id, n, lease, now, fence, own)
+local function take(id, n, limit, lease, now, fence, own, info)
   local token = next_token(fence, own)
+  local mark = string.format('%.0f', token)
   redis.call('zadd', holders, now + lease, id)
-  redis.call('hset', counts, id, n, 't:' .. id, string.format('%.0f', token))
+  if info and info ~= '' then
+    redis.call('hset', counts, id, n, 't:' .. id, mark, 'limit', limit, 'i:' .. id, info .. '\t' .. now .. '\t' .. mark)
+  else
+    redis.call('hset', counts, id, n, 't:' .. id, mark, 'limit', limit)
+  end
   keep(now)
   return token
 end
