@@ -253,7 +253,7 @@ pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, cr
         kinds(LockKind::Fair)?,
         kinds(LockKind::Read)?,
     );
-    let sem = LockKeys::semaphore(prefix, key.to_owned(), 1, 1)?;
+    let sem = LockKeys::semaphore(prefix, key.to_owned(), 1, 1, false)?;
     let counts = match &sem.shape {
         Shape::Semaphore(s) => s.counts.clone(),
         // Not made by LockKeys::semaphore; its naming, for completeness.
