@@ -235,11 +235,15 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // by a release that let the lock go free for a waiter of another process
         // (`Waiters::yield_to_remote`): else, on a warm runtime, it takes the lock back
         // before that waiter's process has woken, and the other process starves.
+        // Only while the wait outlasts the mark: a mark is a hint (its hold may have lost
+        // the lock unheard), so the last attempt before the deadline — a try-once's only
+        // one — asks the server, and "busy" is never answered from a mark alone.
         let local = match (&watch, &handoffs) {
             (None, Some(w)) => w.handed_until(&keys.hash),
             (Some(_), Some(w)) => w.yielded_until(&keys.hash),
             (_, None) => None,
-        };
+        }
+        .filter(|until| *until < deadline);
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
         if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
