@@ -238,6 +238,8 @@ async fn a_forced_release_heard_before_the_acquisitions_reply_is_not_dropped() {
         let key = unique("seam-inflight");
         let hash = match kind {
             "semaphore" => format!("lock:{{{key}}}:sem"),
+            "fair" => format!("lock:{{{key}}}:fair"),
+            "read" | "write" => format!("lock:{{{key}}}:rw"),
             _ => format!("lock:{{{key}}}"),
         };
         // Warm: the scripts are loaded, so the acquisition below is one request.

@@ -46,6 +46,8 @@ pub(crate) struct Leases {
     /// The backend's local waiters, where it hands off: a lease that ends (released,
     /// lost, revoked) takes the mark "handed to this hold" with it.
     handoffs: Option<Arc<Waiters>>,
+    /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
+    pub(crate) heard: Arc<crate::lease::revoke::Heard>,
 }
 
 impl Leases {

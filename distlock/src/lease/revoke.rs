@@ -22,12 +22,22 @@
 //! (re-acquired since, or kept by a replica) stays held. A check that fails (the server
 //! still down) leaves the lease to the watchdog.
 //!
+//! A revocation heard while an acquisition of the lock is in flight (the message came
+//! before the acquisition's reply: a slow link, a busy runtime) finds no lease to check
+//! yet. It is remembered ([`Heard`]) until every acquisition in flight when it came has
+//! registered its lease or given up: each notes the revocations heard so far before each
+//! attempt ([`InFlight`]), and one whose lease registers after a revocation of its lock
+//! (or of every lock: a reconnect; or one it cannot tell, its record dropped for room)
+//! raises that revocation again for its own lease, which is then checked like any other.
+//! Nothing is remembered while no acquisition is in flight.
+//!
 //! What is left: a lock deleted without a message (`DEL` by hand, eviction, `FLUSHALL`) is
 //! found at the next renewal (at most `watchdog_timeout / 3` later), and so is a Redisson
 //! fair lock force-unlocked by Redisson itself (it wakes only the queue's head, on a
 //! channel of its own).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -45,6 +55,132 @@ struct Pending {
     all: bool,
 }
 
+/// How many revocations [`Heard`] keeps for the acquisitions in flight; past that the
+/// oldest go, and an acquisition that noted less than they cover checks its lease anyway.
+const HEARD_MAX: usize = 1024;
+
+/// The revocations heard while acquisitions were in flight (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Heard(Mutex<HeardLog>);
+
+#[derive(Debug, Default)]
+struct HeardLog {
+    /// How many revocations were heard so far.
+    seq: u64,
+    /// Those heard while an acquisition was in flight and not yet checked by every one
+    /// of them, by number: the lock's Redis key or channel, `None` for every lock.
+    log: VecDeque<(u64, Option<String>)>,
+    /// The number of the last one dropped for room (see [`HEARD_MAX`]).
+    dropped: u64,
+    /// The acquisitions in flight, by the number they noted.
+    in_flight: BTreeMap<u64, usize>,
+}
+
+impl HeardLog {
+    fn enter(&mut self) -> u64 {
+        *self.in_flight.entry(self.seq).or_default() += 1;
+        self.seq
+    }
+
+    /// The acquisition that noted `at` is done with it: what no acquisition in flight can
+    /// need any more is forgotten.
+    fn leave(&mut self, at: u64) {
+        if let Some(n) = self.in_flight.get_mut(&at) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_flight.remove(&at);
+            }
+        }
+        match self.in_flight.keys().next() {
+            None => self.log.clear(),
+            Some(&oldest) => {
+                while self.log.front().is_some_and(|(n, _)| *n <= oldest) {
+                    self.log.pop_front();
+                }
+            }
+        }
+    }
+}
+
+impl Heard {
+    fn log(&self) -> std::sync::MutexGuard<'_, HeardLog> {
+        // Every change leaves the log consistent: a poisoned lock is still usable.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A revocation of `key` (`None`: of every lock) was heard.
+    fn record(&self, key: Option<&str>) {
+        let mut log = self.log();
+        log.seq += 1;
+        if log.in_flight.is_empty() {
+            return;
+        }
+        let n = log.seq;
+        log.log.push_back((n, key.map(str::to_owned)));
+        if log.log.len() > HEARD_MAX {
+            if let Some((n, _)) = log.log.pop_front() {
+                log.dropped = n;
+            }
+        }
+    }
+
+    /// An acquisition starts: it notes the revocations heard so far (again before each
+    /// attempt: [`InFlight::renew`]) until it is dropped.
+    pub(crate) fn in_flight(self: &Arc<Self>) -> InFlight {
+        let at = self.log().enter();
+        InFlight {
+            heard: self.clone(),
+            at: AtomicU64::new(at),
+        }
+    }
+}
+
+/// An acquisition in flight, as [`Heard`] counts it.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    heard: Arc<Heard>,
+    /// The number of revocations heard when it last noted them.
+    at: AtomicU64,
+}
+
+impl InFlight {
+    /// Before an attempt: what was heard until now cannot concern what it takes.
+    pub(crate) fn renew(&self) {
+        let mut log = self.heard.log();
+        let now = log.enter();
+        log.leave(self.at.swap(now, Ordering::AcqRel));
+    }
+
+    /// Whether a revocation that may concern `lease` (just registered) was heard since
+    /// the attempt that took it was sent: one of its lock, of every lock, or one whose
+    /// record was dropped for room.
+    fn revoked_since(&self, lease: &LeaseState) -> bool {
+        let at = self.at.load(Ordering::Acquire);
+        let log = self.heard.log();
+        log.dropped > at
+            || log
+                .log
+                .iter()
+                .any(|(n, key)| *n > at && key.as_deref().is_none_or(|k| concerns(lease, k)))
+    }
+
+    /// `lease` was just registered by the acquisition this notes: if a revocation that may
+    /// concern it came meanwhile (when no lease could hear it), it is raised again for it.
+    pub(crate) fn registered(&self, backend: &Backend, lease: &LeaseState) {
+        if self.revoked_since(lease) {
+            tracing::debug!(backend = %backend.name, key = %lease.keys.user,
+                "distlock: a revocation came while the acquisition was in flight; checking the lease");
+            backend.hub.revoked(Revoked::Key(&lease.keys.hash));
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.heard.log().leave(*self.at.get_mut());
+    }
+}
+
 /// Start listening for revocations on `backend` (its hub's callback) and the task that
 /// checks them; it ends when the backend is dropped.
 pub(crate) fn spawn(backend: &Arc<Backend>) {
@@ -57,6 +193,12 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
         let Some(leases) = leases.upgrade() else {
             return;
         };
+        // First remembered for the acquisitions in flight: one whose lease is not among
+        // those looked at below registers after this, and finds it then.
+        leases.heard.record(match what {
+            Revoked::All => None,
+            Revoked::Key(key) => Some(key),
+        });
         let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
         match what {
             // Every lease held when the check runs, not only when the connection came:
@@ -157,5 +299,72 @@ async fn check(backend: &Backend, leases: &[Arc<LeaseState>], why: &str) {
                     "distlock: a revocation could not be checked; the watchdog goes on renewing");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::held::{Granted, Leases};
+    use crate::lease::owner::Hold;
+    use crate::protocol::keys::LockKeys;
+
+    fn lease(leases: &Arc<Leases>, key: &str) -> Arc<LeaseState> {
+        let keys = LockKeys::new("lock:", key.into()).expect("keys");
+        LeaseState::new(
+            "b".into(),
+            leases,
+            keys,
+            Granted {
+                hold: Hold::fresh(),
+                token: 1,
+                outermost: true,
+                lease: Duration::from_secs(30),
+                auto: false,
+                expires_at: Instant::now() + Duration::from_secs(30),
+                site: "test",
+            },
+        )
+    }
+
+    fn remembered(heard: &Heard) -> (usize, usize) {
+        let log = heard.log();
+        (log.log.len(), log.in_flight.len())
+    }
+
+    #[tokio::test]
+    async fn a_revocation_is_remembered_while_an_acquisition_is_in_flight_only() {
+        let leases = Arc::new(Leases::default());
+        let k = lease(&leases, "k");
+        let heard = Arc::new(Heard::default());
+        heard.record(Some("lock:{k}"));
+        assert_eq!(remembered(&heard), (0, 0), "nothing in flight: not kept");
+        let a = heard.in_flight();
+        assert!(!a.revoked_since(&k), "heard before it noted");
+        heard.record(Some("lock:{other}"));
+        assert!(!a.revoked_since(&k), "another lock");
+        heard.record(Some("lock:{k}:released"));
+        assert!(a.revoked_since(&k), "its lock (by channel)");
+        a.renew();
+        assert!(!a.revoked_since(&k), "before its next attempt");
+        assert_eq!(remembered(&heard).0, 0, "nothing older is needed");
+        let b = heard.in_flight();
+        heard.record(None);
+        assert!(a.revoked_since(&k) && b.revoked_since(&k), "every lock");
+        drop(a);
+        assert_eq!(remembered(&heard), (1, 1), "b still needs it");
+        drop(b);
+        assert_eq!(remembered(&heard), (0, 0), "nothing in flight: forgotten");
+        let c = heard.in_flight();
+        for _ in 0..=HEARD_MAX {
+            heard.record(Some("lock:{other}"));
+        }
+        assert_eq!(remembered(&heard).0, HEARD_MAX, "bounded");
+        assert!(
+            c.revoked_since(&k),
+            "one dropped for room: not known, checked"
+        );
+        drop(c);
+        assert_eq!(remembered(&heard), (0, 0));
     }
 }
