@@ -19,8 +19,11 @@
 //! ones renewed for the usual lease, the fixed ones asked for what is left of theirs, which
 //! changes nothing: every renewal only ever extends): a lease whose lock is gone is marked
 //! lost (`LeaseState::mark_lost`: `lost()` resolves, `is_held()` turns false); one still held
-//! (re-acquired since, or kept by a replica) stays held. A check that fails (the server
-//! still down) leaves the lease to the watchdog.
+//! (re-acquired since, or kept by a replica) stays held. A check that fails for a
+//! transient reason (the server still down, or restarting and answering `LOADING` while
+//! it loads its data) is made again after a pause that doubles from 20 ms up to a second,
+//! for as long as the lease is held: the holder hears within about a second of the server
+//! answering, whether or not a renewal is due (a fixed lease has none).
 //!
 //! A revocation heard while an acquisition of the lock is in flight (the message came
 //! before the acquisition's reply: a slow link, a busy runtime) finds no lease to check
@@ -46,6 +49,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::held::{LeaseState, Leases};
+use crate::rt::backoff::Backoff;
 use crate::rt::hub::{OnRevoked, Revoked};
 
 /// What is to be checked: the locks named (by Redis key or channel), or everything.
@@ -229,35 +233,76 @@ fn concerns(lease: &LeaseState, key: &str) -> bool {
     lease.keys.hash == key || lease.keys.channel == key
 }
 
+/// Why a lease is checked, for its loss's reason.
+type Why = &'static str;
+
 async fn run(backend: Weak<Backend>, pending: Arc<Mutex<Pending>>, mut woken: mpsc::Receiver<()>) {
-    // Ends when the callback (held by the backend's hub) is gone.
-    while woken.recv().await.is_some() {
+    // Leases whose check failed (the server restarting: `LOADING`, a reconnect under
+    // way), checked again after a pause that doubles up to a second, for as long as they
+    // are held: until the server answers, not only at their next renewal (a fixed lease
+    // has none).
+    let mut retry: Vec<(Arc<LeaseState>, Why)> = Vec::new();
+    let mut retry_at: Option<Instant> = None;
+    let mut backoff = Backoff::reconnect();
+    loop {
+        tokio::select! {
+            // Ends when the callback (held by the backend's hub) is gone.
+            w = woken.recv() => if w.is_none() { return },
+            _ = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {}
+        }
         let Some(backend) = backend.upgrade() else {
             return;
         };
         let Pending { keys, all } =
             std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
-        let leases = backend
-            .leases
-            .held(|l| all || keys.iter().any(|k| concerns(l, k)));
-        if leases.is_empty() {
-            continue;
-        }
         let why = if all {
             "the lock was gone when checked on the subscriber's connection (a server restart, a failover, or a revocation sent while it was not listening)"
         } else {
             "the lock was gone when checked after a revocation message (a forced release)"
         };
-        check(&backend, &leases, why).await;
+        let mut leases: Vec<(Arc<LeaseState>, Why)> = backend
+            .leases
+            .held(|l| all || keys.iter().any(|k| concerns(l, k)))
+            .into_iter()
+            .map(|l| (l, why))
+            .collect();
+        // A retry is due (or comes along with this round): those still held go too.
+        if retry_at.is_some_and(|t| t <= Instant::now()) || !leases.is_empty() {
+            retry_at = None;
+            for (l, why) in std::mem::take(&mut retry) {
+                if l.is_held() && !leases.iter().any(|(m, _)| m.id == l.id) {
+                    leases.push((l, why));
+                }
+            }
+        }
+        if leases.is_empty() {
+            continue;
+        }
+        let failed = check(&backend, &leases).await;
+        retry.extend(failed);
+        if retry.is_empty() {
+            backoff.reset();
+            retry_at = None;
+        } else if retry_at.is_none() {
+            let pause = backoff.pause();
+            tracing::debug!(backend = %backend.name, leases = retry.len(), retry_in = ?pause,
+                "distlock: a revocation could not be checked; checking again");
+            retry_at = Some(Instant::now() + pause);
+        }
     }
 }
 
-/// One renewal round over `leases`: those whose lock is gone are marked lost with `why`.
-async fn check(backend: &Backend, leases: &[Arc<LeaseState>], why: &str) {
-    let (auto, fixed): (Vec<_>, Vec<_>) = leases.iter().partition(|l| l.auto);
+/// One renewal round over `leases`: those whose lock is gone are marked lost with their
+/// reason. Returns those that could not be checked for a transient failure (to check
+/// again); another failure leaves the lease to the watchdog.
+async fn check(
+    backend: &Backend,
+    leases: &[(Arc<LeaseState>, Why)],
+) -> Vec<(Arc<LeaseState>, Why)> {
+    let (auto, fixed): (Vec<_>, Vec<_>) = leases.iter().partition(|(l, _)| l.auto);
     let lease_len = backend.watchdog_timeout;
     let sent = Instant::now();
-    let items: Vec<_> = auto.iter().map(|l| (&l.keys, l.owner)).collect();
+    let items: Vec<_> = auto.iter().map(|(l, _)| (&l.keys, l.owner)).collect();
     let mut outcomes: Vec<_> = if items.is_empty() {
         Vec::new()
     } else {
@@ -268,7 +313,7 @@ async fn check(backend: &Backend, leases: &[Arc<LeaseState>], why: &str) {
             .zip(auto.iter().copied())
             .map(|(r, l)| {
                 if matches!(r, Ok(true)) {
-                    l.renewed_until(sent + backend.validity(lease_len));
+                    l.0.renewed_until(sent + backend.validity(lease_len));
                 }
                 (r, l)
             })
@@ -276,30 +321,37 @@ async fn check(backend: &Backend, leases: &[Arc<LeaseState>], why: &str) {
     };
     // A fixed lease is asked with what is left of it: nothing is extended.
     for l in fixed {
-        let left = l.expires_at().saturating_duration_since(Instant::now());
+        let left = l.0.expires_at().saturating_duration_since(Instant::now());
         if left.is_zero() {
             continue;
         }
         let left = left.max(Duration::from_millis(1));
         let r = backend
-            .renew_each(&[(&l.keys, l.owner)], left)
+            .renew_each(&[(&l.0.keys, l.0.owner)], left)
             .await
             .pop()
             .unwrap_or(Ok(true));
         outcomes.push((r, l));
     }
-    for (r, l) in outcomes {
+    let mut failed = Vec::new();
+    for (r, (l, why)) in outcomes {
         match r {
             Ok(false) => {
-                l.mark_lost(why.to_owned());
+                l.mark_lost((*why).to_owned());
             }
             Ok(true) => {}
+            Err(e) if e.is_transient() => {
+                tracing::debug!(backend = %backend.name, key = %l.keys.user, error = %e,
+                    "distlock: a revocation could not be checked yet; checking again");
+                failed.push((l.clone(), *why));
+            }
             Err(e) => {
                 tracing::debug!(backend = %backend.name, key = %l.keys.user, error = %e,
                     "distlock: a revocation could not be checked; the watchdog goes on renewing");
             }
         }
     }
+    failed
 }
 
 #[cfg(test)]
