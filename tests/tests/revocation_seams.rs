@@ -292,9 +292,11 @@ async fn a_forced_release_heard_before_the_acquisitions_reply_is_not_dropped() {
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        // The proxy has read the reply by now (it was written with the key) and holds it
-        // for `delay`; the message of the forced release below is not held back.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The server wrote the reply with the key; the proxy reads it at once (a margin
+        // for a busy machine: no event tells) and holds it for `delay`, while the message
+        // of the forced release below is not held back. Were the reply let through, the
+        // check after the acquisition says so instead of passing.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         proxy.set_latency(Duration::ZERO);
         let forced = match kind {
             "semaphore" => admin.semaphore(key.as_str(), 1).force_unlock().await,
