@@ -65,7 +65,12 @@ const HEARD_MAX: usize = 1024;
 
 /// The revocations heard while acquisitions were in flight (see the module docs).
 #[derive(Debug, Default)]
-pub(crate) struct Heard(Mutex<HeardLog>);
+pub(crate) struct Heard {
+    log: Mutex<HeardLog>,
+    /// `HeardLog::seq`, readable without the lock: an attempt after which nothing was
+    /// heard notes nothing new.
+    seq: AtomicU64,
+}
 
 #[derive(Debug, Default)]
 struct HeardLog {
@@ -109,13 +114,14 @@ impl HeardLog {
 impl Heard {
     fn log(&self) -> std::sync::MutexGuard<'_, HeardLog> {
         // Every change leaves the log consistent: a poisoned lock is still usable.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A revocation of `key` (`None`: of every lock) was heard.
     fn record(&self, key: Option<&str>) {
         let mut log = self.log();
         log.seq += 1;
+        self.seq.store(log.seq, Ordering::Release);
         if log.in_flight.is_empty() {
             return;
         }
@@ -150,6 +156,11 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// Before an attempt: what was heard until now cannot concern what it takes.
     pub(crate) fn renew(&self) {
+        // Nothing heard since it last noted (the common case): nothing to note. (One heard
+        // just now is counted as after: checked once more at worst.)
+        if self.heard.seq.load(Ordering::Acquire) == self.at.load(Ordering::Acquire) {
+            return;
+        }
         let mut log = self.heard.log();
         let now = log.enter();
         log.leave(self.at.swap(now, Ordering::AcqRel));
