@@ -544,9 +544,15 @@ async fn run(
                     (_, k) => k,
                 };
                 match kind {
+                    // A release for the waiters, and on the channel of a lock held here (in
+                    // Redisson's format) a revocation to check: Redisson's own forceUnlock
+                    // publishes there, as a single server's subscriber hears it too.
                     PushKind::SMessage => {
                         if let Some(name) = channel_of(&push) {
-                            h.deliver(name);
+                            match push.data.get(1) {
+                                Some(Value::BulkString(payload)) => h.deliver_message(name, payload),
+                                _ => h.deliver_message(name, &[]),
+                            }
                         }
                     }
                     // (Re)subscribed, e.g. by redis-rs after a reconnection or a failover:

@@ -181,11 +181,11 @@ impl Backend {
         };
         // Redisson's forceUnlock publishes on the lock's channel only: in its format every
         // held lease listens there too.
-        let leases = Arc::new(if cfg.protocol == Protocol::Redisson {
+        let leases = if cfg.protocol == Protocol::Redisson {
             Leases::watching_channels(hub.clone())
         } else {
             Leases::default()
-        });
+        };
         // `handoff = false`: barging on every mode (a release frees the lock and publishes).
         let hands_off = cfg.handoff
             && cfg.protocol == Protocol::Distlock
@@ -194,8 +194,11 @@ impl Backend {
                 Driver::Sentinel(m) => m.hands_off(),
                 Driver::Memory(_) | Driver::Quorum(_) => false,
             };
+        let handoffs: Option<Arc<crate::primitives::handoff::Waiters>> =
+            hands_off.then(Default::default);
+        let leases = Arc::new(leases.handing_off(handoffs.clone()));
         let backend = Backend {
-            handoffs: hands_off.then(Default::default),
+            handoffs,
             name,
             address,
             prefix: defaults.key_prefix.clone(),

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lease::owner::{Hold, OwnerId};
+use crate::primitives::handoff::Waiters;
 use crate::protocol::keys::LockKeys;
 use crate::rt::clock::{from_nanos, to_nanos};
 use crate::rt::hub::{Hub, Watch};
@@ -42,6 +43,11 @@ pub(crate) struct Leases {
     /// channel there, where Redisson's own `forceUnlock` publishes (it knows nothing of
     /// the revocation channel).
     channels: Option<Arc<Hub>>,
+    /// The backend's local waiters, where it hands off: a lease that ends (released,
+    /// lost, revoked) takes the mark "handed to this hold" with it.
+    handoffs: Option<Arc<Waiters>>,
+    /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
+    pub(crate) heard: Arc<crate::lease::revoke::Heard>,
 }
 
 impl Leases {
@@ -55,6 +61,14 @@ impl Leases {
         Leases {
             channels: Some(hub),
             ..Leases::default()
+        }
+    }
+
+    /// These leases, on a backend that hands locks to its local `waiters`.
+    pub(crate) fn handing_off(self, waiters: Option<Arc<Waiters>>) -> Leases {
+        Leases {
+            handoffs: waiters,
+            ..self
         }
     }
 
@@ -230,6 +244,7 @@ impl LeaseState {
         crate::ops::metrics::lost(&self.backend, self.site);
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
+        self.ended();
         self.unwatch();
         self.changed.notify_waiters();
         true
@@ -248,9 +263,18 @@ impl LeaseState {
             crate::ops::metrics::held(&self.backend, self.site, held);
         }
         self.leases.map().remove(&self.id);
+        self.ended();
         self.unwatch();
         self.changed.notify_waiters();
         true
+    }
+
+    /// No longer held: a mark saying the lock was handed to this hold goes with it (a
+    /// new acquirer of this process then asks the server instead of waiting on it).
+    fn ended(&self) {
+        if let (Some(w), true) = (&self.leases.handoffs, self.outermost && !self.hold.nested) {
+            w.hold_ended(&self.keys.hash, self.owner);
+        }
     }
 
     /// Stop watching the lock's channel (no longer held).
@@ -341,4 +365,44 @@ pub(crate) async fn lost_any(leases: Vec<Arc<LeaseState>>) -> LockError {
         Box::pin(async move { l.lost().await })
     });
     futures_util::future::select_all(all).await.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted(hold: Hold, outermost: bool) -> Granted {
+        Granted {
+            hold,
+            token: 1,
+            outermost,
+            lease: Duration::from_secs(30),
+            auto: false,
+            expires_at: Instant::now() + Duration::from_secs(30),
+            site: "test",
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_mark_goes_with_the_hold_it_describes() {
+        let waiters = Arc::new(Waiters::default());
+        let leases = Arc::new(Leases::default().handing_off(Some(waiters.clone())));
+        let keys = LockKeys::new("lock:", "k".into()).expect("keys");
+        let until = Instant::now() + Duration::from_secs(30);
+        for end in ["lost", "released"] {
+            let hold = Hold::fresh();
+            waiters.mark_handed(&keys.hash, hold.owner, until);
+            let state = LeaseState::new("b".into(), &leases, keys.clone(), granted(hold, true));
+            // A nested hold of the same owner ending leaves the mark.
+            let nested = Hold::nested(hold.owner);
+            let inner = LeaseState::new("b".into(), &leases, keys.clone(), granted(nested, false));
+            assert!(inner.begin_release());
+            assert!(waiters.handed_until(&keys.hash).is_some(), "{end}: nested");
+            match end {
+                "lost" => assert!(state.mark_lost("revoked".into())),
+                _ => assert!(state.begin_release()),
+            }
+            assert_eq!(waiters.handed_until(&keys.hash), None, "{end}");
+        }
+    }
 }

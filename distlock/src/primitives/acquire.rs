@@ -168,6 +168,10 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     }
     let mut place: Option<Place> = None;
     let mut rank: Option<u64> = None;
+    // The revocations heard so far, noted again before each attempt: one heard before the
+    // lease below registers (its message came before the attempt's reply) is raised again
+    // for it then (`crate::lease::revoke::Heard`).
+    let in_flight = backend.leases.heard.in_flight();
     let grant = |keys: LockKeys, hold: Hold, token: u64, outermost: bool, sent: Instant, permit| {
         tracing::debug!(backend = %backend.name, key = %keys.user, token, outermost, waited = ?start.elapsed(), "distlock: acquired");
         let state = LeaseState::new(
@@ -184,6 +188,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
                 site,
             },
         );
+        in_flight.registered(&backend, &state);
         Held::new(state, backend.clone(), permit)
     };
     loop {
@@ -235,11 +240,18 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
         // by a release that let the lock go free for a waiter of another process
         // (`Waiters::yield_to_remote`): else, on a warm runtime, it takes the lock back
         // before that waiter's process has woken, and the other process starves.
+        // Only while the wait outlasts the mark: a mark is a hint (its hold may have lost
+        // the lock unheard), so the last attempt before the deadline — a try-once's only
+        // one — asks the server, and "busy" is never answered from a mark alone.
         let local = match (&watch, &handoffs) {
             (None, Some(w)) => w.handed_until(&keys.hash),
             (Some(_), Some(w)) => w.yielded_until(&keys.hash),
             (_, None) => None,
-        };
+        }
+        .filter(|until| *until < deadline);
+        if local.is_none() {
+            in_flight.renew();
+        }
         let sent = Instant::now();
         let left = deadline.saturating_duration_since(sent);
         if queued.is_none() && !left.is_zero() && queues(&keys.shape) {

@@ -246,7 +246,7 @@ async fn hand_off(
             // Held here now: a new acquirer of this process waits without an attempt
             // (the releasing task, acquiring again at once, first of all).
             if let Some(w) = &backend.handoffs {
-                w.mark_handed(&keys.hash, sent + backend.validity(lease));
+                w.mark_handed(&keys.hash, to.owner, sent + backend.validity(lease));
             }
             // A grant that reaches no waiter (it left meanwhile) is released.
             let (b, k) = (backend.clone(), keys.clone());

@@ -72,6 +72,9 @@ struct Mark {
     until: Instant,
     /// Let go free for a waiter of another process ([`Waiters::yield_to_remote`]).
     yielded: bool,
+    /// The owner of the hold the lock was handed to (`None`: a yield): the mark goes when
+    /// that hold ends ([`Waiters::hold_ended`]).
+    owner: Option<OwnerId>,
 }
 
 /// How many marks [`Waiters`] keeps before a new one sweeps those past their time.
@@ -151,9 +154,11 @@ pub(crate) struct Waiters {
     /// The locks handed to a waiter of this process, until that grant's lease end: held
     /// here, so a new acquirer's first attempt could only be refused; it skips it and
     /// waits as a local waiter (the holder's release hands it on, or publishes). Removed
-    /// when that holder releases ([`Waiters::claim`]) or its grant is undone; an entry
+    /// when that holder releases ([`Waiters::claim`]), its hold ends in any other way
+    /// (lost, revoked, dropped: [`Waiters::hold_ended`]) or its grant is undone; an entry
     /// past its time is dropped when looked at (a hint, never a guarantee: a wrong one
-    /// costs a wait until its time at worst, bounded by the lease).
+    /// costs a pause of [`HANDED_TRUST`] at worst, and never a "busy" answer without
+    /// asking the server).
     handed: Mutex<HashMap<String, Mark>>,
     /// How many locks have local waiters (keys of `map`) and how many are marked handed
     /// (entries of `handed`), kept under their locks: a release or an acquisition on a
@@ -227,15 +232,31 @@ impl Waiters {
         self.handed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `key` was handed to a waiter of this process, whose lease ends at `until`.
-    pub(crate) fn mark_handed(&self, key: &str, until: Instant) {
+    /// `key` was handed to the hold of `owner`, a waiter of this process, whose lease ends
+    /// at `until`. The mark goes when that hold ends ([`Waiters::hold_ended`]), its time
+    /// is up, or the lock is released or handed on here ([`Waiters::claim`]).
+    pub(crate) fn mark_handed(&self, key: &str, owner: OwnerId, until: Instant) {
         self.mark(
             key,
             Mark {
                 until,
                 yielded: false,
+                owner: Some(owner),
             },
         );
+    }
+
+    /// The hold of `owner` on `key` ended, however (released, lost, revoked, dropped): a
+    /// mark saying the lock was handed to it goes too (a mark of another hold stays).
+    pub(crate) fn hold_ended(&self, key: &str, owner: OwnerId) {
+        if self.marked.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut handed = self.handed();
+        if handed.get(key).is_some_and(|m| m.owner == Some(owner)) {
+            handed.remove(key);
+            self.marked.fetch_sub(1, Ordering::Release);
+        }
     }
 
     fn mark(&self, key: &str, mark: Mark) {
@@ -268,7 +289,9 @@ impl Waiters {
     /// Until when a new acquirer of `key` may wait without an attempt, if `key` is held by
     /// a hold this process was handed: the grant's lease end, but at most
     /// [`HANDED_TRUST`] from now (the hold may have lost the lock without a message: a
-    /// server restart, a failover; the acquirer then tries after that long).
+    /// server restart, a failover; the acquirer then tries after that long). A hint only:
+    /// an acquirer whose wait ends before then asks the server instead (`acquire.rs`), so
+    /// no answer "busy" rests on a mark alone.
     pub(crate) fn handed_until(&self, key: &str) -> Option<Instant> {
         if self.marked.load(Ordering::Acquire) == 0 {
             return None;
@@ -295,6 +318,7 @@ impl Waiters {
             Mark {
                 until: Instant::now() + HANDED_TRUST,
                 yielded: true,
+                owner: None,
             },
         );
     }
@@ -498,23 +522,34 @@ mod tests {
     async fn a_handed_mark_lasts_until_the_release_or_its_time() {
         let w = Arc::new(Waiters::default());
         let later = Instant::now() + D;
-        w.mark_handed("k", later);
+        w.mark_handed("k", OwnerId::random(), later);
         let trusted = w.handed_until("k").expect("held");
         assert!(trusted < later, "at most HANDED_TRUST from now");
         assert_eq!(w.handed_until("other"), None);
         assert!(w.claim("k", OwnerId::random()).is_none());
         assert_eq!(w.handed_until("k"), None, "released");
-        w.mark_handed("k", Instant::now());
+        w.mark_handed("k", OwnerId::random(), Instant::now());
         assert_eq!(w.handed_until("k"), None, "past its time");
-        w.mark_handed("k", later);
+        w.mark_handed("k", OwnerId::random(), later);
         w.clear_handed("k");
+        assert_eq!(w.len(), 0);
+        let (b, c) = (OwnerId::random(), OwnerId::random());
+        w.mark_handed("k", b, later);
+        w.hold_ended("k", c);
+        assert!(w.handed_until("k").is_some(), "another hold ended: kept");
+        w.hold_ended("k", b);
+        assert_eq!(
+            w.handed_until("k"),
+            None,
+            "its hold ended (lost, revoked, dropped)"
+        );
         assert_eq!(w.len(), 0);
     }
 
     #[tokio::test]
     async fn a_yield_holds_off_woken_waiters_for_a_moment_and_old_marks_are_swept() {
         let w = Arc::new(Waiters::default());
-        w.mark_handed("handed", Instant::now() + D);
+        w.mark_handed("handed", OwnerId::random(), Instant::now() + D);
         assert_eq!(
             w.yielded_until("handed"),
             None,
@@ -526,7 +561,7 @@ mod tests {
         assert!(w.handed_until("k").is_some(), "new acquirers hold off too");
         // Marks of keys nobody looks at again do not pile up.
         for i in 0..4 * SWEEP_FROM {
-            w.mark_handed(&format!("gone{i}"), Instant::now());
+            w.mark_handed(&format!("gone{i}"), OwnerId::random(), Instant::now());
         }
         assert!(w.handed().len() <= SWEEP_FROM + 3, "{}", w.handed().len());
         assert_eq!(w.marked.load(Ordering::Acquire), w.handed().len());
