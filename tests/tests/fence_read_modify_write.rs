@@ -7,14 +7,15 @@
 //! server restarts empty, the new holder takes the lock and reads, the old holder writes
 //! its result, the new holder writes its result. An update is lost when a write was
 //! accepted (its holder told the deposit was made) and the final balance does not
-//! contain it.
+//! contain it. Fencing the write alone loses the old holder's deposit; claiming before
+//! the read (`Fence::claim`, `fence::sql_claim`) loses nothing.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{quoted, unique};
-use distlock::fence::{is_stale, sql_update};
+use distlock::fence::{is_stale, sql_claim, sql_update};
 use distlock::{Lease, Registry};
 use distlock_tests::{
     cluster_urls, postgres_url, redlock_urls, sentinel_master_name, sentinel_urls, single_url,
@@ -30,6 +31,11 @@ const NEW_DEPOSIT: i64 = 5;
 enum Pattern {
     /// Read, compute, fenced write (fencing the write alone).
     WriteOnly,
+    /// Claim, read, compute, fenced write.
+    Claim,
+    /// PostgreSQL only: the new holder's claim, read and write in one transaction; the
+    /// old holder's statements on their own.
+    ClaimInTransaction,
 }
 
 /// Where the balance lives.
@@ -78,6 +84,27 @@ impl Balance {
                         .await
                         .unwrap();
                 row.0
+            }
+        }
+    }
+
+    /// The claim with `token`: whether it was accepted.
+    async fn claim(&self, token: u64) -> bool {
+        match self {
+            Balance::Redis { reg, key } => reg
+                .fence(key.as_str())
+                .backend("res")
+                .claim(token)
+                .await
+                .unwrap(),
+            Balance::Postgres { pool, table } => {
+                let done = sqlx::query(&sql_claim(table, "id = $1", "$2"))
+                    .bind(1i64)
+                    .bind(i64::try_from(token).unwrap())
+                    .execute(pool)
+                    .await
+                    .unwrap();
+                !is_stale(done.rows_affected())
             }
         }
     }
@@ -162,6 +189,10 @@ async fn interleave(
     let t_old = old.fencing_token();
     let old_read = match pattern {
         Pattern::WriteOnly => balance.read().await,
+        Pattern::Claim | Pattern::ClaimInTransaction => {
+            assert!(balance.claim(t_old).await, "the old holder's claim");
+            balance.read().await
+        }
     };
 
     // The lock's server restarts empty: the old holder's lock is gone, a new holder gets in.
@@ -172,17 +203,66 @@ async fn interleave(
         t_new > t_old,
         "tokens grow across the restart: {t_old} then {t_new}"
     );
-    let new_read = match pattern {
-        Pattern::WriteOnly => balance.read().await,
-    };
-
-    // The old holder, not yet told, writes its result; then the new holder writes its own.
     let mut expected = START;
-    if balance.write(old_read + OLD_DEPOSIT, t_old).await {
-        expected += OLD_DEPOSIT;
-    }
-    if balance.write(new_read + NEW_DEPOSIT, t_new).await {
-        expected += NEW_DEPOSIT;
+    if pattern == Pattern::ClaimInTransaction {
+        let Balance::Postgres { pool, table } = balance else {
+            panic!("a transaction is PostgreSQL's");
+        };
+        let mut tx = pool.begin().await.unwrap();
+        let claimed = sqlx::query(&sql_claim(table, "id = $1", "$2"))
+            .bind(1i64)
+            .bind(i64::try_from(t_new).unwrap())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        assert!(!is_stale(claimed.rows_affected()), "the new holder's claim");
+        let (new_read,): (i64,) =
+            sqlx::query_as(&format!("SELECT balance FROM {table} WHERE id = 1"))
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        // The old holder's write, on its own connection, waits for the row the claim
+        // locked; the new holder writes and commits meanwhile.
+        let old_write = {
+            let (pool, table) = (pool.clone(), table.clone());
+            tokio::spawn(async move {
+                let b = Balance::Postgres { pool, table };
+                b.write(old_read + OLD_DEPOSIT, t_old).await
+            })
+        };
+        let written = sqlx::query(&sql_update(table, "balance = $1", "id = $2", "$3"))
+            .bind(new_read + NEW_DEPOSIT)
+            .bind(1i64)
+            .bind(i64::try_from(t_new).unwrap())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        if !is_stale(written.rows_affected()) {
+            expected += NEW_DEPOSIT;
+        }
+        if old_write.await.unwrap() {
+            expected += OLD_DEPOSIT;
+        }
+    } else {
+        let new_read = match pattern {
+            Pattern::WriteOnly => balance.read().await,
+            Pattern::Claim | Pattern::ClaimInTransaction => {
+                assert!(balance.claim(t_new).await, "the new holder's claim");
+                balance.read().await
+            }
+        };
+        // The old holder, not yet told, writes its result; then the new holder its own.
+        if balance.write(old_read + OLD_DEPOSIT, t_old).await {
+            expected += OLD_DEPOSIT;
+        }
+        if balance.write(new_read + NEW_DEPOSIT, t_new).await {
+            expected += NEW_DEPOSIT;
+        }
+        if pattern == Pattern::Claim {
+            // The old holder can no longer claim either.
+            assert!(!balance.claim(t_old).await, "a stale claim is refused");
+        }
     }
     let fin = balance.read().await;
     drop(old);
@@ -229,12 +309,44 @@ fn assert_no_lost_update(what: &str, (expected, fin): (i64, i64)) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn documented_pattern_keeps_every_update_on_redis_single() {
-    assert_no_lost_update("single", on_redis("single", Pattern::WriteOnly).await);
+/// Fencing the write alone is not enough: the old holder's deposit is accepted, then
+/// erased by the new holder's write (what the claim step exists for).
+fn assert_loses_the_old_deposit(what: &str, (expected, fin): (i64, i64)) {
+    assert_eq!(
+        (expected, fin),
+        (START + OLD_DEPOSIT + NEW_DEPOSIT, START + NEW_DEPOSIT),
+        "{what}: the write-only pattern"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn documented_pattern_keeps_every_update_on_postgres() {
-    assert_no_lost_update("postgres", on_postgres(Pattern::WriteOnly).await);
+async fn claim_before_read_keeps_every_update_on_redis_every_mode() {
+    for mode in [
+        "memory", "single", "cluster", "sentinel", "redlock", "multi",
+    ] {
+        assert_no_lost_update(mode, on_redis(mode, Pattern::Claim).await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_before_read_keeps_every_update_on_postgres() {
+    assert_no_lost_update("postgres", on_postgres(Pattern::Claim).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_before_read_in_one_transaction_keeps_every_update_on_postgres() {
+    assert_no_lost_update(
+        "postgres, one transaction",
+        on_postgres(Pattern::ClaimInTransaction).await,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_the_write_alone_loses_an_update_on_redis() {
+    assert_loses_the_old_deposit("single", on_redis("single", Pattern::WriteOnly).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_the_write_alone_loses_an_update_on_postgres() {
+    assert_loses_the_old_deposit("postgres", on_postgres(Pattern::WriteOnly).await);
 }
