@@ -201,8 +201,8 @@ impl Registry {
     }
 }
 
-/// A value written only by holders whose fencing token is not below the last one stored.
-/// Made by [`fence()`] or [`Registry::fence`].
+/// A value written only by holders whose fencing token is not below the last one stored
+/// or claimed. Made by [`fence()`] or [`Registry::fence`].
 #[derive(Debug, Clone)]
 pub struct Fence {
     key: String,
@@ -275,8 +275,10 @@ impl Fence {
         }
     }
 
-    /// Store `value` if `token` is not below the last token stored for this key. Returns
-    /// `Ok(true)` when stored, `Ok(false)` when the token was stale (a newer holder wrote).
+    /// Store `value` if `token` is not below the last token stored or claimed
+    /// ([`claim`](Fence::claim)) for this key. Returns `Ok(true)` when stored, `Ok(false)`
+    /// when the token was stale (a newer holder wrote or claimed). For a value computed
+    /// from a read, claim before the read (see the module documentation).
     ///
     /// ```
     /// # async fn f() -> Result<(), distlock::LockError> {
@@ -422,8 +424,9 @@ impl Fence {
         })
     }
 
-    /// The value stored and its token (`None`: nothing stored, or expired). On redlock and
-    /// multi: the value with the largest token among a quorum of nodes' answers.
+    /// The value stored and the token it was written with (`None`: nothing stored, only
+    /// claimed, or expired). On redlock and multi: the value with the largest write token
+    /// among a quorum of nodes' answers.
     pub async fn get(&self) -> Result<Option<Fenced>, LockError> {
         let (backend, name) = self.resolve()?;
         if let Some(m) = backend.memory() {
