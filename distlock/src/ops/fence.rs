@@ -48,6 +48,11 @@
 //! A write that is not computed from a read (it overwrites whatever was there) needs no
 //! claim: the fenced write alone keeps an older holder from overwriting a newer one.
 //!
+//! A claim accepts its own token again (a retry after a lost reply must not look stale),
+//! so it relies, as fencing does, on each holder having a token of its own: where a
+//! mode's documented limits let a token be handed out twice (a Sentinel failover that
+//! loses the counter's last increments), two holders with that token both pass.
+//!
 //! # On Redis (every mode, and the memory backend)
 //!
 //! ```
