@@ -73,7 +73,8 @@
 //! the body did before stays done. A body that debits one account, awaits, then credits
 //! another can stop half-way. So a body must be cancel-safe: do its writes in one
 //! transaction, or fence them with [`fencing_token()`] so the store refuses a stale
-//! holder's writes. With `on_lost = "signal"` ([`OnLost::Signal`]) the body runs on and
+//! holder's writes (for a value computed from a read, claim it before reading:
+//! [`Fence::claim`](fence::Fence::claim)). With `on_lost = "signal"` ([`OnLost::Signal`]) the body runs on and
 //! sees the loss through [`lease_lost()`], to stop or undo before its next irreversible
 //! step. A `LeaseLost` means the outcome is unknown: never retry it blindly (the axum
 //! mapping answers 500 without `Retry-After`, saying so).

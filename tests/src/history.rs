@@ -3,8 +3,9 @@
 //! Workers in several OS processes (`torture-worker`) record every critical section they
 //! run, one line per event, on the machine's shared `CLOCK_MONOTONIC` ([`now_ns`]): the
 //! instant the acquire returned (with the fencing token), the instant `lost()` fired, the
-//! unfenced counter update, the fenced write and whether the resource accepted it, and the
-//! instant the release was sent. The driver of the run adds what it did to the workers
+//! unfenced counter update, the fenced read-modify-write of a balance (claim, read, +1,
+//! fenced write) and whether the resource accepted it, and the instant the release was
+//! sent. The driver of the run adds what it did to the workers
 //! (`SIGSTOP`/`SIGCONT` intervals, `SIGKILL` instants). [`check`] then reports:
 //!
 //! - **unsignalled overlaps**: a later holder got in while an earlier one was still inside
@@ -19,6 +20,9 @@
 //!   that of a write accepted and completed before it started. Must be 0.
 //! - **lost updates** on the unfenced counter (`GET`, pause, `SET v+1`): completed updates
 //!   minus the final value. Expected > 0 under pauses: why fencing exists.
+//! - **lost updates on the fenced balance** ([`fenced_lost_updates`]): fenced `+1` writes
+//!   the resource accepted minus the balance's final value. Must be 0, in every scenario:
+//!   a holder claims the balance before reading it, so no accepted write is erased.
 //! - **token regressions**: sections, in acquire order, whose token is not above the one
 //!   before.
 
@@ -190,7 +194,8 @@ impl Recorder {
         self.line(format!("U {token} {t}\n"));
     }
 
-    /// The fenced write ran from `t0` to `t1`; the resource accepted it or not.
+    /// The fenced write (or a refused claim, which ends the section's read-modify-write)
+    /// ran from `t0` to `t1`; the resource accepted it or not.
     pub fn fenced(&mut self, token: u64, t0: u64, t1: u64, accepted: bool) {
         self.line(format!("W {token} {t0} {t1} {}\n", u8::from(accepted)));
     }
@@ -358,6 +363,9 @@ pub struct Report {
     pub stale_writes_refused: u64,
     /// Unfenced updates lost (completed updates minus the counter's final value).
     pub lost_updates_unfenced: u64,
+    /// Accepted fenced `+1` writes of the balance minus its final value
+    /// ([`fenced_lost_updates`]): must be 0.
+    pub lost_updates_fenced: u64,
     /// Sections whose token is not above the previous section's (in acquire order).
     pub token_regressions: u64,
     /// Smallest time from an earlier holder's `lost()` to a later holder's acquire, over
@@ -370,11 +378,29 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether the run broke a safety property (an unsignalled overlap or an accepted
-    /// stale write).
+    /// Whether the run broke a safety property (an unsignalled overlap, an accepted
+    /// stale write or a lost update on the fenced balance).
     pub fn failed(&self) -> bool {
-        self.unsignalled_overlaps > 0 || self.stale_writes_accepted > 0
+        self.unsignalled_overlaps > 0 || self.stale_writes_accepted > 0 || self.fencing_broken()
     }
+
+    /// Whether fencing failed to protect the balance's read-modify-write (a lost update
+    /// on it): a failure in every scenario, documented limits included.
+    pub fn fencing_broken(&self) -> bool {
+        self.lost_updates_fenced > 0
+    }
+}
+
+/// Updates of the fenced balance lost: the fenced writes the resource accepted (each
+/// wrote the balance it read after its claim, + 1) minus the balance's final value
+/// (`balance`). A write whose worker was killed before it recorded the outcome is not
+/// counted, so the figure is a lower bound only when workers were killed mid-write.
+pub fn fenced_lost_updates(sections: &[Section], balance: u64) -> u64 {
+    let accepted = sections
+        .iter()
+        .filter(|s| matches!(s.fenced, Some((_, _, true))))
+        .count() as u64;
+    accepted.saturating_sub(balance)
 }
 
 /// Check the sections of all workers under `exclusion` (the kind's rule). `end`: when the
@@ -740,6 +766,23 @@ mod tests {
         assert_eq!(r.stale_writes_accepted, 1);
         assert_eq!(r.lost_updates_unfenced, 1);
         assert_eq!(r.token_regressions, 1);
+    }
+
+    #[test]
+    fn lost_updates_on_the_fenced_balance() {
+        let write = |pid, token, accepted| {
+            let mut s = sec(pid, token, 0, None, Some(10 * MS));
+            s.fenced = Some((MS, 2 * MS, accepted));
+            s
+        };
+        let s = vec![write(1, 1, true), write(2, 2, true), write(3, 3, false)];
+        assert_eq!(fenced_lost_updates(&s, 2), 0);
+        assert_eq!(fenced_lost_updates(&s, 1), 1);
+        let r = Report {
+            lost_updates_fenced: 1,
+            ..Report::default()
+        };
+        assert!(r.failed() && r.fencing_broken());
     }
 
     #[test]

@@ -121,6 +121,72 @@ async fn contract(backend: &str) {
         reg.fence("k").backend("nope").set("v", 1).await,
         Err(LockError::NoSuchBackend { .. })
     ));
+
+    claim_contract(&reg, backend).await;
+}
+
+/// The claim on one backend: it raises the token the value accepts and leaves the value;
+/// from then on an older token's write and claim are refused; the same claim again and a
+/// write with the claimed token are accepted; a claim below a stored write is refused.
+async fn claim_contract(reg: &Registry, backend: &str) {
+    let f = reg.fence(unique("claim"));
+    // Nothing stored yet: a claim is accepted and stores no value.
+    assert!(f.claim(20).await.unwrap(), "{backend}: first claim");
+    assert_eq!(
+        f.get().await.unwrap(),
+        None,
+        "{backend}: a claim stores no value"
+    );
+    assert!(
+        !f.set("old", 19).await.unwrap(),
+        "{backend}: write below the claim"
+    );
+    assert!(
+        f.set("a", 20).await.unwrap(),
+        "{backend}: write with the claim"
+    );
+    assert!(f.claim(30).await.unwrap(), "{backend}: a newer claim");
+    assert!(
+        f.claim(30).await.unwrap(),
+        "{backend}: the same claim again"
+    );
+    assert_eq!(
+        f.get().await.unwrap(),
+        Some(Fenced {
+            value: b"a".to_vec(),
+            token: 20
+        }),
+        "{backend}: a claim leaves the value and its token"
+    );
+    assert!(!f.set("stale", 29).await.unwrap(), "{backend}: older write");
+    assert!(!f.claim(29).await.unwrap(), "{backend}: older claim");
+    assert!(f.set("b", 31).await.unwrap(), "{backend}: newer write");
+    assert!(
+        !f.claim(30).await.unwrap(),
+        "{backend}: claim below a write"
+    );
+    // Compared as 64-bit numbers.
+    assert!(f.claim(u64::MAX).await.unwrap());
+    assert!(!f.set("c", u64::MAX - 1).await.unwrap());
+    assert!(f.set("d", u64::MAX).await.unwrap());
+    // The ttl is validated before anything is claimed, and a claim with one expires.
+    assert!(matches!(
+        f.clone().ttl(Duration::ZERO).claim(u64::MAX).await,
+        Err(LockError::InvalidDuration { .. })
+    ));
+    let short = reg
+        .fence(unique("claim-ttl"))
+        .ttl(Duration::from_millis(200));
+    assert!(short.claim(50).await.unwrap());
+    assert!(!short.set("x", 49).await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !short.set("y", 1).await.unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{backend}: the claim never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -172,6 +238,92 @@ async fn layout_on_redis() {
     assert!(err.to_string().contains(&other), "{err}");
     let still = resp_command(&addr_of(&single_url()), &["GET", &other_name]).unwrap();
     assert_eq!(still.as_str(), Some("x"));
+}
+
+/// A claim lives in the value's hash (field `c`), leaves `v` and `t` alone, and a key of
+/// another type is an error with nothing written.
+#[tokio::test]
+async fn claim_layout_on_redis() {
+    let reg = registry("single").await;
+    let key = unique("claim-layout");
+    let name = format!("fencetest:{{{key}}}:fenced");
+    let addr = addr_of(&single_url());
+    assert!(reg.fence(key.as_str()).set("v", 42).await.unwrap());
+    assert!(reg.fence(key.as_str()).claim(43).await.unwrap());
+    let got = resp_command(&addr, &["HMGET", &name, "v", "t", "c"]).unwrap();
+    let got: Vec<Option<&str>> = got.as_array().unwrap().iter().map(|v| v.as_str()).collect();
+    assert_eq!(got, vec![Some("v"), Some("42"), Some("43")]);
+    assert_eq!(
+        resp_command(&addr, &["PTTL", &name]).unwrap().as_int(),
+        Some(-1)
+    );
+    let other = unique("claim-wrongtype");
+    let other_name = format!("fencetest:{{{other}}}:fenced");
+    resp_command(&addr, &["SET", &other_name, "x"]).unwrap();
+    let err = reg.fence(other.as_str()).claim(1).await.unwrap_err();
+    assert!(err.to_string().contains(&other), "{err}");
+    let still = resp_command(&addr, &["GET", &other_name]).unwrap();
+    assert_eq!(still.as_str(), Some("x"));
+}
+
+/// redlock and multi: a claim needs a quorum of nodes, and is refused as soon as one node
+/// that answered holds a larger token, even when a majority accepted it.
+#[tokio::test]
+async fn claim_on_quorum_modes() {
+    let mut servers: Vec<RedisProcess> = (0..3).map(|_| RedisProcess::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisProcess::url).collect();
+    for mode in ["redlock", "multi"] {
+        let reg = Registry::from_str(&format!(
+            "[defaults]\nkey_prefix = \"q:\"\n[backends.main]\nmode = \"{mode}\"\nnodes = [{}]\nnode_timeout = \"200ms\"\n",
+            list(&urls)
+        ))
+        .await
+        .unwrap();
+        let key = unique("claim-q");
+        let name = format!("q:{{{key}}}:fenced");
+        let f = reg.fence(key.as_str());
+        assert!(f.claim(10).await.unwrap(), "{mode}");
+        for s in &servers {
+            let c = resp_command(&s.addr(), &["HGET", &name, "c"]).unwrap();
+            assert_eq!(c.as_str(), Some("10"), "{mode}: claimed on every node");
+        }
+        // One node holds a larger token (a newer holder's write that reached it alone).
+        resp_command(&servers[0].addr(), &["HSET", &name, "v", "new", "t", "100"]).unwrap();
+        assert!(!f.claim(60).await.unwrap(), "{mode}: one node is ahead");
+        assert!(f.claim(100).await.unwrap(), "{mode}");
+    }
+    // Registries made while every node is up; then nodes go down.
+    let quorum = |mode: &str| {
+        format!(
+            "[backends.main]\nmode = \"{mode}\"\nnodes = [{}]\nnode_timeout = \"200ms\"\n",
+            list(&urls)
+        )
+    };
+    let redlock = Registry::from_str(&quorum("redlock")).await.unwrap();
+    let multi = Registry::from_str(&quorum("multi")).await.unwrap();
+    // redlock: one node of three down, a claim still gets a majority; with two down, not.
+    servers[2].kill();
+    let f = redlock.fence(unique("claim-down"));
+    assert!(f.claim(5).await.unwrap());
+    assert!(!f.set("stale", 4).await.unwrap());
+    // multi needs every node.
+    assert!(matches!(
+        multi.fence(unique("claim-multi")).claim(1).await,
+        Err(LockError::QuorumNotReached {
+            granted: 2,
+            needed: 3,
+            ..
+        })
+    ));
+    servers[1].kill();
+    assert!(matches!(
+        f.claim(6).await,
+        Err(LockError::QuorumNotReached {
+            granted: 1,
+            needed: 2,
+            ..
+        })
+    ));
 }
 
 /// redlock with 2 of 5 nodes down: still accepted by the 3; a stale token refused; with 3

@@ -88,8 +88,8 @@ struct State {
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
     ops: u64,
-    /// Fenced values (`crate::ops::fence`): value, token, expiry.
-    fenced: HashMap<String, (Vec<u8>, u64, Option<Instant>)>,
+    /// Fenced values (`crate::ops::fence`).
+    fenced: HashMap<String, FencedEntry>,
     /// Semaphores (as `protocol/sem_*.lua`): by holders' key, each holder's permits, lease
     /// end and token.
     sems: HashMap<String, HashMap<OwnerId, SemHolder>>,
@@ -641,10 +641,23 @@ impl MemoryDriver {
         existed
     }
 
-    // `crate::ops::fence`: the fenced-write protocol of `protocol/fence.lua`, in memory.
+    // `crate::ops::fence`: the fenced-write protocol of `protocol/fence.lua` and
+    // `protocol/fence_claim.lua`, in memory.
 
-    /// Store `value` under `key` unless `token` is below the last token stored there.
-    /// Returns whether it was stored.
+    /// The live entry of `key` (an expired one is removed first).
+    fn fenced_entry<'a>(st: &'a mut State, key: &str, now: Instant) -> Option<&'a mut FencedEntry> {
+        if st
+            .fenced
+            .get(key)
+            .is_some_and(|e| e.expires.is_some_and(|at| at <= now))
+        {
+            st.fenced.remove(key);
+        }
+        st.fenced.get_mut(key)
+    }
+
+    /// Store `value` under `key` unless `token` is below the last token stored or claimed
+    /// there. Returns whether it was stored.
     pub(crate) fn fenced_set(
         &self,
         key: &str,
@@ -654,23 +667,51 @@ impl MemoryDriver {
     ) -> bool {
         let now = Instant::now();
         let mut st = self.state();
-        if st
-            .fenced
-            .get(key)
-            .is_some_and(|(_, _, e)| e.is_some_and(|e| e <= now))
-        {
-            st.fenced.remove(key);
-        }
-        if st.fenced.get(key).is_some_and(|(_, last, _)| token < *last) {
-            return false;
-        }
+        let claimed = match Self::fenced_entry(&mut st, key, now) {
+            Some(e) if token < e.floor() => return false,
+            Some(e) => e.claimed,
+            None => 0,
+        };
         st.fenced.insert(
             key.to_owned(),
-            // The ttl was checked (at most 365 days); a later Instant that cannot be
-            // represented is "never".
-            (value.to_vec(), token, ttl.and_then(|t| now.checked_add(t))),
+            FencedEntry {
+                value: Some(value.to_vec()),
+                token,
+                claimed,
+                // The ttl was checked (at most 365 days); a later Instant that cannot be
+                // represented is "never".
+                expires: ttl.and_then(|t| now.checked_add(t)),
+            },
         );
         true
+    }
+
+    /// Raise the token stored under `key` to `token` (the value stays) unless a larger one
+    /// is stored or claimed there. Returns whether it was claimed.
+    pub(crate) fn fenced_claim(&self, key: &str, token: u64, ttl: Option<Duration>) -> bool {
+        let now = Instant::now();
+        let mut st = self.state();
+        let expires = ttl.and_then(|t| now.checked_add(t));
+        match Self::fenced_entry(&mut st, key, now) {
+            Some(e) if token < e.floor() => false,
+            Some(e) => {
+                e.claimed = token;
+                e.expires = expires;
+                true
+            }
+            None => {
+                st.fenced.insert(
+                    key.to_owned(),
+                    FencedEntry {
+                        value: None,
+                        token: 0,
+                        claimed: token,
+                        expires,
+                    },
+                );
+                true
+            }
+        }
     }
 
     /// The value and token stored under `key`, if any (and not expired).
@@ -679,8 +720,25 @@ impl MemoryDriver {
         let st = self.state();
         st.fenced
             .get(key)
-            .filter(|(_, _, e)| e.is_none_or(|e| e > now))
-            .map(|(v, t, _)| (v.clone(), *t))
+            .filter(|e| e.expires.is_none_or(|at| at > now))
+            .and_then(|e| Some((e.value.clone()?, e.token)))
+    }
+}
+
+/// A fenced value in memory: the value and the token it was written with (none yet when
+/// only claimed), the largest token claimed, the expiry.
+#[derive(Debug)]
+struct FencedEntry {
+    value: Option<Vec<u8>>,
+    token: u64,
+    claimed: u64,
+    expires: Option<Instant>,
+}
+
+impl FencedEntry {
+    /// The smallest token accepted from now on.
+    fn floor(&self) -> u64 {
+        self.token.max(self.claimed)
     }
 }
 

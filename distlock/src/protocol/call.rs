@@ -114,6 +114,7 @@ impl Call {
             | Script::FairCancel
             | Script::Fence
             | Script::FenceGet
+            | Script::FenceClaim
             | Script::Inspect
             | Script::RedissonLock
             | Script::RedissonRenew

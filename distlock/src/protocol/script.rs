@@ -21,6 +21,8 @@ pub(crate) enum Script {
     Fence,
     /// `crate::ops::fence`: read a fenced value.
     FenceGet,
+    /// `crate::ops::fence`: claim a fenced value before reading it.
+    FenceClaim,
     /// `crate::ops::inspect`: read a lock's state, of every kind (read-only).
     Inspect,
     /// `protocol = "redisson"`: acquire or re-enter a reentrant (fenced) lock.
@@ -89,6 +91,7 @@ pub mod sources {
     pub const FAIR_CANCEL: &str = lua!("fair_cancel.lua");
     pub const FENCE: &str = lua!("fence.lua");
     pub const FENCE_GET: &str = lua!("fence_get.lua");
+    pub const FENCE_CLAIM: &str = lua!("fence_claim.lua");
     pub const INSPECT: &str = lua!("inspect.lua");
     pub const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
     pub const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
@@ -127,12 +130,12 @@ pub mod sources {
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
     pub(crate) fn name(self) -> &'static str {
-        static NAMES: std::sync::OnceLock<[String; 32]> = std::sync::OnceLock::new();
+        static NAMES: std::sync::OnceLock<[String; 33]> = std::sync::OnceLock::new();
         &NAMES.get_or_init(|| Script::ALL.map(|s| format!("{s:?}")))[self as usize]
     }
 
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 32] = [
+    pub(crate) const ALL: [Script; 33] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -145,6 +148,7 @@ impl Script {
         Script::FairCancel,
         Script::Fence,
         Script::FenceGet,
+        Script::FenceClaim,
         Script::Inspect,
         Script::RedissonLock,
         Script::RedissonUnlock,
@@ -182,6 +186,7 @@ impl Script {
             Script::FairCancel => sources::FAIR_CANCEL,
             Script::Fence => sources::FENCE,
             Script::FenceGet => sources::FENCE_GET,
+            Script::FenceClaim => sources::FENCE_CLAIM,
             Script::Inspect => sources::INSPECT,
             Script::RedissonLock => sources::REDISSON_LOCK,
             Script::RedissonUnlock => sources::REDISSON_UNLOCK,
@@ -207,7 +212,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 32]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 33]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]

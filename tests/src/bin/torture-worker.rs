@@ -13,9 +13,15 @@
 //! faults are injected there). Each section:
 //!
 //! 1. acquire `KEY` on `main` (auto lease), record the token and the instant;
-//! 2. unfenced read-modify-write of a counter on the resource: `GET`, sleep HOLD_MS, `SET v+1`;
-//! 3. fenced write of the token to the resource (`registry.fence(..).backend("resource")`);
-//! 4. record the instant, then send the release.
+//! 2. read the unfenced counter on the resource (`GET`); claim the fenced balance with the
+//!    token, then read it (`registry.fence(..).backend("resource")`: `claim`, `get`);
+//! 3. sleep HOLD_MS (where the driver pauses holders);
+//! 4. write the unfenced counter back + 1 (`SET v+1`), then the fenced balance + 1 (`set`
+//!    with the token: refused once a newer holder has claimed it);
+//! 5. record the instant, then send the release.
+//!
+//! The checker counts the updates lost on each: the unfenced counter loses some under
+//! pauses; the fenced balance, claimed before it is read, must lose none.
 //!
 //! All the while `lost()` is watched and its instant recorded; the body does *not* stop on
 //! it (as a careless application would not), so the checker sees what fencing prevents.
@@ -159,6 +165,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         sections += 1;
         let body = async {
             let v: Option<i64> = conn.get(&counter).await.ok().flatten();
+            let balance = registry.fence(fenced.as_str()).backend("resource");
+            // The fenced balance: claim, then read (a reader only reads the counter).
+            let base =
+                if read {
+                    None
+                } else {
+                    let t0 = now_ns();
+                    match balance.claim(token).await {
+                        Ok(true) => match balance.get().await {
+                            Ok(b) => Some(b.map_or(Ok(0), |b| {
+                                String::from_utf8_lossy(&b.value).parse::<u64>()
+                            })),
+                            Err(_) => None,
+                        },
+                        Ok(false) => {
+                            rec.lock().unwrap().fenced(token, t0, now_ns(), false);
+                            None
+                        }
+                        Err(_) => None,
+                    }
+                };
             tokio::time::sleep(hold).await;
             if read {
                 // A reader only reads.
@@ -172,12 +199,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             {
                 rec.lock().unwrap().unfenced(token, sent);
             }
+            let Some(Ok(base)) = base else {
+                // Claim refused (recorded), failed, or not a number: no fenced write.
+                return;
+            };
             let t0 = now_ns();
-            let accepted = registry
-                .fence(fenced.as_str())
-                .backend("resource")
-                .set(token.to_string(), token)
-                .await;
+            let accepted = balance.set((base + 1).to_string(), token).await;
             let t1 = now_ns();
             if let Ok(accepted) = accepted {
                 rec.lock().unwrap().fenced(token, t0, t1, accepted);
