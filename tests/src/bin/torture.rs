@@ -50,6 +50,10 @@ const CLUSTER_BUS_PORTS: [u16; 6] = [17310, 17311, 17312, 17313, 17314, 17315];
 const KIND_SCENARIOS_QUICK: &[&str] = &["pause", "kill"];
 /// Seconds each lock kind but `reentrant` runs per scenario in `--quick`.
 const KIND_SECS_QUICK: u64 = 5;
+/// How soon after a fault ends the next section must start (docs/fault-testing.md), on
+/// top of one section's hold (a holder inside when the fault ends finishes first) and, for
+/// a killed holder, its lease.
+const RECOVERY: Duration = Duration::from_secs(1);
 /// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
 const CLOCK_STEP_SECS: u64 = 3600;
 
@@ -461,6 +465,9 @@ struct Run {
     done: Interventions,
     duration: Duration,
     spawned: usize,
+    /// Each fault's end (when the server answers again, or the holder was killed), with
+    /// the bound on the time until the next section starts.
+    fault_ends: Vec<(u64, Duration)>,
 }
 
 impl Drop for Run {
@@ -673,6 +680,7 @@ impl Run {
             done: Interventions::default(),
             duration,
             spawned: 0,
+            fault_ends: Vec::new(),
         };
         for _ in 0..WORKERS {
             run.spawn_worker(duration);
@@ -854,8 +862,16 @@ impl Run {
         self.done.killed.entry(pid).or_insert(t);
     }
 
+    /// A fault ended now: the next section must start within `extra` (a killed holder's
+    /// lease; zero for the others) + one section's hold + [`RECOVERY`].
+    fn fault_over(&mut self, extra: Duration) {
+        let bound = extra + self.hold + RECOVERY;
+        self.fault_ends.push((now_ns(), bound));
+        self.log(&format!("fault over; the next section within {bound:?}"));
+    }
+
     /// Wait for the workers to finish (bounded), then check.
-    fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>) {
+    fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>, Liveness) {
         let until = Instant::now() + Duration::from_secs(20);
         for w in &mut self.workers {
             loop {
@@ -885,6 +901,9 @@ impl Run {
                 *errors.entry(k).or_insert(0) += v;
             }
         }
+        let mut starts: Vec<u64> = sections.iter().map(|s| s.acquired).collect();
+        starts.sort_unstable();
+        let liveness = Liveness::judge(&starts, &self.fault_ends, end);
         let counter = resp_command(
             &self.resource.addr(),
             &["GET", &format!("torture:{}:counter", self.key)],
@@ -911,7 +930,73 @@ impl Run {
             ),
             self.done.clone(),
             note,
+            liveness,
         )
+    }
+}
+
+/// The run's liveness: sections at all, and after each fault the time until the next
+/// section started (its recovery) against that fault's bound.
+#[derive(Debug, Default)]
+struct Liveness {
+    /// Per fault judged: its recovery and its bound.
+    recoveries: Vec<(Duration, Duration)>,
+    /// What failed: no section at all, a recovery past its bound, no section after a fault.
+    failures: Vec<String>,
+}
+
+impl Liveness {
+    /// `starts`: every section's start, sorted; `faults`: each fault's end and bound;
+    /// `end`: when the run ended (a fault that ended less than its bound before it, with
+    /// no section after it, is not judged).
+    fn judge(starts: &[u64], faults: &[(u64, Duration)], end: u64) -> Liveness {
+        let mut l = Liveness::default();
+        if starts.is_empty() {
+            l.failures
+                .push("no progress: not one section in the whole run".into());
+            return l;
+        }
+        for &(at, bound) in faults {
+            let next = starts.get(starts.partition_point(|&s| s < at)).copied();
+            let ms = |ns: u64| ns as f64 / 1e6;
+            match next {
+                Some(t) => {
+                    let r = Duration::from_nanos(t - at);
+                    l.recoveries.push((r, bound));
+                    if r > bound {
+                        l.failures.push(format!(
+                            "recovery {:.0} ms after the fault that ended at {:.1} ms (bound {} ms)",
+                            r.as_secs_f64() * 1e3,
+                            ms(at),
+                            bound.as_millis()
+                        ));
+                    }
+                }
+                None if Duration::from_nanos(end.saturating_sub(at)) > bound => {
+                    l.failures.push(format!(
+                        "no section in the {:.0} ms after the fault that ended at {:.1} ms (bound {} ms)",
+                        ms(end - at),
+                        ms(at),
+                        bound.as_millis()
+                    ));
+                }
+                None => {}
+            }
+        }
+        l
+    }
+
+    fn failed(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    /// The worst recovery, in ms ("-": no fault judged).
+    fn worst(&self) -> String {
+        self.recoveries
+            .iter()
+            .map(|(r, _)| *r)
+            .max()
+            .map_or_else(|| "-".into(), |r| format!("{}", r.as_millis()))
     }
 }
 
@@ -1134,12 +1219,15 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     run.pause(i, WATCHDOG * 5 / 2);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
             "kill" => {
                 if let Some(i) = run.wait_holder() {
                     run.kill_worker(i);
+                    // Its lease must run out first.
+                    run.fault_over(WATCHDOG);
                     let left = deadline.saturating_duration_since(Instant::now());
                     run.spawn_worker(left);
                 }
@@ -1150,17 +1238,22 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.nodes[0].kill();
                 std::thread::sleep(Duration::from_millis(300));
                 run.nodes[0].restart();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(2500));
             }
             "latency" => {
                 let ms = [0u64, 150, 700][*rounds as usize % 3];
                 run.proxies[0].set_latency(Duration::from_millis(ms));
+                if ms == 0 && *rounds > 1 {
+                    run.fault_over(Duration::ZERO);
+                }
                 std::thread::sleep(Duration::from_millis(2000));
             }
             "blackhole" => {
                 run.proxies[0].set_blackhole(true);
                 std::thread::sleep(Duration::from_millis(1500));
                 run.proxies[0].set_blackhole(false);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "reset" => {
@@ -1169,6 +1262,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     std::thread::sleep(Duration::from_millis(150));
                 }
                 run.proxies[0].reset_all();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(300));
             }
             "partition" => {
@@ -1176,6 +1270,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     run.proxies[i].set_blackhole(true);
                     std::thread::sleep(WATCHDOG * 5 / 2);
                     run.proxies[i].set_blackhole(false);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
@@ -1187,6 +1282,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 std::thread::sleep(Duration::from_millis(1000));
                 run.nodes[a].restart();
                 run.nodes[b].restart();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "redlock-blackhole" => {
@@ -1197,6 +1293,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 std::thread::sleep(Duration::from_millis(1500));
                 run.proxies[a].set_blackhole(false);
                 run.proxies[b].set_blackhole(false);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "partition-netns" => {
@@ -1205,6 +1302,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     run.netns[i].cut(port, true);
                     std::thread::sleep(WATCHDOG * 5 / 2);
                     run.netns[i].cut(port, false);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
@@ -1212,6 +1310,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.wait_holder();
                 let k = if s.name == "redlock-clock" { 1 } else { 2 };
                 run.jump_clocks(k, &mut rand);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "sentinel-failover" | "sentinel-failover-wait" => {
@@ -1219,11 +1318,13 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 // SIGKILL first: the sentinels notice a returning old master within a
                 // second; after SENTINEL FAILOVER they take up to 10 s (their INFO period).
                 run.sentinel_round(*rounds % 2 == 1, deadline);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             "cluster-failover" | "cluster-kill" => {
                 run.wait_holder();
                 run.cluster_round(s.name == "cluster-kill", deadline);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             other => unreachable!("scenario {other}"),
@@ -1326,6 +1427,8 @@ fn main() {
         "time",
     );
     let mut failed = false;
+    // A scenario without progress, or a recovery past its bound.
+    let mut stalled = false;
     // Per kind: sections, unsignalled overlaps, signalled overlaps (failing runs aside:
     // documented limits).
     let mut totals: Vec<(&str, u64, u64, u64)> = Vec::new();
@@ -1337,10 +1440,26 @@ fn main() {
         let mut rounds = 0;
         inject(s, &mut run, deadline, &mut rounds);
         let run_dir = run.dir.clone();
-        let (r, done_debug, run_note) = run.finish(started);
-        let bad = r.failed() && !s.limit;
+        let (r, done_debug, run_note, live) = run.finish(started);
+        // Liveness holds on every scenario, documented limits too.
+        let bad = (r.failed() && !s.limit) || live.failed();
         failed |= bad;
+        stalled |= live.failed();
         let mut notes = format!("{rounds}× {}", s.what);
+        if !live.recoveries.is_empty() {
+            let bound = live
+                .recoveries
+                .iter()
+                .map(|(_, b)| *b)
+                .max()
+                .unwrap_or_default();
+            notes.push_str(&format!(
+                "; {} recoveries, worst {} ms (bound {} ms)",
+                live.recoveries.len(),
+                live.worst(),
+                bound.as_millis()
+            ));
+        }
         if let Some(lead) = r.min_signal_lead_ns {
             notes.push_str(&format!(
                 "; lost() came >= {:.0} ms before the next acquire",
@@ -1398,7 +1517,7 @@ fn main() {
             if bad { "FAIL: " } else { "" },
             notes
         );
-        for d in &r.details {
+        for d in r.details.iter().chain(&live.failures) {
             println!("    {d}");
         }
         if bad {
@@ -1417,8 +1536,15 @@ fn main() {
         println!("  {name:<11} {sections:>8} {unsignalled:>12} {signalled:>10}");
     }
     if failed {
-        println!("torture: FAILED (unsignalled overlap or accepted stale write)");
+        println!(
+            "torture: FAILED ({})",
+            if stalled {
+                "no progress, or a recovery past its bound; or an unsafe overlap or write"
+            } else {
+                "unsignalled overlap or accepted stale write"
+            }
+        );
         std::process::exit(1);
     }
-    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes)");
+    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes, progress in every scenario, every recovery within its bound)");
 }
