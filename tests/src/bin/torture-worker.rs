@@ -123,12 +123,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rec = Arc::new(Mutex::new(Recorder::create(std::path::Path::new(
         &args[4],
     ))?));
-    let registry = Registry::from_path(config).await?;
+    // The backend may be under a fault while this process starts (a blackhole, a server
+    // restarting): init fails then, and is tried again (backing off, within the run),
+    // rather than ending the worker.
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    let registry = loop {
+        match Registry::from_path(config).await {
+            Ok(r) => break r,
+            Err(e) if start.elapsed() + pause < duration => {
+                eprintln!("init failed at {} ns (trying again): {e}", now_ns());
+                rec.lock().unwrap().failed("init");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let client = redis::Client::open(resource.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let counter = format!("torture:{key}:counter");
     let fenced = format!("torture:{key}:fenced");
-    let start = Instant::now();
     let mut sections = 0u64;
     // The first few acquire errors in full, on stderr (the run keeps it next to the
     // history when a run fails or with --keep).

@@ -54,6 +54,8 @@ const KIND_SECS_QUICK: u64 = 5;
 /// top of one section's hold (a holder inside when the fault ends finishes first) and, for
 /// a killed holder, its lease.
 const RECOVERY: Duration = Duration::from_secs(1);
+/// How long the run waits for the first section before the first fault.
+const FIRST_SECTION_WITHIN: Duration = Duration::from_secs(10);
 /// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
 const CLOCK_STEP_SECS: u64 = 3600;
 
@@ -870,6 +872,13 @@ impl Run {
         self.log(&format!("fault over; the next section within {bound:?}"));
     }
 
+    /// Whether any worker has started a section yet.
+    fn progressed(&self) -> bool {
+        self.workers.iter().any(|w| {
+            std::fs::read_to_string(&w.history).is_ok_and(|t| t.lines().any(|l| l.starts_with('A')))
+        })
+    }
+
     /// Wait for the workers to finish (bounded), then check.
     fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>, Liveness) {
         let until = Instant::now() + Duration::from_secs(20);
@@ -1203,8 +1212,14 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
         rng_state ^= rng_state << 17;
         (rng_state % n as u64) as usize
     };
-    // Let the workers get going.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let the workers get going: no fault before the first section (a worker still
+    // starting up would meet the first fault in its connect), within a bound.
+    let first = Instant::now() + FIRST_SECTION_WITHIN;
+    while !run.progressed() && Instant::now() < first.min(deadline) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.log(&format!("first section: {}", run.progressed()));
+    std::thread::sleep(Duration::from_millis(200));
     while Instant::now() + Duration::from_millis(500) < deadline {
         *rounds += 1;
         match s.name {
