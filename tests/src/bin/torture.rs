@@ -54,6 +54,8 @@ const KIND_SECS_QUICK: u64 = 5;
 /// top of one section's hold (a holder inside when the fault ends finishes first) and, for
 /// a killed holder, its lease.
 const RECOVERY: Duration = Duration::from_secs(1);
+/// How long a quiet window for a "free means available" check lasts ([`Run::quiet_window`]).
+const QUIET: Duration = Duration::from_millis(400);
 /// How long the run waits for the first section before the first fault.
 const FIRST_SECTION_WITHIN: Duration = Duration::from_secs(10);
 /// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
@@ -762,7 +764,9 @@ impl Run {
             }
             None => Command::new(&bin),
         };
+        let servers = self.backend_servers(self.netns.get(idx)).join(",");
         let child = command
+            .env("TORTURE_NODES", servers)
             .arg(config)
             .arg(&self.key)
             .arg(resource_url)
@@ -869,7 +873,71 @@ impl Run {
     fn fault_over(&mut self, extra: Duration) {
         let bound = extra + self.hold + RECOVERY;
         self.fault_ends.push((now_ns(), bound));
+        // Still "a fault" for the workers' free checks until its recovery bound has passed.
+        let ms = bound.as_millis().to_string();
+        let _ = resp_command(
+            &self.resource.addr(),
+            &["SET", &self.fault_key(), "1", "PX", &ms],
+        );
         self.log(&format!("fault over; the next section within {bound:?}"));
+    }
+
+    /// The resource's key that says a fault is active (the workers' free checks wait).
+    fn fault_key(&self) -> String {
+        format!("torture:{}:fault", self.key)
+    }
+
+    /// A fault begins (or may, this round): the workers' free checks wait until it is over.
+    fn fault_begins(&self) {
+        let _ = resp_command(&self.resource.addr(), &["SET", &self.fault_key(), "1"]);
+    }
+
+    /// Every server of the backend as `host:port`, as a worker of namespace `ns` reaches
+    /// it: for the workers' free checks.
+    fn backend_servers(&self, ns: Option<&Netns>) -> Vec<String> {
+        let host = ns.map_or("127.0.0.1", |n| n.host_ip.as_str());
+        let mut ports: Vec<u16> = self.nodes.iter().map(RedisProcess::port).collect();
+        if let Some(g) = &self.sentinel {
+            ports.extend([g.master.port(), g.replica.port()]);
+        }
+        if let Some(c) = &self.cluster {
+            ports.extend(c.nodes.iter().map(RedisProcess::port));
+        }
+        ports.iter().map(|p| format!("{host}:{p}")).collect()
+    }
+
+    /// A quiet window for a "free means available" check, before the first fault or once
+    /// the last fault's recovery bound has passed (waiting for it at most 1 s; else none this round): for
+    /// [`QUIET`], one live worker (by turns) checks while the others take no new
+    /// section (`torture-worker`).
+    fn quiet_window(&mut self, round: u32, deadline: Instant) {
+        // Before the first fault: at once.
+        let over = self.fault_ends.last().map_or(0, |&(at, bound)| {
+            at + u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX)
+        });
+        let wait = Duration::from_nanos(over.saturating_sub(now_ns()));
+        if wait > Duration::from_secs(1) || Instant::now() + wait + QUIET >= deadline {
+            return;
+        }
+        std::thread::sleep(wait);
+        let live: Vec<u32> = self
+            .workers
+            .iter()
+            .filter(|w| !w.dead)
+            .map(|w| w.child.id())
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let pid = live[round as usize % live.len()];
+        let ms = QUIET.as_millis().to_string();
+        let key = format!("torture:{}:quiet", self.key);
+        let _ = resp_command(
+            &self.resource.addr(),
+            &["SET", &key, &pid.to_string(), "PX", &ms],
+        );
+        self.log(&format!("quiet window: worker {pid} checks"));
+        std::thread::sleep(QUIET);
     }
 
     /// Whether any worker has started a section yet.
@@ -910,9 +978,28 @@ impl Run {
                 *errors.entry(k).or_insert(0) += v;
             }
         }
+        let mut free = FreeChecks::default();
+        for w in &self.workers {
+            let text =
+                std::fs::read_to_string(w.history.with_extension("free")).unwrap_or_default();
+            for line in text.lines() {
+                match line.split_whitespace().next() {
+                    Some("ok") => free.ok += 1,
+                    Some("raced") => free.raced += 1,
+                    Some("refused") => free.refused.push(format!("pid {}: {line}", w.child.id())),
+                    _ => {}
+                }
+            }
+        }
         let mut starts: Vec<u64> = sections.iter().map(|s| s.acquired).collect();
         starts.sort_unstable();
-        let liveness = Liveness::judge(&starts, &self.fault_ends, end);
+        let mut liveness = Liveness::judge(&starts, &self.fault_ends, end);
+        liveness.failures.extend(
+            free.refused
+                .iter()
+                .map(|r| format!("a free lock was refused: {r}")),
+        );
+        liveness.free = free;
         let counter = resp_command(
             &self.resource.addr(),
             &["GET", &format!("torture:{}:counter", self.key)],
@@ -944,10 +1031,24 @@ impl Run {
     }
 }
 
+/// The workers' "free means available" checks (`torture-worker`): a try_acquire when no
+/// server held a key of the lock and no fault was active.
+#[derive(Debug, Default)]
+struct FreeChecks {
+    /// It succeeded.
+    ok: u64,
+    /// Refused, and another worker held the lock by then (not a verdict).
+    raced: u64,
+    /// Refused while the lock stayed free: each is a failure.
+    refused: Vec<String>,
+}
+
 /// The run's liveness: sections at all, and after each fault the time until the next
 /// section started (its recovery) against that fault's bound.
 #[derive(Debug, Default)]
 struct Liveness {
+    /// The workers' "free means available" checks.
+    free: FreeChecks,
     /// Per fault judged: its recovery and its bound.
     recoveries: Vec<(Duration, Duration)>,
     /// What failed: no section at all, a recovery past its bound, no section after a fault.
@@ -1220,8 +1321,10 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
     }
     run.log(&format!("first section: {}", run.progressed()));
     std::thread::sleep(Duration::from_millis(200));
+    run.quiet_window(0, deadline);
     while Instant::now() + Duration::from_millis(500) < deadline {
         *rounds += 1;
+        run.fault_begins();
         match s.name {
             "pause" => {
                 if let Some(i) = run.wait_holder() {
@@ -1344,6 +1447,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
             }
             other => unreachable!("scenario {other}"),
         }
+        run.quiet_window(*rounds, deadline);
     }
     for p in &run.proxies {
         p.clear();
@@ -1461,6 +1565,12 @@ fn main() {
         failed |= bad;
         stalled |= live.failed();
         let mut notes = format!("{rounds}× {}", s.what);
+        notes.push_str(&format!(
+            "; free locks tried: {} taken, {} raced, {} refused",
+            live.free.ok,
+            live.free.raced,
+            live.free.refused.len()
+        ));
         if !live.recoveries.is_empty() {
             let bound = live
                 .recoveries
@@ -1554,12 +1664,12 @@ fn main() {
         println!(
             "torture: FAILED ({})",
             if stalled {
-                "no progress, or a recovery past its bound; or an unsafe overlap or write"
+                "no progress, a recovery past its bound or a free lock refused; or an unsafe overlap or write"
             } else {
                 "unsignalled overlap or accepted stale write"
             }
         );
         std::process::exit(1);
     }
-    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes, progress in every scenario, every recovery within its bound)");
+    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes, progress in every scenario, every recovery within its bound, no free lock refused)");
 }
