@@ -3,8 +3,9 @@
 //!
 //! `torture [--quick|--long] [--kind KIND]... [--dir DIR] [SCENARIO...]` (usually through
 //! `scripts/torture.sh`). Prints one table row per scenario × backend × lock kind, and
-//! exits 1 when any run had an unsignalled overlap or an accepted stale write (2 on a
-//! usage or set-up error).
+//! exits 1 when any run had an unsignalled overlap or an accepted stale write, made no
+//! progress, recovered from a fault later than its bound, or had a free lock refused
+//! ([`Liveness`], [`Run::quiet_window`]; 2 on a usage or set-up error).
 //!
 //! The lock kinds are `distlock_tests::history::KINDS` (reentrant, write, read-write mix,
 //! one-permit semaphore, leader, and the Redisson format's reentrant and read-write mix),
