@@ -46,6 +46,7 @@ fn single(url: &str, protocol: &str) -> String {
 enum Probe {
     Lock(LockKind),
     Semaphore,
+    Leader,
 }
 
 /// Until every probe of `keys` succeeds from `reg` (a try_acquire, released at once), or
@@ -81,6 +82,18 @@ async fn still_taken(reg: &Registry, keys: &[(String, Probe)], from: Instant) ->
                     }
                     Ok(None) | Err(_) => false,
                 },
+                Probe::Leader => match reg
+                    .leader(key.as_str())
+                    .wait(Duration::ZERO)
+                    .campaign()
+                    .await
+                {
+                    Ok(g) => {
+                        let _ = g.resign().await;
+                        true
+                    }
+                    Err(_) => false,
+                },
             };
             if !free {
                 next.push((key, probe));
@@ -97,8 +110,8 @@ async fn still_taken(reg: &Registry, keys: &[(String, Probe)], from: Instant) ->
 /// Hold one lock of each of `probes` on `config`, kill the server, release them all (each
 /// release fails), restart it, and check that a second registry finds them all free
 /// within `BOUND`. `hand_off`: also a reentrant lock released to a local waiter (the
-/// hand-off fails and is undone) and a fair lock with a queued waiter that gives up
-/// while the server is down.
+/// hand-off fails and is undone), a fair lock with a queued waiter that gives up while
+/// the server is down, a multi-key lock and a leadership.
 async fn released_while_down_is_free_after_restart(
     servers: &mut [RedisProcess],
     config: &str,
@@ -127,11 +140,13 @@ async fn released_while_down_is_free_after_restart(
                     .await
                     .unwrap_or_else(|e| panic!("acquire {key}: {e}")),
             ),
+            Probe::Leader => unreachable!("leaders are taken with the hand-off extras"),
         }
         keys.push((key, *probe));
     }
     // A local waiter for a hand-off, and a fair waiter queued behind the holder.
     let mut waiters = Vec::new();
+    let (mut multi, mut leader) = (None, None);
     if hand_off {
         for (key, kind) in [
             ("resend:handoff", LockKind::Reentrant),
@@ -156,6 +171,18 @@ async fn released_while_down_is_free_after_restart(
             }));
             keys.push((key.to_owned(), Probe::Lock(kind)));
         }
+        // A multi-key lock and a leadership (its lease is the watchdog's, 30 s).
+        let keys2 = ["resend:multi:a", "resend:multi:b"];
+        multi = Some(
+            reg.lock_all(keys2)
+                .lease(Lease::Fixed(LEASE))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+        keys.extend(keys2.map(|k| (k.to_owned(), Probe::Lock(LockKind::Reentrant))));
+        leader = Some(reg.leader("resend:leader").campaign().await.unwrap());
+        keys.push(("resend:leader".to_owned(), Probe::Leader));
         let start = Instant::now();
         while reg.waiting("main").unwrap_or(0) < 2 {
             assert!(start.elapsed() < BOUND, "the waiters never started waiting");
@@ -177,6 +204,16 @@ async fn released_while_down_is_free_after_restart(
         let key = g.key().to_owned();
         if let Err(e) = g.release().await {
             failed.push(format!("{key}: {e}"));
+        }
+    }
+    if let Some(g) = multi.take() {
+        if let Err(e) = g.release().await {
+            failed.push(format!("multi-key: {e}"));
+        }
+    }
+    if let Some(g) = leader.take() {
+        if let Err(e) = g.resign().await {
+            failed.push(format!("leader: {e}"));
         }
     }
     // The fair waiter gives up while the server is down (its queue entry stays); the
