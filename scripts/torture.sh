@@ -9,7 +9,8 @@
 # signalled overlaps, stale writes accepted / refused by the fenced resource, lost updates
 # on an unfenced counter, token regressions, time; then the overlaps summed per kind.
 # Exits non-zero on any unsignalled overlap or accepted stale write (scenarios marked
-# "documented limit" excepted). Kinds: reentrant, write, read-write (readers and writers
+# "documented limit" excepted), and on a scenario without progress, a recovery after a
+# fault past its bound, or a free lock refused (docs/fault-testing.md, "Liveness"). Kinds: reentrant, write, read-write (readers and writers
 # by turns; readers may share), semaphore (1 permit), leader, redisson, redisson-rw (the
 # Redisson format). --quick (the default; about 4 minutes) runs in scripts/test.sh, every
 # kind on the pause and kill scenarios only; --long runs each scenario x kind 60 s.

@@ -20,6 +20,7 @@ mod memory;
 mod offers;
 mod quorum;
 mod redisson_once;
+pub(crate) mod resend;
 mod sentinel;
 mod sentinel_resolve;
 mod server;
@@ -79,6 +80,9 @@ pub(crate) struct Backend {
     /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
     /// sentinel with `sync_replicas`, Redisson's format).
     pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
+    /// The releases, undos and queue cancels being sent again until the server answers
+    /// (`resend.rs`).
+    resends: Arc<resend::Resends>,
     driver: Driver,
 }
 
@@ -210,6 +214,7 @@ impl Backend {
             holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
             check,
             protocol: cfg.protocol,
+            resends: Arc::default(),
             driver,
         };
         if judge {
@@ -372,7 +377,8 @@ impl Backend {
         r.map_err(self.fail(Some(&keys.user)))
     }
 
-    /// Leave the queue without waiting (a waiter that timed out or was dropped).
+    /// Leave the queue without waiting (a waiter that timed out or was dropped): in the
+    /// background, sent again until the server answers (`resend.rs`).
     pub(crate) fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
         match &self.driver {
             Driver::Memory(m) => {
@@ -381,14 +387,66 @@ impl Backend {
             Driver::Quorum(_) => {}
             Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) => {
                 let backend = self.clone();
-                drop(self.runtime.spawn(async move {
-                    if let Err(e) = backend.cancel(&keys, owner).await {
-                        tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
-                            "distlock: leaving the wait queue failed; the entry expires at its deadline");
-                    }
-                }));
+                let keys = Arc::new(keys);
+                self.resend(
+                    "leaving the wait queue",
+                    &keys.clone(),
+                    move || {
+                        let (backend, keys) = (backend.clone(), keys.clone());
+                        async move { backend.cancel(&keys, owner).await.map(drop) }
+                    },
+                    || {},
+                );
             }
         }
+    }
+
+    /// Run `attempt` (a release, an undo or a queue cancel of `keys`: safe to run twice) in
+    /// the background until the server answers, then `done` (`resend.rs`).
+    pub(crate) fn resend<F, Fut>(
+        &self,
+        what: &'static str,
+        keys: &LockKeys,
+        attempt: F,
+        done: impl FnOnce() + Send + 'static,
+    ) where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), LockError>> + Send,
+    {
+        self.resends.spawn(
+            &self.runtime,
+            resend::Label {
+                what,
+                backend: self.name.clone(),
+                key: keys.user.clone(),
+            },
+            resend::Resends::retry_for(keys.format.is_redisson()),
+            attempt,
+            done,
+        );
+    }
+
+    /// Wait until every release, undo and queue cancel this backend is sending again has
+    /// been answered (or given up): for a graceful shutdown, before distlock's background
+    /// runtime goes. Those asleep in their backoff are sent at once. While the server does
+    /// not answer this waits (a re-send goes on for minutes at most): bound it with a
+    /// timeout.
+    #[allow(dead_code)] // The graceful shutdown's; tests use it meanwhile.
+    pub(crate) async fn flush_resends(&self) {
+        self.resends.flush().await;
+        if let Driver::Quorum(q) = &self.driver {
+            q.resends.flush().await;
+        }
+    }
+
+    /// How many releases, undos and queue cancels are being sent again.
+    #[allow(dead_code)] // Diagnostics and tests.
+    pub(crate) fn resends_pending(&self) -> usize {
+        let nodes = match &self.driver {
+            Driver::Quorum(q) => q.resends.pending(),
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => 0,
+        };
+        self.resends.pending() + nodes
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
@@ -633,15 +691,18 @@ impl Backend {
             }
             Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
                 let backend = self.clone();
-                // On a runtime that is shutting down the task is dropped, and the lease
-                // runs out on its own.
-                drop(self.runtime.spawn(async move {
-                    if let Err(e) = backend.release(&keys, hold).await {
-                        tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
-                            "distlock: background release failed; the lease will run out");
-                    }
-                    drop(permit);
-                }));
+                let keys = Arc::new(keys);
+                // Sent until the server answers (`resend.rs`); on a runtime that is
+                // shutting down the task is dropped, and the lease runs out on its own.
+                self.resend(
+                    "a background release",
+                    &keys.clone(),
+                    move || {
+                        let (backend, keys) = (backend.clone(), keys.clone());
+                        async move { backend.release(&keys, hold).await.map(drop) }
+                    },
+                    move || drop(permit),
+                );
             }
         }
     }

@@ -73,7 +73,12 @@ impl LockGuard {
     /// # Errors
     ///
     /// `NotHeld` when this owner no longer held it (the lease had ended or the lock was
-    /// deleted: nothing was changed); `Backend` when Redis failed.
+    /// deleted: nothing was changed); `Backend` when Redis failed. A transient failure
+    /// (connection refused or reset, a time-out, a server restarting or failing over;
+    /// [`LockError::is_transient`]) means the release was not confirmed: it is sent again
+    /// in the background until the server answers, and the lock is free within about a
+    /// second after the server answers again, not at the end of its lease (see
+    /// docs/design.md, "Re-sends").
     ///
     /// # Cancel safety
     ///
@@ -315,17 +320,28 @@ impl Drop for UndoHandOff {
         if let Some((backend, keys, hold, claimed)) = self.armed.take() {
             tracing::debug!(backend = %backend.name, key = %keys.user,
                 "distlock: a hand-off was cancelled after it was sent; undoing it in the background");
-            let (b, sole) = (backend.clone(), self.sole.take());
-            drop(b.runtime.spawn(async move {
-                for h in [hold, claimed.hold.undoing()] {
-                    if let Err(e) = backend.release(&keys, h).await {
-                        tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
-                            "distlock: undoing a hand-off failed; the lease will run out");
+            let claimed_hold = claimed.hold;
+            // Both releases, until the server answers (`backend/resend.rs`; each is safe
+            // to run twice); then the waiter tries again.
+            let sole = self.sole.take();
+            let (b, k) = (backend.clone(), Arc::new(keys.clone()));
+            backend.resend(
+                "undoing a hand-off",
+                &keys,
+                move || {
+                    let (b, k) = (b.clone(), k.clone());
+                    async move {
+                        for h in [hold, claimed_hold.undoing()] {
+                            b.release(&k, h).await?;
+                        }
+                        Ok(())
                     }
-                }
-                drop(sole);
-                claimed.retry();
-            }));
+                },
+                move || {
+                    drop(sole);
+                    claimed.retry();
+                },
+            );
         }
     }
 }

@@ -400,7 +400,8 @@ impl MultiLockGuard {
     /// # Errors
     ///
     /// The first key's error (`NotHeld`, `Backend`); every key is released whatever the
-    /// others answer.
+    /// others answer. A key whose release failed transiently is sent again in the
+    /// background until the server answers (docs/design.md, "Re-sends").
     ///
     /// # Cancel safety
     ///

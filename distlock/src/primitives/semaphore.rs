@@ -569,7 +569,10 @@ impl SemaphoreGuard {
     /// # Errors
     ///
     /// `NotHeld` when this owner no longer held it (the lease had ended or the lock was
-    /// deleted: nothing was changed); `Backend` when Redis failed.
+    /// deleted: nothing was changed); `Backend` when Redis failed. A transient failure
+    /// ([`LockError::is_transient`]) means it was not confirmed: it is sent again in the
+    /// background until the server answers (free within about a second after the server
+    /// answers again; docs/design.md, "Re-sends").
     ///
     /// # Cancel safety
     ///

@@ -25,7 +25,15 @@
 //!
 //! All the while `lost()` is watched and its instant recorded; the body does *not* stop on
 //! it (as a careless application would not), so the checker sees what fencing prevents.
-//! The process dies with its parent (`PR_SET_PDEATHSIG`), so no worker outlives a run.
+//!
+//! "Free means available" (with `TORTURE_NODES`, every server of the backend as
+//! `host:port,...`): in the driver's quiet windows (no fault active: `torture:KEY:quiet`
+//! on the resource names one worker by its pid, for a few hundred ms) the other workers
+//! take no new section, and the named one, once no server holds a key of the lock, tries
+//! it with `try_acquire` (wait 0). Refused, it looks again at once: the lock still held by
+//! nobody means a free lock was refused, recorded in `HISTORY.free` as `refused`; a
+//! success is `ok`; a key found again (an acquisition sent before the window began) is
+//! `raced`.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,6 +41,7 @@ use std::time::{Duration, Instant};
 use distlock::{LeaderGuard, Lease, LockError, LockGuard, LockKind, Registry, SemaphoreGuard};
 use distlock_tests::history::{now_ns, Primitive, Recorder};
 use redis::AsyncCommands;
+use std::io::Write as _;
 
 fn kind(e: &LockError) -> &'static str {
     match e {
@@ -42,6 +51,115 @@ fn kind(e: &LockError) -> &'static str {
         LockError::LeaseLost { .. } => "lease_lost",
         LockError::ReplicationFailed { .. } => "replication_failed",
         _ => "other",
+    }
+}
+
+/// Every key of the lock `key` on the servers `nodes` (`host:port`): names containing
+/// `key` (distlock's `PREFIX{KEY}...`, Redisson's `KEY`, `{KEY}:...`), less the fencing
+/// counters (`...:fence`, `redisson_lock_token:...`), which outlive every hold, and
+/// Redisson's unlock latches (`redisson_unlock_latch:...`, an unlock's answer). `None`
+/// when a server could not be asked.
+async fn lock_keys(nodes: &[redis::Client], key: &str) -> Option<Vec<String>> {
+    let mut found = Vec::new();
+    for client in nodes {
+        let ask = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("KEYS")
+                .arg(format!("*{key}*"))
+                .query_async::<Vec<String>>(&mut c)
+                .await
+        };
+        let keys = tokio::time::timeout(Duration::from_millis(500), ask)
+            .await
+            .ok()?
+            .ok()?;
+        found.extend(keys.into_iter().filter(|k| {
+            !k.ends_with(":fence")
+                && !k.starts_with("redisson_lock_token:")
+                && !k.starts_with("redisson_unlock_latch:")
+        }));
+    }
+    Some(found)
+}
+
+/// A try_acquire (wait 0) of `primitive` on `key`, released at once: whether it got it.
+async fn try_take(registry: &Registry, primitive: Primitive, key: &str) -> Result<bool, LockError> {
+    let lock = |kind: LockKind| registry.lock(key).kind(kind).try_acquire();
+    match primitive {
+        Primitive::Lock(kind) => Ok(match lock(kind).await? {
+            Some(g) => {
+                let _ = g.release().await;
+                true
+            }
+            None => false,
+        }),
+        // The strictest: a writer needs no reader and no writer in.
+        Primitive::ReadWriteMix => Ok(match lock(LockKind::Write).await? {
+            Some(g) => {
+                let _ = g.release().await;
+                true
+            }
+            None => false,
+        }),
+        Primitive::Semaphore => Ok(match registry.semaphore(key, 1).try_acquire(1).await? {
+            Some(g) => {
+                let _ = g.release().await;
+                true
+            }
+            None => false,
+        }),
+        Primitive::Leader => match registry.leader(key).wait(Duration::ZERO).campaign().await {
+            Ok(g) => {
+                let _ = g.resign().await;
+                Ok(true)
+            }
+            Err(LockError::Timeout { .. }) => Ok(false),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// The driver's quiet window (see the module docs): until it ends, this worker takes no
+/// new section; the worker it names checks that the free lock is available. What to
+/// record, if anything.
+async fn quiet_window(
+    registry: &Registry,
+    primitive: Primitive,
+    key: &str,
+    nodes: &[redis::Client],
+    resource: &mut redis::aio::MultiplexedConnection,
+) -> Option<String> {
+    let quiet = format!("torture:{key}:quiet");
+    let me = std::process::id().to_string();
+    let mut outcome = None;
+    loop {
+        let named: Option<String> = resource.get(&quiet).await.ok().flatten();
+        let Some(named) = named else {
+            return outcome;
+        };
+        if named != me || outcome.is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        // Until the holder, if any, has finished its section.
+        match lock_keys(nodes, key).await {
+            Some(k) if k.is_empty() => {}
+            _ => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        }
+        outcome = match try_take(registry, primitive, key).await {
+            Ok(true) => Some("ok".to_string()),
+            Ok(false) => match lock_keys(nodes, key).await {
+                Some(k) if k.is_empty() => Some(format!(
+                    "refused {} ns: no key of the lock on any server before and after a try_acquire that was refused",
+                    now_ns()
+                )),
+                _ => Some("raced".to_string()),
+            },
+            Err(e) => Some(format!("refused {} ns: try_acquire failed: {e}", now_ns())),
+        };
     }
 }
 
@@ -129,18 +247,48 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rec = Arc::new(Mutex::new(Recorder::create(std::path::Path::new(
         &args[4],
     ))?));
-    let registry = Registry::from_path(config).await?;
+    // The backend may be under a fault while this process starts (a blackhole, a server
+    // restarting): init fails then, and is tried again (backing off, within the run),
+    // rather than ending the worker.
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    let registry = loop {
+        match Registry::from_path(config).await {
+            Ok(r) => break r,
+            Err(e) if start.elapsed() + pause < duration => {
+                eprintln!("init failed at {} ns (trying again): {e}", now_ns());
+                rec.lock().unwrap().failed("init");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let client = redis::Client::open(resource.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let counter = format!("torture:{key}:counter");
     let fenced = format!("torture:{key}:fenced");
-    let start = Instant::now();
     let mut sections = 0u64;
     // The first few acquire errors in full, on stderr (the run keeps it next to the
     // history when a run fails or with --keep).
     let mut shown = 0u32;
     let pid = u64::from(std::process::id());
+    let nodes: Vec<redis::Client> = std::env::var("TORTURE_NODES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|a| !a.is_empty())
+        .map(|a| redis::Client::open(format!("redis://{a}")))
+        .collect::<Result<_, _>>()?;
+    let mut free_log =
+        std::fs::File::create(std::path::Path::new(&args[4]).with_extension("free"))?;
     while start.elapsed() < duration && sections < max_sections {
+        if !nodes.is_empty() {
+            if let Some(line) =
+                quiet_window(&registry, spec.primitive, &key, &nodes, &mut conn).await
+            {
+                writeln!(free_log, "{line}")?;
+            }
+        }
         // The mix: readers and writers by turns (offset by the pid, so both are inside
         // together).
         let read = spec.primitive == Primitive::ReadWriteMix && (sections + pid).is_multiple_of(2);

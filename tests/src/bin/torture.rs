@@ -3,9 +3,10 @@
 //!
 //! `torture [--quick|--long] [--kind KIND]... [--dir DIR] [SCENARIO...]` (usually through
 //! `scripts/torture.sh`). Prints one table row per scenario × backend × lock kind, and
-//! exits 1 when any run had an unsignalled overlap or an accepted stale write, or lost an
-//! update on the fenced balance (that one in every scenario, documented limits included;
-//! 2 on a usage or set-up error).
+//! exits 1 when any run had an unsignalled overlap or an accepted stale write, lost an
+//! update on the fenced balance (that one in every scenario, documented limits included),
+//! made no progress, recovered from a fault later than its bound, or had a free lock refused
+//! ([`Liveness`], [`Run::quiet_window`]; 2 on a usage or set-up error).
 //!
 //! The lock kinds are `distlock_tests::history::KINDS` (reentrant, write, read-write mix,
 //! one-permit semaphore, leader, and the Redisson format's reentrant and read-write mix),
@@ -51,6 +52,14 @@ const CLUSTER_BUS_PORTS: [u16; 6] = [17310, 17311, 17312, 17313, 17314, 17315];
 const KIND_SCENARIOS_QUICK: &[&str] = &["pause", "kill"];
 /// Seconds each lock kind but `reentrant` runs per scenario in `--quick`.
 const KIND_SECS_QUICK: u64 = 5;
+/// How soon after a fault ends the next section must start (docs/fault-testing.md), on
+/// top of one section's hold (a holder inside when the fault ends finishes first) and, for
+/// a killed holder, its lease.
+const RECOVERY: Duration = Duration::from_secs(1);
+/// How long a quiet window for a "free means available" check lasts ([`Run::quiet_window`]).
+const QUIET: Duration = Duration::from_millis(400);
+/// How long the run waits for the first section before the first fault.
+const FIRST_SECTION_WITHIN: Duration = Duration::from_secs(10);
 /// How far one step of the `redlock-clock` scenarios moves a node's wall clock.
 const CLOCK_STEP_SECS: u64 = 3600;
 
@@ -462,6 +471,9 @@ struct Run {
     done: Interventions,
     duration: Duration,
     spawned: usize,
+    /// Each fault's end (when the server answers again, or the holder was killed), with
+    /// the bound on the time until the next section starts.
+    fault_ends: Vec<(u64, Duration)>,
 }
 
 impl Drop for Run {
@@ -674,6 +686,7 @@ impl Run {
             done: Interventions::default(),
             duration,
             spawned: 0,
+            fault_ends: Vec::new(),
         };
         for _ in 0..WORKERS {
             run.spawn_worker(duration);
@@ -753,7 +766,9 @@ impl Run {
             }
             None => Command::new(&bin),
         };
+        let servers = self.backend_servers(self.netns.get(idx)).join(",");
         let child = command
+            .env("TORTURE_NODES", servers)
             .arg(config)
             .arg(&self.key)
             .arg(resource_url)
@@ -855,8 +870,87 @@ impl Run {
         self.done.killed.entry(pid).or_insert(t);
     }
 
+    /// A fault ended now: the next section must start within `extra` (a killed holder's
+    /// lease; zero for the others) + one section's hold + [`RECOVERY`].
+    fn fault_over(&mut self, extra: Duration) {
+        let bound = extra + self.hold + RECOVERY;
+        self.fault_ends.push((now_ns(), bound));
+        // Still "a fault" for the workers' free checks until its recovery bound has passed.
+        let ms = bound.as_millis().to_string();
+        let _ = resp_command(
+            &self.resource.addr(),
+            &["SET", &self.fault_key(), "1", "PX", &ms],
+        );
+        self.log(&format!("fault over; the next section within {bound:?}"));
+    }
+
+    /// The resource's key that says a fault is active (the workers' free checks wait).
+    fn fault_key(&self) -> String {
+        format!("torture:{}:fault", self.key)
+    }
+
+    /// A fault begins (or may, this round): the workers' free checks wait until it is over.
+    fn fault_begins(&self) {
+        let _ = resp_command(&self.resource.addr(), &["SET", &self.fault_key(), "1"]);
+    }
+
+    /// Every server of the backend as `host:port`, as a worker of namespace `ns` reaches
+    /// it: for the workers' free checks.
+    fn backend_servers(&self, ns: Option<&Netns>) -> Vec<String> {
+        let host = ns.map_or("127.0.0.1", |n| n.host_ip.as_str());
+        let mut ports: Vec<u16> = self.nodes.iter().map(RedisProcess::port).collect();
+        if let Some(g) = &self.sentinel {
+            ports.extend([g.master.port(), g.replica.port()]);
+        }
+        if let Some(c) = &self.cluster {
+            ports.extend(c.nodes.iter().map(RedisProcess::port));
+        }
+        ports.iter().map(|p| format!("{host}:{p}")).collect()
+    }
+
+    /// A quiet window for a "free means available" check, before the first fault or once
+    /// the last fault's recovery bound has passed (waiting for it at most 1 s; else none this round): for
+    /// [`QUIET`], one live worker (by turns) checks while the others take no new
+    /// section (`torture-worker`).
+    fn quiet_window(&mut self, round: u32, deadline: Instant) {
+        // Before the first fault: at once.
+        let over = self.fault_ends.last().map_or(0, |&(at, bound)| {
+            at + u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX)
+        });
+        let wait = Duration::from_nanos(over.saturating_sub(now_ns()));
+        if wait > Duration::from_secs(1) || Instant::now() + wait + QUIET >= deadline {
+            return;
+        }
+        std::thread::sleep(wait);
+        let live: Vec<u32> = self
+            .workers
+            .iter()
+            .filter(|w| !w.dead)
+            .map(|w| w.child.id())
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let pid = live[round as usize % live.len()];
+        let ms = QUIET.as_millis().to_string();
+        let key = format!("torture:{}:quiet", self.key);
+        let _ = resp_command(
+            &self.resource.addr(),
+            &["SET", &key, &pid.to_string(), "PX", &ms],
+        );
+        self.log(&format!("quiet window: worker {pid} checks"));
+        std::thread::sleep(QUIET);
+    }
+
+    /// Whether any worker has started a section yet.
+    fn progressed(&self) -> bool {
+        self.workers.iter().any(|w| {
+            std::fs::read_to_string(&w.history).is_ok_and(|t| t.lines().any(|l| l.starts_with('A')))
+        })
+    }
+
     /// Wait for the workers to finish (bounded), then check.
-    fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>) {
+    fn finish(mut self, started: Instant) -> (Report, Interventions, Option<String>, Liveness) {
         let until = Instant::now() + Duration::from_secs(20);
         for w in &mut self.workers {
             loop {
@@ -886,6 +980,28 @@ impl Run {
                 *errors.entry(k).or_insert(0) += v;
             }
         }
+        let mut free = FreeChecks::default();
+        for w in &self.workers {
+            let text =
+                std::fs::read_to_string(w.history.with_extension("free")).unwrap_or_default();
+            for line in text.lines() {
+                match line.split_whitespace().next() {
+                    Some("ok") => free.ok += 1,
+                    Some("raced") => free.raced += 1,
+                    Some("refused") => free.refused.push(format!("pid {}: {line}", w.child.id())),
+                    _ => {}
+                }
+            }
+        }
+        let mut starts: Vec<u64> = sections.iter().map(|s| s.acquired).collect();
+        starts.sort_unstable();
+        let mut liveness = Liveness::judge(&starts, &self.fault_ends, end);
+        liveness.failures.extend(
+            free.refused
+                .iter()
+                .map(|r| format!("a free lock was refused: {r}")),
+        );
+        liveness.free = free;
         let counter = resp_command(
             &self.resource.addr(),
             &["GET", &format!("torture:{}:counter", self.key)],
@@ -923,7 +1039,86 @@ impl Run {
             counter,
         );
         report.lost_updates_fenced = lost_fenced;
-        (report, self.done.clone(), note)
+        (report, self.done.clone(), note, liveness)
+    }
+}
+
+/// The workers' "free means available" checks (`torture-worker`): a try_acquire when no
+/// server held a key of the lock and no fault was active.
+#[derive(Debug, Default)]
+struct FreeChecks {
+    /// It succeeded.
+    ok: u64,
+    /// Refused, and another worker held the lock by then (not a verdict).
+    raced: u64,
+    /// Refused while the lock stayed free: each is a failure.
+    refused: Vec<String>,
+}
+
+/// The run's liveness: sections at all, and after each fault the time until the next
+/// section started (its recovery) against that fault's bound.
+#[derive(Debug, Default)]
+struct Liveness {
+    /// The workers' "free means available" checks.
+    free: FreeChecks,
+    /// Per fault judged: its recovery and its bound.
+    recoveries: Vec<(Duration, Duration)>,
+    /// What failed: no section at all, a recovery past its bound, no section after a fault.
+    failures: Vec<String>,
+}
+
+impl Liveness {
+    /// `starts`: every section's start, sorted; `faults`: each fault's end and bound;
+    /// `end`: when the run ended (a fault that ended less than its bound before it, with
+    /// no section after it, is not judged).
+    fn judge(starts: &[u64], faults: &[(u64, Duration)], end: u64) -> Liveness {
+        let mut l = Liveness::default();
+        if starts.is_empty() {
+            l.failures
+                .push("no progress: not one section in the whole run".into());
+            return l;
+        }
+        for &(at, bound) in faults {
+            let next = starts.get(starts.partition_point(|&s| s < at)).copied();
+            let ms = |ns: u64| ns as f64 / 1e6;
+            match next {
+                Some(t) => {
+                    let r = Duration::from_nanos(t - at);
+                    l.recoveries.push((r, bound));
+                    if r > bound {
+                        l.failures.push(format!(
+                            "recovery {:.0} ms after the fault that ended at {:.1} ms (bound {} ms)",
+                            r.as_secs_f64() * 1e3,
+                            ms(at),
+                            bound.as_millis()
+                        ));
+                    }
+                }
+                None if Duration::from_nanos(end.saturating_sub(at)) > bound => {
+                    l.failures.push(format!(
+                        "no section in the {:.0} ms after the fault that ended at {:.1} ms (bound {} ms)",
+                        ms(end - at),
+                        ms(at),
+                        bound.as_millis()
+                    ));
+                }
+                None => {}
+            }
+        }
+        l
+    }
+
+    fn failed(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    /// The worst recovery, in ms ("-": no fault judged).
+    fn worst(&self) -> String {
+        self.recoveries
+            .iter()
+            .map(|(r, _)| *r)
+            .max()
+            .map_or_else(|| "-".into(), |r| format!("{}", r.as_millis()))
     }
 }
 
@@ -1130,10 +1325,18 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
         rng_state ^= rng_state << 17;
         (rng_state % n as u64) as usize
     };
-    // Let the workers get going.
-    std::thread::sleep(Duration::from_millis(500));
+    // Let the workers get going: no fault before the first section (a worker still
+    // starting up would meet the first fault in its connect), within a bound.
+    let first = Instant::now() + FIRST_SECTION_WITHIN;
+    while !run.progressed() && Instant::now() < first.min(deadline) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.log(&format!("first section: {}", run.progressed()));
+    std::thread::sleep(Duration::from_millis(200));
+    run.quiet_window(0, deadline);
     while Instant::now() + Duration::from_millis(500) < deadline {
         *rounds += 1;
+        run.fault_begins();
         match s.name {
             "pause" => {
                 if let Some(i) = run.wait_holder() {
@@ -1146,12 +1349,15 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     run.pause(i, WATCHDOG * 5 / 2);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
             "kill" => {
                 if let Some(i) = run.wait_holder() {
                     run.kill_worker(i);
+                    // Its lease must run out first.
+                    run.fault_over(WATCHDOG);
                     let left = deadline.saturating_duration_since(Instant::now());
                     run.spawn_worker(left);
                 }
@@ -1162,17 +1368,22 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.nodes[0].kill();
                 std::thread::sleep(Duration::from_millis(300));
                 run.nodes[0].restart();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(2500));
             }
             "latency" => {
                 let ms = [0u64, 150, 700][*rounds as usize % 3];
                 run.proxies[0].set_latency(Duration::from_millis(ms));
+                if ms == 0 && *rounds > 1 {
+                    run.fault_over(Duration::ZERO);
+                }
                 std::thread::sleep(Duration::from_millis(2000));
             }
             "blackhole" => {
                 run.proxies[0].set_blackhole(true);
                 std::thread::sleep(Duration::from_millis(1500));
                 run.proxies[0].set_blackhole(false);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "reset" => {
@@ -1181,6 +1392,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     std::thread::sleep(Duration::from_millis(150));
                 }
                 run.proxies[0].reset_all();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(300));
             }
             "partition" => {
@@ -1188,6 +1400,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     run.proxies[i].set_blackhole(true);
                     std::thread::sleep(WATCHDOG * 5 / 2);
                     run.proxies[i].set_blackhole(false);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
@@ -1199,6 +1412,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 std::thread::sleep(Duration::from_millis(1000));
                 run.nodes[a].restart();
                 run.nodes[b].restart();
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "redlock-blackhole" => {
@@ -1209,6 +1423,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 std::thread::sleep(Duration::from_millis(1500));
                 run.proxies[a].set_blackhole(false);
                 run.proxies[b].set_blackhole(false);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "partition-netns" => {
@@ -1217,6 +1432,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                     run.netns[i].cut(port, true);
                     std::thread::sleep(WATCHDOG * 5 / 2);
                     run.netns[i].cut(port, false);
+                    run.fault_over(Duration::ZERO);
                 }
                 std::thread::sleep(Duration::from_millis(800));
             }
@@ -1224,6 +1440,7 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.wait_holder();
                 let k = if s.name == "redlock-clock" { 1 } else { 2 };
                 run.jump_clocks(k, &mut rand);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1500));
             }
             "sentinel-failover" | "sentinel-failover-wait" => {
@@ -1231,15 +1448,18 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 // SIGKILL first: the sentinels notice a returning old master within a
                 // second; after SENTINEL FAILOVER they take up to 10 s (their INFO period).
                 run.sentinel_round(*rounds % 2 == 1, deadline);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             "cluster-failover" | "cluster-kill" => {
                 run.wait_holder();
                 run.cluster_round(s.name == "cluster-kill", deadline);
+                run.fault_over(Duration::ZERO);
                 std::thread::sleep(Duration::from_millis(1000));
             }
             other => unreachable!("scenario {other}"),
         }
+        run.quiet_window(*rounds, deadline);
     }
     for p in &run.proxies {
         p.clear();
@@ -1339,6 +1559,8 @@ fn main() {
         "time",
     );
     let mut failed = false;
+    // A scenario without progress, or a recovery past its bound.
+    let mut stalled = false;
     // Per kind: sections, unsignalled overlaps, signalled overlaps (failing runs aside:
     // documented limits).
     let mut totals: Vec<(&str, u64, u64, u64)> = Vec::new();
@@ -1350,11 +1572,32 @@ fn main() {
         let mut rounds = 0;
         inject(s, &mut run, deadline, &mut rounds);
         let run_dir = run.dir.clone();
-        let (r, done_debug, run_note) = run.finish(started);
-        // A lost update on the fenced balance fails every scenario, documented limits too.
-        let bad = (r.failed() && !s.limit) || r.fencing_broken();
+        let (r, done_debug, run_note, live) = run.finish(started);
+        // Liveness and the fenced balance hold on every scenario, documented limits too.
+        let bad = (r.failed() && !s.limit) || r.fencing_broken() || live.failed();
         failed |= bad;
+        stalled |= live.failed();
         let mut notes = format!("{rounds}× {}", s.what);
+        notes.push_str(&format!(
+            "; free locks tried: {} taken, {} raced, {} refused",
+            live.free.ok,
+            live.free.raced,
+            live.free.refused.len()
+        ));
+        if !live.recoveries.is_empty() {
+            let bound = live
+                .recoveries
+                .iter()
+                .map(|(_, b)| *b)
+                .max()
+                .unwrap_or_default();
+            notes.push_str(&format!(
+                "; {} recoveries, worst {} ms (bound {} ms)",
+                live.recoveries.len(),
+                live.worst(),
+                bound.as_millis()
+            ));
+        }
         if let Some(lead) = r.min_signal_lead_ns {
             notes.push_str(&format!(
                 "; lost() came >= {:.0} ms before the next acquire",
@@ -1413,7 +1656,7 @@ fn main() {
             if bad { "FAIL: " } else { "" },
             notes
         );
-        for d in &r.details {
+        for d in r.details.iter().chain(&live.failures) {
             println!("    {d}");
         }
         if bad {
@@ -1432,8 +1675,15 @@ fn main() {
         println!("  {name:<11} {sections:>8} {unsignalled:>12} {signalled:>10}");
     }
     if failed {
-        println!("torture: FAILED (unsignalled overlap, accepted stale write or lost update on the fenced balance)");
+        println!(
+            "torture: FAILED ({})",
+            if stalled {
+                "no progress, a recovery past its bound or a free lock refused; or an unsafe overlap, write or lost update"
+            } else {
+                "unsignalled overlap, accepted stale write or lost update on the fenced balance"
+            }
+        );
         std::process::exit(1);
     }
-    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes, 0 lost updates on the fenced balance)");
+    println!("torture: ok (0 unsignalled overlaps, 0 accepted stale writes, 0 lost updates on the fenced balance, progress in every scenario, every recovery within its bound, no free lock refused)");
 }

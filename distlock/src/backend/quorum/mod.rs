@@ -188,6 +188,11 @@ pub(crate) struct QuorumDriver {
     nodes: Vec<Arc<Node>>,
     quorum: usize,
     options: QuorumOptions,
+    /// Releases re-sent to single nodes that failed while the quorum's release was
+    /// decided (`ops.rs`, `super::resend`).
+    pub(super) resends: Arc<super::resend::Resends>,
+    /// The backend's name, for the re-sends' logs.
+    backend: Arc<str>,
 }
 
 impl std::fmt::Debug for QuorumDriver {
@@ -293,6 +298,8 @@ pub(crate) async fn connect(
             nodes,
             quorum,
             options,
+            resends: Arc::default(),
+            backend: backend.clone(),
         },
         hub,
     ))

@@ -237,8 +237,17 @@ impl QuorumDriver {
     ) -> Result<Released, DriverError> {
         let deadline = Instant::now() + self.options.node_timeout;
         let keys = Arc::new(keys.clone());
+        // Nodes whose release failed in a blip: once the release is decided, each is sent
+        // it again alone until it answers (its part of the lock would stay until its
+        // lease: enough on `multi` to refuse every acquirer). A failed decision is re-sent
+        // whole by the caller instead.
+        let failed = Arc::new(FailedNodes {
+            state: std::sync::Mutex::new((None, Vec::new())),
+            driver: self.resender(keys.clone(), hold),
+        });
+        let failed_in = failed.clone();
         let one = move |node: Arc<Node>| {
-            let keys = keys.clone();
+            let (keys, failed) = (keys.clone(), failed_in.clone());
             async move {
                 let r = match node.server() {
                     Ok(server) => server.release(&keys, hold).await,
@@ -247,6 +256,9 @@ impl QuorumDriver {
                 node.answered(&r);
                 if let Err(e) = &r {
                     tracing::debug!(node = %node.address, key = %keys.user, error = %e, "distlock: release failed on a node");
+                    if e.is_transient() {
+                        failed.failed(node.clone());
+                    }
                 }
                 r
             }
@@ -295,6 +307,9 @@ impl QuorumDriver {
         let (freed, still, not_held) = count(&replies);
         let answered = freed + still + not_held;
         let unknown = self.nodes.len() - answered;
+        failed.decided(
+            freed + still > 0 || unknown == 0 || not_held > self.nodes.len() - self.quorum,
+        );
         if still > 0 {
             Ok(Released::StillHeld)
         } else if freed > 0 {
@@ -303,6 +318,37 @@ impl QuorumDriver {
             Ok(Released::NotHeld)
         } else {
             Err(self.too_few("release not confirmed", replies))
+        }
+    }
+
+    /// What sends the release of `hold` again to one node, in the background, until it
+    /// answers (`super::super::resend`).
+    fn resender(&self, keys: Arc<LockKeys>, hold: Hold) -> impl Fn(Arc<Node>) + Send + Sync {
+        let (resends, backend) = (self.resends.clone(), self.backend.clone());
+        move |node: Arc<Node>| {
+            let (keys2, backend2) = (keys.clone(), backend.clone());
+            resends.spawn(
+                &tokio::runtime::Handle::current(),
+                super::super::resend::Label {
+                    what: "a release on one node",
+                    backend: backend.clone(),
+                    key: keys.user.clone(),
+                },
+                super::super::resend::Resends::retry_for(false),
+                move || {
+                    let (node, keys, backend) = (node.clone(), keys2.clone(), backend2.clone());
+                    async move {
+                        let r = match node.server() {
+                            Ok(server) => server.release(&keys, hold).await,
+                            Err(e) => Err(e),
+                        };
+                        node.answered(&r);
+                        r.map(drop)
+                            .map_err(|e| e.into_lock_error(&backend, Some(&keys.user)))
+                    }
+                },
+                || {},
+            );
         }
     }
 
@@ -456,4 +502,44 @@ fn seed_floor() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     u64::try_from((now + Duration::from_millis(100)).as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The nodes whose release failed in a blip, until the release is decided: then, when it
+/// was decided (not re-sent whole by the caller), each is sent it again alone, and so is
+/// every node that fails later (a request left to finish in the background).
+struct FailedNodes<R> {
+    /// Decided (`Some(true)`: re-send to failed nodes), and the nodes failed before.
+    state: std::sync::Mutex<(Option<bool>, Vec<Arc<Node>>)>,
+    driver: R,
+}
+
+impl<R: Fn(Arc<Node>)> FailedNodes<R> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<bool>, Vec<Arc<Node>>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failed(&self, node: Arc<Node>) {
+        let mut state = self.lock();
+        match state.0 {
+            None => state.1.push(node),
+            Some(true) => {
+                drop(state);
+                (self.driver)(node);
+            }
+            Some(false) => {}
+        }
+    }
+
+    fn decided(&self, resend: bool) {
+        let nodes = {
+            let mut state = self.lock();
+            state.0 = Some(resend);
+            std::mem::take(&mut state.1)
+        };
+        if resend {
+            for node in nodes {
+                (self.driver)(node);
+            }
+        }
+    }
 }
