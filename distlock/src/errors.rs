@@ -226,8 +226,9 @@ pub enum LockError {
         limit: Duration,
     },
     /// A semaphore asked for a number of permits it cannot have, refused before anything
-    /// is sent: a semaphore of 0 permits, or an acquisition of 0 permits or of more than
-    /// the semaphore has.
+    /// is sent (on every backend alike, memory included): a semaphore of 0 permits or of
+    /// more than [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS), or an
+    /// acquisition of 0 permits or of more than the semaphore has.
     ///
     /// ```
     /// use distlock::{LockError, Registry};

@@ -28,32 +28,25 @@ fn variant<T>(r: &Result<T, LockError>) -> String {
 async fn call(reg: &Registry, case: &str, key: &str) -> (String, bool) {
     let named = |r: &Result<(), LockError>| match r {
         Err(e) => {
-            e.backend() == Some("main")
-                && (e.key() == Some(key) || e.to_string().contains(key))
+            e.backend() == Some("main") && (e.key() == Some(key) || e.to_string().contains(key))
         }
         Ok(()) => true,
     };
     let r: Result<(), LockError> = match case {
-        "semaphore of 3000000000 permits" => reg
-            .semaphore(key, 3_000_000_000)
-            .acquire(1)
-            .await
-            .map(drop),
+        "semaphore of 3000000000 permits" => {
+            reg.semaphore(key, 3_000_000_000).acquire(1).await.map(drop)
+        }
         "semaphore of 2147483648 permits, taking all" => reg
             .semaphore(key, 2_147_483_648)
             .acquire(2_147_483_648)
             .await
             .map(drop),
-        "semaphore of u32::MAX permits, try-once" => reg
-            .semaphore(key, u32::MAX)
-            .try_acquire(1)
-            .await
-            .map(drop),
+        "semaphore of u32::MAX permits, try-once" => {
+            reg.semaphore(key, u32::MAX).try_acquire(1).await.map(drop)
+        }
         "semaphore of 0 permits" => reg.semaphore(key, 0).acquire(1).await.map(drop),
         "semaphore: 0 permits taken" => reg.semaphore(key, 3).acquire(0).await.map(drop),
-        "semaphore: more permits than it has" => {
-            reg.semaphore(key, 3).acquire(4).await.map(drop)
-        }
+        "semaphore: more permits than it has" => reg.semaphore(key, 3).acquire(4).await.map(drop),
         "semaphore lease over a day" => reg
             .semaphore(key, 3)
             .lease(Lease::Fixed(Duration::from_secs(86_401)))
