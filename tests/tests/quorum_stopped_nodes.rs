@@ -33,33 +33,6 @@ async fn connect_over(mode: &str, servers: &[RedisProcess], watchdog: &str) -> R
         .unwrap_or_else(|e| panic!("connect {mode}: {e}"))
 }
 
-/// Stops the servers (SIGSTOP) while it lives; continues them (SIGCONT) when dropped.
-struct Stopped(Vec<u32>);
-
-impl Stopped {
-    fn all(servers: &[RedisProcess]) -> Stopped {
-        let pids: Vec<u32> = servers
-            .iter()
-            .map(|s| s.pid().expect("a running server"))
-            .collect();
-        for &pid in &pids {
-            // SAFETY: a plain kill(2) of a child process this test started.
-            let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
-            assert_eq!(rc, 0, "SIGSTOP {pid}");
-        }
-        Stopped(pids)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
-        }
-    }
-}
-
 /// `release()` with every node stopped fails (nothing confirmed it) within `node_timeout`,
 /// on redlock and on multi.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
