@@ -114,6 +114,8 @@ impl Call {
             | Script::FairCancel
             | Script::Fence
             | Script::FenceGet
+            | Script::FenceQuorum
+            | Script::FenceUndo
             | Script::Inspect
             | Script::RedissonLock
             | Script::RedissonRenew
