@@ -64,7 +64,7 @@ enum Guard {
     Lock(distlock::LockGuard),
     Multi(distlock::MultiLockGuard),
     Semaphore(distlock::SemaphoreGuard),
-    Leader(distlock::LeaderGuard),
+    Leader(Box<distlock::LeaderGuard>),
 }
 
 async fn take(reg: &Registry, name: &str, step: Step) -> Result<Guard, LockError> {
@@ -86,7 +86,7 @@ async fn take(reg: &Registry, name: &str, step: Step) -> Result<Guard, LockError
         Step::Semaphore => Guard::Semaphore(reg.semaphore(name, 2).wait(WAIT).acquire(1).await?),
         Step::Leader => {
             let election = name.strip_prefix("leader:").expect("a leader's lock name");
-            Guard::Leader(reg.leader(election).wait(WAIT).campaign().await?)
+            Guard::Leader(Box::new(reg.leader(election).wait(WAIT).campaign().await?))
         }
     })
 }
