@@ -226,8 +226,9 @@ pub enum LockError {
         limit: Duration,
     },
     /// A semaphore asked for a number of permits it cannot have, refused before anything
-    /// is sent: a semaphore of 0 permits, or an acquisition of 0 permits or of more than
-    /// the semaphore has.
+    /// is sent (on every backend alike, memory included): a semaphore of 0 permits or of
+    /// more than [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS), or an
+    /// acquisition of 0 permits or of more than the semaphore has.
     ///
     /// ```
     /// use distlock::{LockError, Registry};
@@ -279,6 +280,42 @@ pub enum LockError {
         keys: Vec<String>,
         /// The backend's name.
         backend: String,
+    },
+    /// A nested acquisition of a name this task holds as a lock of another kind, where
+    /// re-entering is not sound, refused at once, before anything is sent (waiting could
+    /// only end in a `Timeout`, the task waiting for its own hold): a write lock asked for
+    /// inside the task's read hold of the same key (there is no upgrade: the writer would
+    /// wait for every reader to leave, this task's own read hold included), or, in
+    /// Redisson's format, a reentrant or fair lock and a read-write lock of one name in one
+    /// task (Redisson keeps both in the same hash, in two layouts). The rule for every
+    /// pair of kinds is in docs/design.md ("Reentrancy").
+    ///
+    /// ```
+    /// use distlock::{LockError, LockKind, Registry};
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let read = registry.lock("doc").kind(LockKind::Read).acquire().await.unwrap();
+    /// let err = read.scope(registry.lock("doc").kind(LockKind::Write).acquire()).await;
+    /// assert!(matches!(
+    ///     err,
+    ///     Err(LockError::NestedKind { held: LockKind::Read, asked: LockKind::Write, .. })
+    /// ));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("lock `{key}` on backend `{backend}`: this task holds it as a {held:?} lock and asks for it as a {asked:?} lock: {reason}")]
+    #[non_exhaustive]
+    NestedKind {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+        /// The kind of the task's enclosing hold of the key.
+        held: crate::LockKind,
+        /// The kind asked for.
+        asked: crate::LockKind,
+        /// Why it is refused, and what to do instead.
+        reason: &'static str,
     },
 }
 
@@ -341,7 +378,8 @@ impl LockError {
             | LockError::ReplicationFailed { key, .. }
             | LockError::InvalidKey { key, .. }
             | LockError::InvalidDuration { key, .. }
-            | LockError::InvalidPermits { key, .. } => Some(key),
+            | LockError::InvalidPermits { key, .. }
+            | LockError::NestedKind { key, .. } => Some(key),
             LockError::LockOrder { needs, .. } => Some(needs),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
@@ -365,6 +403,7 @@ impl LockError {
             | LockError::InvalidDuration { backend, .. }
             | LockError::InvalidPermits { backend, .. }
             | LockError::LockOrder { backend, .. }
+            | LockError::NestedKind { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }

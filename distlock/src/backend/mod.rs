@@ -622,6 +622,47 @@ impl Backend {
         }
     }
 
+    /// A fenced write (`crate::ops::fence`) on a redlock or multi backend: stored on a
+    /// quorum with no newer token on any node that answered, else refused as stale or
+    /// failed, and undone where it was taken (`backend/quorum/fenced.rs`). `None` on the
+    /// other modes.
+    pub(crate) async fn quorum_fenced_set(
+        &self,
+        key: &str,
+        name: &str,
+        value: &[u8],
+        token: u64,
+        ttl_ms: u64,
+    ) -> Option<Result<bool, LockError>> {
+        let q = match &self.driver {
+            Driver::Quorum(q) => q,
+            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
+                return None
+            }
+        };
+        Some(match q.fenced_set(name, value, token, ttl_ms).await {
+            quorum::FencedSet::Stored => Ok(true),
+            quorum::FencedSet::Stale => Ok(false),
+            quorum::FencedSet::Failed {
+                error: Some(e),
+                nodes: 1,
+                ..
+            } => Err(e.into_lock_error(&self.name, Some(key))),
+            quorum::FencedSet::Failed {
+                stored,
+                needed,
+                nodes,
+                ..
+            } => Err(LockError::QuorumNotReached {
+                key: key.to_owned(),
+                backend: self.name.to_string(),
+                granted: stored,
+                needed,
+                nodes,
+            }),
+        })
+    }
+
     /// The mode's name when it is a quorum backend (redlock, multi), else `None`.
     pub(crate) fn quorum_mode(&self) -> Option<&'static str> {
         match &self.driver {

@@ -43,6 +43,19 @@ pub(crate) fn find(backend: &str, key: &str) -> Option<Arc<LeaseState>> {
     None
 }
 
+/// Every enclosing hold of `key` on `backend` in this task, of every kind, innermost first.
+pub(crate) fn holds(backend: &str, key: &str) -> Vec<Arc<LeaseState>> {
+    let mut found = Vec::new();
+    let mut frame = current();
+    while let Some(f) = frame {
+        if &*f.backend == backend && f.key == key {
+            found.push(f.lease.clone());
+        }
+        frame = f.parent.clone();
+    }
+    found
+}
+
 /// Run `fut` with one more held lock in the task's context.
 pub(crate) fn scope<F: Future>(lease: Arc<LeaseState>, fut: F) -> impl Future<Output = F::Output> {
     let frame = Arc::new(Frame {

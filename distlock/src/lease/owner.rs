@@ -86,8 +86,9 @@ pub(crate) enum Under {
     Same,
     /// The owner's write hold (a read nested in a write lock).
     Write,
-    /// The owner's read hold (a write nested in a read lock: it re-enters only when the
-    /// owner is the writer too, else waits like any writer; there is no upgrade).
+    /// The owner's read hold (a write nested in a read lock, sent only when the task holds
+    /// the write lock further out, so that the script finds the owner writing; without
+    /// that the acquisition is refused before anything is sent: there is no upgrade).
     Read,
 }
 

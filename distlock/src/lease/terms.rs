@@ -137,8 +137,9 @@ pub enum LockKind {
     Read,
     /// Exclusive of readers and writers; reentrant within one task. The writer may also
     /// take the read lock of its key (a downgrade: release the write lock and keep
-    /// reading). A reader asking for the write lock of a key it reads waits like any writer
-    /// (there is no upgrade), so within its task that times out.
+    /// reading). There is no upgrade: a task asking for the write lock inside its own read
+    /// hold of the key (holding no write lock further out) gets `LockError::NestedKind` at
+    /// once; a reader of another owner asking for it waits like any writer.
     Write,
 }
 

@@ -86,14 +86,23 @@
 //!   asked ([`Fence::ttl`]). The token lives with the value: once the value expires (or is
 //!   deleted), any token is accepted again. A claim sets the expiry as a write does.
 //! - **redlock / multi.** The write goes to every node; it is accepted when a quorum of
-//!   nodes accepted it (a majority for redlock, all for multi). Any two quorums share a
-//!   node, and that node refuses the smaller token, so a stale write cannot be accepted once
-//!   a newer one was — as long as the nodes keep their data (see the quorum backends' notes
-//!   on restarts without persistence). A claim is accepted on a quorum of nodes and refused
-//!   as soon as one node that answered holds a larger token. [`Fence::get`] reads every
+//!   nodes accepted it (a majority for redlock, all for multi) and no node that answered
+//!   holds a newer token. A single node with a newer token makes it stale (`false`), even
+//!   when a quorum would take it: that node may hold a newer holder's write. Any two
+//!   quorums share a node, and that node refuses the smaller token, so a stale write cannot
+//!   be accepted once a newer one was — as long as the nodes keep their data (see the
+//!   quorum backends' notes on restarts without persistence). [`Fence::get`] reads every
 //!   node and returns the value with the largest write token among a quorum of answers.
-//!   When too few nodes answer, `set`, `claim` and `get` fail with
-//!   `LockError::QuorumNotReached`.
+//!   A claim is accepted on a quorum of nodes and refused as soon as one node that
+//!   answered holds a larger token. When too few nodes answer, `set`, `claim` and `get`
+//!   fail with `LockError::QuorumNotReached`.
+//!   A write that is not stored — stale, or failed — is **undone** on every node that took
+//!   it or did not answer within `node_timeout` (after the write, on the same connection):
+//!   each puts back what the write replaced if it still holds exactly that write, so a
+//!   reported failure does not become what a read returns later. Left as for a lost reply
+//!   on one server: a node that applies the write only after its undo (a request that
+//!   outlived its connection). The nodes keep what a write replaced in the same hash
+//!   (fields `u:v`, `u:t`, `u:p`) for that undo.
 //! - The token of the lock and the fenced key are independent: fence whatever keys the
 //!   critical section writes, each with the token of the lock that guards it.
 //!
@@ -299,6 +308,12 @@ impl Fence {
         let ttl_ms = self.ttl_ms(&backend.name)?;
         if let Some(m) = backend.memory() {
             return Ok(m.fenced_set(&name, value.as_ref(), token, self.ttl));
+        }
+        if let Some(r) = backend
+            .quorum_fenced_set(&self.key, &name, value.as_ref(), token, ttl_ms)
+            .await
+        {
+            return r;
         }
         let token_arg = token.to_string();
         let ttl_arg = ttl_ms.to_string();

@@ -8,7 +8,7 @@
 //! | `InvalidDuration` | 500 Internal Server Error: a lease or `watchdog_timeout` over `MAX_LEASE` (a server bug or misconfiguration) | |
 //! | `InvalidPermits` | 500 Internal Server Error: a semaphore of 0 permits, or asking for 0 or more than it has (a server bug) | |
 //! | `LeaseLost` | 500 Internal Server Error: **the outcome is unknown** (see below) | none |
-//! | `NotInitialized`, `NoSuchBackend`, `NoDefaultBackend`, `Unsupported`, `NotHeld` | 500 Internal Server Error: a bug or misconfiguration of the server | |
+//! | `NotInitialized`, `NoSuchBackend`, `NoDefaultBackend`, `Unsupported`, `NotHeld`, `LockOrder`, `NestedKind` | 500 Internal Server Error: a bug or misconfiguration of the server | |
 //!
 //! **`LeaseLost` does not invite a retry.** The lock was lost while the handler's body ran:
 //! part of its work may be done (with `on_lost = "cancel"` the body was dropped at an
@@ -147,6 +147,7 @@ impl LockError {
             | LockError::InvalidDuration { .. }
             | LockError::InvalidPermits { .. }
             | LockError::LockOrder { .. }
+            | LockError::NestedKind { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -207,6 +208,7 @@ impl LockError {
             LockError::InvalidDuration { .. } => "lock_invalid_duration",
             LockError::InvalidPermits { .. } => "lock_invalid_permits",
             LockError::LockOrder { .. } => "lock_order",
+            LockError::NestedKind { .. } => "lock_nested_kind",
         }
     }
 

@@ -93,7 +93,18 @@ pub struct Semaphore {
 impl Semaphore {
     /// A semaphore of `permits` permits on `key`, on the default backend of the registry in
     /// force (the innermost [`Registry::scope`] of this task, else the global one). A
-    /// `permits` of 0 is refused when acquiring (`LockError::InvalidPermits`); keys follow
+    /// The most permits a semaphore can have: 2147483647 (`i32::MAX`, what the scripts
+    /// keep in a Redis integer). A semaphore of more is refused when acquiring
+    /// (`LockError::InvalidPermits`) on every backend, memory included, before anything
+    /// is sent.
+    ///
+    /// ```
+    /// assert_eq!(distlock::Semaphore::MAX_PERMITS, 2_147_483_647);
+    /// ```
+    pub const MAX_PERMITS: u32 = i32::MAX as u32;
+
+    /// `permits` of 0, or over [`Semaphore::MAX_PERMITS`], is refused when acquiring
+    /// (`LockError::InvalidPermits`); keys follow
     /// the rules of [`Lock::new`](crate::Lock::new).
     ///
     /// ```
@@ -441,6 +452,8 @@ impl Registry {
 fn invalid(backend: &Backend, key: String, asked: u32, permits: u32) -> Option<LockError> {
     let reason = if permits == 0 {
         "a semaphore needs at least 1 permit"
+    } else if permits > Semaphore::MAX_PERMITS {
+        "a semaphore has at most 2147483647 permits (Semaphore::MAX_PERMITS)"
     } else if asked == 0 {
         "an acquisition takes at least 1 permit"
     } else if asked > permits {

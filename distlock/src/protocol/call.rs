@@ -115,6 +115,8 @@ impl Call {
             | Script::Fence
             | Script::FenceGet
             | Script::FenceClaim
+            | Script::FenceQuorum
+            | Script::FenceUndo
             | Script::Inspect
             | Script::RedissonLock
             | Script::RedissonRenew

@@ -23,6 +23,11 @@ pub(crate) enum Script {
     FenceGet,
     /// `crate::ops::fence`: claim a fenced value before reading it.
     FenceClaim,
+    /// `crate::ops::fence` on redlock and multi: a fenced write that keeps what it
+    /// replaced, for [`Script::FenceUndo`].
+    FenceQuorum,
+    /// `crate::ops::fence` on redlock and multi: undo a fenced write that failed as a whole.
+    FenceUndo,
     /// `crate::ops::inspect`: read a lock's state, of every kind (read-only).
     Inspect,
     /// `protocol = "redisson"`: acquire or re-enter a reentrant (fenced) lock.
@@ -92,6 +97,12 @@ pub mod sources {
     pub const FENCE: &str = lua!("fence.lua");
     pub const FENCE_GET: &str = lua!("fence_get.lua");
     pub const FENCE_CLAIM: &str = lua!("fence_claim.lua");
+    pub const FENCE_QUORUM: &str = lua!(
+        "fence_quorum_head.lua",
+        "fence.lua",
+        "fence_quorum_tail.lua"
+    );
+    pub const FENCE_UNDO: &str = lua!("fence_undo.lua");
     pub const INSPECT: &str = lua!("inspect.lua");
     pub const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
     pub const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
@@ -130,12 +141,12 @@ pub mod sources {
 impl Script {
     /// The script's name in messages (`Acquire`, `Release`, ...).
     pub(crate) fn name(self) -> &'static str {
-        static NAMES: std::sync::OnceLock<[String; 33]> = std::sync::OnceLock::new();
+        static NAMES: std::sync::OnceLock<[String; 35]> = std::sync::OnceLock::new();
         &NAMES.get_or_init(|| Script::ALL.map(|s| format!("{s:?}")))[self as usize]
     }
 
     /// All of them, for `SCRIPT LOAD`.
-    pub(crate) const ALL: [Script; 33] = [
+    pub(crate) const ALL: [Script; 35] = [
         Script::Acquire,
         Script::Release,
         Script::Renew,
@@ -149,6 +160,8 @@ impl Script {
         Script::Fence,
         Script::FenceGet,
         Script::FenceClaim,
+        Script::FenceQuorum,
+        Script::FenceUndo,
         Script::Inspect,
         Script::RedissonLock,
         Script::RedissonUnlock,
@@ -187,6 +200,8 @@ impl Script {
             Script::Fence => sources::FENCE,
             Script::FenceGet => sources::FENCE_GET,
             Script::FenceClaim => sources::FENCE_CLAIM,
+            Script::FenceQuorum => sources::FENCE_QUORUM,
+            Script::FenceUndo => sources::FENCE_UNDO,
             Script::Inspect => sources::INSPECT,
             Script::RedissonLock => sources::REDISSON_LOCK,
             Script::RedissonUnlock => sources::REDISSON_UNLOCK,
@@ -212,7 +227,7 @@ impl Script {
 
     /// The SHA1 of [`Script::source`], for EVALSHA.
     pub(crate) fn sha(self) -> &'static str {
-        static SHAS: LazyLock<[String; 33]> = LazyLock::new(|| {
+        static SHAS: LazyLock<[String; 35]> = LazyLock::new(|| {
             Script::ALL.map(|s| redis::Script::new(s.source()).get_hash().to_owned())
         });
         &SHAS[self as usize]

@@ -95,3 +95,30 @@ pub async fn until_granted(reg: &Registry, within: Duration) -> Duration {
         }
     }
 }
+
+/// Stops the servers (SIGSTOP) while it lives; continues them (SIGCONT) when dropped.
+pub struct Stopped(Vec<u32>);
+
+impl Stopped {
+    pub fn all(servers: &[RedisProcess]) -> Stopped {
+        let pids: Vec<u32> = servers
+            .iter()
+            .map(|s| s.pid().expect("a running server"))
+            .collect();
+        for &pid in &pids {
+            // SAFETY: a plain kill(2) of a child process this test started.
+            let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+            assert_eq!(rc, 0, "SIGSTOP {pid}");
+        }
+        Stopped(pids)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        }
+    }
+}

@@ -232,7 +232,8 @@ pub async fn crashed_reader_expires(reg: &Registry) {
 }
 
 /// The writer may take the read lock (a downgrade); others may not read meanwhile; a
-/// reader can't take the write lock of a key it reads (no upgrade: it times out).
+/// reader can't take the write lock of a key it reads (no upgrade: `NestedKind` at once,
+/// `nested_kinds.rs`).
 pub async fn downgrade_and_tokens(reg: &Registry) {
     let key = unique("downgrade");
     let w = reg

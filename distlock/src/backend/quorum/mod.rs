@@ -68,6 +68,11 @@
 //! happen, or when no quorum answered before its validity ran out. A release goes to every
 //! node in parallel; it is `NotHeld` only when no node still held the lock.
 //!
+//! Every request to a node — acquire, the undo of a failed attempt, release, renewal,
+//! forced release, fenced values — goes through `Node::ask` (`node.rs`), which waits at most
+//! `node_timeout` for that node's reply (never the connection's `response_timeout`), so
+//! nodes that hang cannot hold up a decision for longer.
+//!
 //! # Fencing tokens
 //!
 //! Each node has its own fencing counter (the `INCR` of the acquire script). The token of an
@@ -126,8 +131,11 @@ use super::error::DriverError;
 use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;
+mod fenced;
 mod node;
 mod ops;
+
+pub(crate) use fenced::FencedSet;
 
 /// How many nodes must grant a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -202,14 +202,18 @@ impl QuorumDriver {
             return;
         }
         let keys = Arc::new(keys.clone());
-        let deadline = Instant::now() + self.options.node_timeout;
+        let node_timeout = self.options.node_timeout;
+        let deadline = Instant::now() + node_timeout;
         let (_, rest) = self
             .on_nodes(
                 which.iter().copied(),
                 move |node| {
                     let keys = keys.clone();
                     async move {
-                        let r = node.server()?.release(&keys, hold.undoing()).await;
+                        let server = node.server()?;
+                        let r = node
+                            .ask(node_timeout, server.release(&keys, hold.undoing()))
+                            .await;
                         if let Err(e) = &r {
                             tracing::debug!(node = %node.address, key = %keys.user, error = %e,
                                 "distlock: undoing a partial grant failed; it expires with its lease");
@@ -235,7 +239,8 @@ impl QuorumDriver {
         keys: &LockKeys,
         hold: Hold,
     ) -> Result<Released, DriverError> {
-        let deadline = Instant::now() + self.options.node_timeout;
+        let node_timeout = self.options.node_timeout;
+        let deadline = Instant::now() + node_timeout;
         let keys = Arc::new(keys.clone());
         // Nodes whose release failed in a blip: once the release is decided, each is sent
         // it again alone until it answers (its part of the lock would stay until its
@@ -250,10 +255,9 @@ impl QuorumDriver {
             let (keys, failed) = (keys.clone(), failed_in.clone());
             async move {
                 let r = match node.server() {
-                    Ok(server) => server.release(&keys, hold).await,
+                    Ok(server) => node.ask(node_timeout, server.release(&keys, hold)).await,
                     Err(e) => Err(e),
                 };
-                node.answered(&r);
                 if let Err(e) = &r {
                     tracing::debug!(node = %node.address, key = %keys.user, error = %e, "distlock: release failed on a node");
                     if e.is_transient() {
@@ -384,7 +388,8 @@ impl QuorumDriver {
         items: &[(&LockKeys, OwnerId)],
         lease: Duration,
     ) -> Vec<Result<bool, DriverError>> {
-        let deadline = Instant::now() + self.options.node_timeout;
+        let node_timeout = self.options.node_timeout;
+        let deadline = Instant::now() + node_timeout;
         let quorum = self.quorum;
         let renewed = |replies: &Replies<Vec<Result<bool, DriverError>>>| -> Vec<usize> {
             let mut counts = vec![0usize; items.len()];
@@ -399,12 +404,18 @@ impl QuorumDriver {
             .on_nodes(
                 0..self.nodes.len(),
                 |node| async move {
-                    let r = match node.server() {
-                        Ok(server) => Ok(server.renew_each(items, lease).await),
-                        Err(e) => Err(e),
-                    };
-                    node.answered(&r);
-                    r
+                    match node.server() {
+                        Ok(server) => {
+                            node.ask(node_timeout, async {
+                                Ok(server.renew_each(items, lease).await)
+                            })
+                            .await
+                        }
+                        Err(e) => {
+                            node.answered::<()>(&Err(e.clone()));
+                            Err(e)
+                        }
+                    }
                 },
                 |replies| {
                     if renewed(replies).iter().all(|&c| c >= quorum) {
@@ -464,10 +475,15 @@ impl QuorumDriver {
         keys: &LockKeys,
         revocation: &str,
     ) -> Result<bool, DriverError> {
+        let node_timeout = self.options.node_timeout;
         let (replies, _) = self
             .on_nodes(
                 0..self.nodes.len(),
-                |node| async move { node.server()?.force_release(keys, revocation).await },
+                |node| async move {
+                    let server = node.server()?;
+                    node.ask(node_timeout, server.force_release(keys, revocation))
+                        .await
+                },
                 |_| Settle::Wait,
             )
             .await;
