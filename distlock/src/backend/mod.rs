@@ -374,12 +374,12 @@ impl Backend {
             Driver::Quorum(_) => {}
             Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) => {
                 let backend = self.clone();
-                drop(self.runtime.spawn(async move {
+                self.spawn_background(async move {
                     if let Err(e) = backend.cancel(&keys, owner).await {
                         tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: leaving the wait queue failed; the entry expires at its deadline");
                     }
-                }));
+                });
             }
         }
     }
@@ -609,14 +609,37 @@ impl Backend {
                 let backend = self.clone();
                 // On a runtime that is shutting down the task is dropped, and the lease
                 // runs out on its own.
-                drop(self.runtime.spawn(async move {
+                self.spawn_background(async move {
                     if let Err(e) = backend.release(&keys, hold).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
                     drop(permit);
-                }));
+                });
             }
         }
+    }
+
+    /// Run `fut` on distlock's background runtime, counted as this backend's background
+    /// work until it ends: what [`Backend::flush_releases`] awaits. Every release, undo,
+    /// queue cancel or hand-off sent in the background goes through here.
+    pub(crate) fn spawn_background<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.leases.background.spawn(&self.runtime, fut);
+    }
+
+    /// Resolves when this backend has no background release in flight: every release of
+    /// a dropped guard, undo of an acquisition cut short, queue cancel and background
+    /// hand-off started so far (through [`Backend::spawn_background`]) has ended. A
+    /// graceful shutdown (`crate::lease::shutdown`) awaits it, bounded by its deadline.
+    ///
+    /// This is the one place a shutdown learns of pending releases: a release kept to be
+    /// sent again later (a queue of releases that failed in a blip) must count itself
+    /// here for as long as it is pending, with `self.leases.background.start()` (a token
+    /// counted until dropped), so that a shutdown waits for it too.
+    pub(crate) async fn flush_releases(&self) {
+        self.leases.background.idle().await;
     }
 }

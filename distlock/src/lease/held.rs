@@ -2,7 +2,7 @@
 //! auto leases of one backend that the watchdog renews.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +42,15 @@ pub(crate) struct Leases {
     /// channel there, where Redisson's own `forceUnlock` publishes (it knows nothing of
     /// the revocation channel).
     channels: Option<Arc<Hub>>,
+    /// Set once by a shutdown (`crate::lease::shutdown`): no acquisition starts on this
+    /// backend any more, and the waiting ones end.
+    closed: AtomicBool,
+    /// Woken when `closed` is set.
+    closing: Notify,
+    /// The background work of this backend (releases of dropped guards, undos of
+    /// acquisitions cut short, queue cancels, hand-offs) still running: what a shutdown
+    /// flushes.
+    pub(crate) background: Arc<crate::lease::shutdown::Background>,
 }
 
 impl Leases {
@@ -70,6 +79,32 @@ impl Leases {
             .filter(|l| matches(l))
             .cloned()
             .collect()
+    }
+
+    /// Refuse acquisitions from now on and wake the waiting ones (they end with
+    /// `ShuttingDown`). Returns false when it was closed already.
+    pub(crate) fn close(&self) -> bool {
+        let first = !self.closed.swap(true, Ordering::SeqCst);
+        self.closing.notify_waiters();
+        first
+    }
+
+    /// Whether [`Leases::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once [`Leases::close`] is called (at once if it was).
+    pub(crate) async fn closed(&self) {
+        loop {
+            let notified = self.closing.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// How many auto leases there are (for tests and metrics).
@@ -140,6 +175,9 @@ pub(crate) struct LeaseState {
     nested: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
     /// The watch of the lock's channel while held (`Leases::watching_channels`).
     channel: Mutex<Option<Watch>>,
+    /// A leader's lease: the election's channel, where a shutdown that releases it
+    /// announces the resignation (`LeaderGuard`'s own resign and drop announce theirs).
+    resign_channel: std::sync::OnceLock<String>,
 }
 
 impl LeaseState {
@@ -184,6 +222,7 @@ impl LeaseState {
             changed: Notify::new(),
             nested: std::sync::OnceLock::new(),
             channel: Mutex::new(channel),
+            resign_channel: std::sync::OnceLock::new(),
         });
         leases.map().insert(id, state.clone());
         state
@@ -217,8 +256,58 @@ impl LeaseState {
         self.state.load(Ordering::Acquire) == HELD && Instant::now() < self.signal_at()
     }
 
+    /// This is a leader's lease: a shutdown that releases it announces the resignation
+    /// on `channel`.
+    pub(crate) fn resign_on_shutdown(&self, channel: String) {
+        let _ = self.resign_channel.set(channel);
+    }
+
+    /// The election's channel, on a leader's lease.
+    pub(crate) fn resign_channel(&self) -> Option<&str> {
+        self.resign_channel.get().map(String::as_str)
+    }
+
+    /// The lease's loss margin (see [`lost_margin`]).
+    pub(crate) fn margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// Whether it was released (by its guard, or by a shutdown).
+    pub(crate) fn is_released(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RELEASED
+    }
+
+    /// Resolves once it is released.
+    pub(crate) async fn released(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_released() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Held → lost. Returns false when it was released or already lost.
     pub(crate) fn mark_lost(&self, reason: String) -> bool {
+        self.lose(reason, true)
+    }
+
+    /// Held → lost because this process shuts down: the same signal as a loss (`lost()`
+    /// resolves, `is_held()` turns false, an annotated body is cancelled), logged at INFO
+    /// and not counted as a lost lease in the metrics. Returns false when it was released
+    /// or already lost.
+    pub(crate) fn mark_shutting_down(&self) -> bool {
+        self.lose(
+            "the process is shutting down (Registry::shutdown): the lock is being given back"
+                .into(),
+            false,
+        )
+    }
+
+    fn lose(&self, reason: String, loud: bool) -> bool {
         if self
             .state
             .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
@@ -226,8 +315,12 @@ impl LeaseState {
         {
             return false;
         }
-        tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
-        crate::ops::metrics::lost(&self.backend, self.site);
+        if loud {
+            tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
+            crate::ops::metrics::lost(&self.backend, self.site);
+        } else {
+            tracing::info!(backend = %self.backend, key = %self.keys.user, site = self.site, "distlock: shutting down; signalling the holder and giving the lock back");
+        }
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
         self.unwatch();

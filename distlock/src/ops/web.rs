@@ -118,6 +118,7 @@ use http::StatusCode;
 #[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 
+use crate::errors::HeldBy;
 use crate::LockError;
 
 /// The longest `Retry-After` a `Timeout` response advises, in seconds.
@@ -125,7 +126,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl LockError {
     /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
-    /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
+    /// `QuorumNotReached`, `ReplicationFailed` and `ShuttingDown`, 400 for `InvalidKey`, 500 for `LeaseLost`
     /// (the outcome is unknown) and the rest (see the module `distlock::web`).
     ///
     /// ```
@@ -138,7 +139,8 @@ impl LockError {
             LockError::Timeout { .. } | LockError::Skipped { .. } => StatusCode::CONFLICT,
             LockError::Backend { .. }
             | LockError::QuorumNotReached { .. }
-            | LockError::ReplicationFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | LockError::ReplicationFailed { .. }
+            | LockError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
             LockError::InvalidKey { .. } => StatusCode::BAD_REQUEST,
             LockError::LeaseLost { .. }
             | LockError::NotInitialized
@@ -189,6 +191,34 @@ impl LockError {
         }
     }
 
+    /// The level the response of this error is logged at (target `distlock::web`): WARN
+    /// for what a running service expects now and then and the client is told to retry
+    /// (503: Redis down or failing over, a quorum not reached, replicas late, this
+    /// instance shutting down) and for a lost lease (500, the outcome unknown); ERROR only
+    /// for a 500 that is a bug or a misconfiguration of the service; DEBUG for the
+    /// client's 409 and 400. The error is in the response's extensions: an application
+    /// that wants another level logs it from there (and filters the target).
+    fn log_level(&self) -> tracing::Level {
+        match self {
+            LockError::Timeout { .. }
+            | LockError::Skipped { .. }
+            | LockError::InvalidKey { .. } => tracing::Level::DEBUG,
+            LockError::Backend { .. }
+            | LockError::QuorumNotReached { .. }
+            | LockError::ReplicationFailed { .. }
+            | LockError::ShuttingDown { .. }
+            | LockError::LeaseLost { .. } => tracing::Level::WARN,
+            LockError::NotInitialized
+            | LockError::NoSuchBackend { .. }
+            | LockError::NoDefaultBackend { .. }
+            | LockError::InvalidDuration { .. }
+            | LockError::InvalidPermits { .. }
+            | LockError::LockOrder { .. }
+            | LockError::Unsupported { .. }
+            | LockError::NotHeld { .. } => tracing::Level::ERROR,
+        }
+    }
+
     /// A stable, machine-readable name of the variant, as used in response bodies.
     fn code(&self) -> &'static str {
         match self {
@@ -207,6 +237,7 @@ impl LockError {
             LockError::InvalidDuration { .. } => "lock_invalid_duration",
             LockError::InvalidPermits { .. } => "lock_invalid_permits",
             LockError::LockOrder { .. } => "lock_order",
+            LockError::ShuttingDown { .. } => "lock_shutting_down",
         }
     }
 
@@ -218,8 +249,21 @@ impl LockError {
             _ => "the lock".to_owned(),
         };
         match self {
-            LockError::Timeout { .. } => {
-                format!("{lock} is held by another request; try again later")
+            LockError::Timeout {
+                held_by: HeldBy::Permits,
+                ..
+            } => {
+                let semaphore = match (with_key, self.key()) {
+                    (true, Some(key)) => format!("semaphore `{key}`"),
+                    _ => "the semaphore".to_owned(),
+                };
+                format!("all permits of {semaphore} are taken by other holders; try again later")
+            }
+            LockError::Timeout { held_by, .. } => {
+                format!("{lock} is held by {}; try again later", held_by.describe())
+            }
+            LockError::ShuttingDown { .. } => {
+                "this instance of the service is shutting down; try again".to_owned()
             }
             LockError::Skipped { .. } => {
                 format!("{lock} is held by a run of this job elsewhere, or was taken too recently; not run again here")
@@ -290,10 +334,16 @@ impl LockError {
     /// Shared by axum's `IntoResponse` and `distlock::tower`.
     pub(crate) fn http_response(self, with_key: bool) -> http::Response<String> {
         let status = self.http_status();
-        if status.is_server_error() {
-            tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
-        } else {
-            tracing::debug!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+        match self.log_level() {
+            tracing::Level::ERROR => {
+                tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
+            tracing::Level::WARN => {
+                tracing::warn!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
+            _ => {
+                tracing::debug!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
         }
         let retry_after = self.retry_after_secs();
         let mut body = String::from("{");

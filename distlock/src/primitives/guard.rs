@@ -169,12 +169,13 @@ impl Drop for Held {
                 let (backend, keys) = (self.backend.clone(), s.keys.clone());
                 // On a runtime that is shutting down the task is dropped: the waiter hears
                 // "retry" and the lease runs out on its own.
-                drop(self.backend.runtime.spawn(async move {
+                let spawner = backend.clone();
+                spawner.spawn_background(async move {
                     if let Err(e) = hand_off(&backend, &keys, hold, claimed, sole).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
-                }));
+                });
                 return;
             }
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
@@ -316,7 +317,7 @@ impl Drop for UndoHandOff {
             tracing::debug!(backend = %backend.name, key = %keys.user,
                 "distlock: a hand-off was cancelled after it was sent; undoing it in the background");
             let (b, sole) = (backend.clone(), self.sole.take());
-            drop(b.runtime.spawn(async move {
+            b.spawn_background(async move {
                 for h in [hold, claimed.hold.undoing()] {
                     if let Err(e) = backend.release(&keys, h).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
@@ -325,7 +326,7 @@ impl Drop for UndoHandOff {
                 }
                 drop(sole);
                 claimed.retry();
-            }));
+            });
         }
     }
 }

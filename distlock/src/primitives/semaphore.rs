@@ -229,6 +229,25 @@ impl Semaphore {
             span,
         )
         .await;
+        // A busy semaphore: its permits are what holds it.
+        let r = r.map_err(|e| match e {
+            LockError::Timeout {
+                key,
+                backend,
+                waited,
+                holder_lease,
+                recent_hold,
+                ..
+            } => LockError::Timeout {
+                key,
+                backend,
+                waited,
+                holder_lease,
+                recent_hold,
+                held_by: crate::errors::HeldBy::Permits,
+            },
+            other => other,
+        });
         let outcome = match &r {
             Ok(_) => crate::ops::metrics::Outcome::Acquired,
             Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
