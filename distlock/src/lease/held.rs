@@ -178,6 +178,9 @@ pub(crate) struct LeaseState {
     /// A leader's lease: the election's channel, where a shutdown that releases it
     /// announces the resignation (`LeaderGuard`'s own resign and drop announce theirs).
     resign_channel: std::sync::OnceLock<String>,
+    /// Signalled lost by a shutdown: `lost()` resolves even once it is released (by the
+    /// shutdown, or by its guard after the signal).
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl LeaseState {
@@ -223,6 +226,7 @@ impl LeaseState {
             nested: std::sync::OnceLock::new(),
             channel: Mutex::new(channel),
             resign_channel: std::sync::OnceLock::new(),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         });
         leases.map().insert(id, state.clone());
         state
@@ -300,6 +304,7 @@ impl LeaseState {
     /// and not counted as a lost lease in the metrics. Returns false when it was released
     /// or already lost.
     pub(crate) fn mark_shutting_down(&self) -> bool {
+        self.shut_down.store(true, Ordering::Release);
         self.lose(
             "the process is shutting down (Registry::shutdown): the lock is being given back"
                 .into(),
@@ -387,6 +392,11 @@ impl LeaseState {
             changed.as_mut().enable();
             match self.state.load(Ordering::Acquire) {
                 LOST => return self.lost_error(),
+                // Released after a shutdown's signal: still lost, as far as the holder
+                // knows (the shutdown may have released it under a live guard).
+                RELEASED if self.shut_down.load(Ordering::Acquire) => {
+                    return self.lost_error()
+                }
                 RELEASED => std::future::pending::<()>().await,
                 _ => {}
             }

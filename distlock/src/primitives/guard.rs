@@ -47,8 +47,9 @@ impl LockGuard {
     }
 
     /// Resolves when the lease is lost: the watchdog found the lock gone or could not renew
-    /// it in time, or a fixed lease ran out. Returns the `LeaseLost` error saying why.
-    /// Never resolves after the guard is released.
+    /// it in time, or a fixed lease ran out, or the registry is shutting down
+    /// ([`Registry::shutdown`](crate::Registry::shutdown): it gives the lock back). Returns
+    /// the `LeaseLost` error saying why.
     ///
     /// # Cancel safety
     ///

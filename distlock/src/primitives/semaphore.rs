@@ -456,7 +456,8 @@ impl SemaphoreGuard {
 
     /// Resolves when the lease is lost (the watchdog found the permits gone or could not
     /// renew them in time, or a fixed lease is running out), a margin before the server
-    /// can give them to another holder. Never resolves after the guard is released.
+    /// can give them to another holder, or when the registry is shutting down
+    /// ([`Registry::shutdown`](crate::Registry::shutdown) gives them back).
     pub async fn lost(&self) -> LockError {
         self.held.state.lost().await
     }
