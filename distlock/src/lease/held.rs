@@ -394,9 +394,7 @@ impl LeaseState {
                 LOST => return self.lost_error(),
                 // Released after a shutdown's signal: still lost, as far as the holder
                 // knows (the shutdown may have released it under a live guard).
-                RELEASED if self.shut_down.load(Ordering::Acquire) => {
-                    return self.lost_error()
-                }
+                RELEASED if self.shut_down.load(Ordering::Acquire) => return self.lost_error(),
                 RELEASED => std::future::pending::<()>().await,
                 _ => {}
             }
