@@ -166,3 +166,82 @@ async fn an_expected_503_is_logged_at_warn_not_error() {
     assert!(answered[0].contains(" WARN "), "{}", answered[0]);
     assert!(!log.lines().any(|l| l.contains(" ERROR ")), "{log}");
 }
+
+/// The attribute's lock on the same account: `<prefix>account:<id>`.
+#[distlock::distributed_lock(key = "<prefix>account:<id>", wait = "0s")]
+async fn debit(prefix: String, id: u64) -> Result<Option<u64>, distlock::LockError> {
+    Ok(distlock::fencing_token())
+}
+
+async fn withdraw(
+    axum::extract::State(prefix): axum::extract::State<String>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> String {
+    let layer = distlock::fencing_token().expect("inside the route's lock");
+    // The attribute re-enters the route's lock (the same key): the same token.
+    let inner = debit(prefix, id)
+        .await
+        .expect("re-entered")
+        .expect("a token");
+    format!("{layer} {inner}")
+}
+
+#[tokio::test]
+async fn a_route_layer_locks_on_the_key_the_attribute_takes() {
+    let reg = single().await;
+    let prefix = format!("{}:", unique("http-route"));
+    let app = axum::Router::new()
+        .route(
+            "/accounts/{id}/withdraw",
+            axum::routing::post(withdraw).layer(
+                LockLayer::route(
+                    "/accounts/{id}/withdraw",
+                    &format!("{prefix}account:{{id}}"),
+                )
+                .expect("a valid route")
+                .wait(Duration::ZERO),
+            ),
+        )
+        .with_state(prefix.clone());
+    let post = |path: &str| {
+        Request::post(path)
+            .body(axum::body::Body::empty())
+            .expect("request")
+    };
+    let ok = reg
+        .scope(app.clone().oneshot(post("/accounts/5/withdraw")))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let body = body_text(ok.into_body()).await;
+    let tokens: Vec<&str> = body.split(' ').collect();
+    assert_eq!(tokens.len(), 2, "{body}");
+    assert_eq!(
+        tokens[0], tokens[1],
+        "the attribute took another lock: {body}"
+    );
+
+    // Held elsewhere in the service under the attribute's key: the route's request is busy.
+    let held = reg
+        .lock(format!("{prefix}account:5"))
+        .acquire()
+        .await
+        .expect("free");
+    let busy = reg
+        .scope(app.clone().oneshot(post("/accounts/5/withdraw")))
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), StatusCode::CONFLICT);
+    let body = body_text(busy.into_body()).await;
+    assert!(
+        body.contains("held by another part of the service"),
+        "{body}"
+    );
+    // Another account is another key.
+    let other = reg
+        .scope(app.oneshot(post("/accounts/6/withdraw")))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    held.release().await.expect("released");
+}
