@@ -70,13 +70,18 @@ fn router() -> Result<Router, distlock::tower::InvalidRoute> {
         .route("/health", get(|| async { "ok" })))
 }
 
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
 /// Campaign, lead until the leadership is lost, campaign again; until `stop` turns true
 /// or the registry shuts down.
 async fn lead(info: String, mut stop: watch::Receiver<bool>) {
     loop {
         let campaign = Leader::new("scheduler").info(info.clone()).campaign();
         let leader = tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            () = stopped(&mut stop) => return,
             elected = campaign => match elected {
                 Ok(leader) => leader,
                 // The shutdown ended the campaign: nothing is held.
@@ -94,7 +99,7 @@ async fn lead(info: String, mut stop: watch::Receiver<bool>) {
             tokio::select! {
                 // Told a margin before anyone else can lead; a shutdown says so too.
                 lost = leader.lost() => break Some(lost),
-                _ = stop.wait_for(|s| *s) => break None,
+                () = stopped(&mut stop) => break None,
                 _ = tick.tick() => println!("TICK epoch {}", leader.epoch()),
             }
         };
