@@ -42,6 +42,11 @@ pub enum LockError {
         /// The average time locks of this backend were held before release, in this
         /// process, recently (`None`: none released yet).
         recent_hold: Option<Duration>,
+        /// What holds it, by kind, as far as this process can tell ([`HeldBy::Unknown`]
+        /// when it cannot): a semaphore's permits, the leader of an election, a request
+        /// through the same `distlock::tower::LockLayer`, a `distlock run` command. The
+        /// HTTP responses of `distlock::web` say it in their message.
+        held_by: HeldBy,
     },
     /// A run-once job ([`Lock::hold_at_least`](crate::Lock::hold_at_least), the attribute's
     /// `hold_at_least`) was not run here: another instance holds its lock, or ran it less
@@ -253,6 +258,30 @@ pub enum LockError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// The registry is shutting down ([`Registry::shutdown`](crate::Registry::shutdown),
+    /// [`distlock::shutdown`](crate::shutdown)): an acquisition that was waiting when it
+    /// began ends with this error, and every acquisition asked for afterwards is refused
+    /// with it, before anything is sent. Not transient: this process will not take locks
+    /// on this registry again; the HTTP mapping is a 503 (another instance can serve it).
+    ///
+    /// ```
+    /// use distlock::{LockError, Registry};
+    /// # async fn f() {
+    /// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// registry.shutdown().await;
+    /// let err = registry.lock("job").acquire().await;
+    /// assert!(matches!(err, Err(LockError::ShuttingDown { .. })));
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    #[error("lock `{key}` on backend `{backend}` was not acquired: the registry is shutting down")]
+    #[non_exhaustive]
+    ShuttingDown {
+        /// The lock's key.
+        key: String,
+        /// The backend's name.
+        backend: String,
+    },
     /// A multi-key lock asked for by a task that already holds one of its keys, `held`,
     /// while it still needs `needs`, which sorts before it: taking `needs` after `held`
     /// breaks the global order every multi-key lock takes its keys in, and can deadlock
@@ -319,6 +348,66 @@ pub enum LockError {
     },
 }
 
+/// What holds a lock that an acquisition timed out on, by kind ([`LockError::Timeout`]'s
+/// `held_by`): what the 409 answers of `distlock::web` and `distlock::tower` tell the
+/// client, without naming the key.
+///
+/// ```
+/// use distlock::error::HeldBy;
+/// use distlock::{LockError, Registry};
+/// use std::time::Duration;
+/// # async fn f() -> Result<(), LockError> {
+/// let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+/// let sem = registry.semaphore("export", 1);
+/// let permit = sem.acquire(1).await?;
+/// match sem.clone().wait(Duration::ZERO).acquire(1).await {
+///     Err(LockError::Timeout { held_by, .. }) => assert_eq!(held_by, HeldBy::Permits),
+///     other => panic!("{other:?}"),
+/// }
+/// # drop(permit); Ok(()) }
+/// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeldBy {
+    /// Not known: another holder of the lock (another request, task, job or process).
+    Unknown,
+    /// A semaphore: all its permits are taken.
+    Permits,
+    /// An election's lock: the elected leader holds it.
+    Leader,
+    /// Another request taking the same lock at the same lock site (a
+    /// `distlock::tower::LockLayer` of this service, on any instance), as the holder
+    /// information recorded next to the lock says.
+    Request,
+    /// A `distlock run` command (an operator's or a scheduled job's), as the holder
+    /// information recorded next to the lock says.
+    Command,
+    /// Another part of the service (a lock site other than the waiter's), as the holder
+    /// information recorded next to the lock says.
+    OtherSite,
+}
+
+impl HeldBy {
+    /// How the 409 message names the holder: `"another holder"`, `"other holders (all
+    /// permits are taken)"`, `"the elected leader"`, `"another request"`, `"a `distlock
+    /// run` command"`, `"another part of the service"`.
+    ///
+    /// ```
+    /// assert_eq!(distlock::error::HeldBy::Request.describe(), "another request");
+    /// ```
+    pub fn describe(self) -> &'static str {
+        match self {
+            HeldBy::Unknown => "another holder",
+            HeldBy::Permits => "other holders (all of its permits are taken)",
+            HeldBy::Leader => "the elected leader",
+            HeldBy::Request => "another request",
+            HeldBy::Command => "a `distlock run` command",
+            HeldBy::OtherSite => "another part of the service",
+        }
+    }
+}
+
 /// A duration as written in the configuration (`"24h"`), or `Debug` beyond that syntax.
 fn fmt_duration(d: Duration) -> String {
     if d.as_secs() > 100 * 365 * 86_400 {
@@ -380,6 +469,7 @@ impl LockError {
             | LockError::InvalidDuration { key, .. }
             | LockError::InvalidPermits { key, .. }
             | LockError::NestedKind { key, .. } => Some(key),
+            | LockError::ShuttingDown { key, .. } => Some(key),
             LockError::LockOrder { needs, .. } => Some(needs),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
@@ -404,6 +494,7 @@ impl LockError {
             | LockError::InvalidPermits { backend, .. }
             | LockError::LockOrder { backend, .. }
             | LockError::NestedKind { backend, .. }
+            | LockError::ShuttingDown { backend, .. }
             | LockError::NoSuchBackend { backend, .. } => Some(backend),
             LockError::NotInitialized
             | LockError::NoDefaultBackend { .. }

@@ -162,7 +162,7 @@ pub use primitives::leader::{Leader, LeaderGuard};
 pub use primitives::lock::Lock;
 pub use primitives::multi::{MultiLock, MultiLockGuard};
 pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
-pub use registry::{init, init_from_path, init_from_str, init_with, Registry};
+pub use registry::{init, init_from_path, init_from_str, init_with, shutdown, Registry};
 
 // Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
 #[doc(inline)]
@@ -187,7 +187,7 @@ pub mod error {
     //! assert!(!retry_later(&LockError::NotInitialized));
     //! ```
     pub use crate::backend::{BackendError, BackendErrorKind};
-    pub use crate::errors::{InitError, LockError, LockResult};
+    pub use crate::errors::{HeldBy, InitError, LockError, LockResult};
     pub use crate::lease::context::LeaseLost;
 }
 

@@ -2,7 +2,7 @@
 //! over HTTP, against the shared single test server (`scripts/test.sh`): two rebuilds of one
 //! report at once → the second gets 409 with `Retry-After`; the transfer service (a plain
 //! tower service) is served with a fencing token per account, and 409 while its account is
-//! held elsewhere.
+//! held elsewhere; the route-keyed withdrawal locks `account:ID` from the path.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -116,9 +116,18 @@ fn a_lock_per_request_through_the_layer() {
     let (status, head, body) = http(port, "POST", "/accounts/transfer", "x-account: 7\r\n");
     assert_eq!(status, 409, "{head}\n{body}");
     assert!(head.contains("\r\nretry-after: "), "{head}");
+    // The route-keyed withdrawal takes the same lock `account:7`: busy too, and the
+    // answer says what holds it (another part of the service), not the key.
+    let (status, _, body) = http(port, "POST", "/accounts/7/withdraw", "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("another part of the service"), "{body}");
+    assert!(!body.contains("account:7"), "{body}");
     rt.block_on(held.release()).expect("release");
     let (status, _, body) = http(port, "POST", "/accounts/transfer", "x-account: 7\r\n");
     assert_eq!(status, 200, "{body}");
+    let (status, _, body) = http(port, "POST", "/accounts/7/withdraw", "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["account"], "7", "{body}");
     // No header: no key, no lock; the service answers its own 400.
     let (status, _, body) = http(port, "POST", "/accounts/transfer", "");
     assert_eq!(status, 400, "{body}");

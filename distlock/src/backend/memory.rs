@@ -165,6 +165,35 @@ impl MemoryDriver {
         }
     }
 
+    /// How many holders it keeps now (unexpired): owners of reentrant and fair locks,
+    /// readers and writers, semaphore holders; a run-once lock kept without owners until
+    /// its `hold_at_least` counts as one. For tests (feature `test-support`).
+    #[cfg(feature = "test-support")]
+    pub(crate) fn holders(&self) -> usize {
+        let now = Instant::now();
+        let state = self.state();
+        let locks: usize = state
+            .locks
+            .values()
+            .filter(|h| h.expires_at > now)
+            .map(|h| h.owners.len().max(1))
+            .sum();
+        let rw: usize = state
+            .rw
+            .values()
+            .map(|r| {
+                usize::from(r.writer.is_some_and(|(_, _, e)| e > now))
+                    + r.readers.values().filter(|(_, e)| *e > now).count()
+            })
+            .sum();
+        let sems: usize = state
+            .sems
+            .values()
+            .map(|h| h.values().filter(|s| s.expires_at > now).count())
+            .sum();
+        locks + rw + sems
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every change below is completed before any code that could panic runs.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -747,4 +747,27 @@ impl Backend {
             }
         }
     }
+
+    /// Run `fut` on distlock's background runtime, counted as this backend's background
+    /// work until it ends: what [`Backend::flush_releases`] awaits. Every release, undo,
+    /// queue cancel or hand-off sent in the background goes through here.
+    pub(crate) fn spawn_background<F>(&self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.leases.background.spawn(&self.runtime, fut);
+    }
+
+    /// Resolves when this backend has no background release in flight: every release of
+    /// a dropped guard, undo of an acquisition cut short, queue cancel and background
+    /// hand-off started so far (through [`Backend::spawn_background`]) has ended. A
+    /// graceful shutdown (`crate::lease::shutdown`) awaits it, bounded by its deadline.
+    ///
+    /// This is the one place a shutdown learns of pending releases: the releases, undos
+    /// and queue cancels being sent again until the server answers ([`Backend::resend`])
+    /// are flushed too, those asleep in their backoff sent at once.
+    pub(crate) async fn flush_releases(&self) {
+        self.leases.background.idle().await;
+        self.flush_resends().await;
+    }
 }

@@ -2,7 +2,7 @@
 //! auto leases of one backend that the watchdog renews.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,15 @@ pub(crate) struct Leases {
     handoffs: Option<Arc<Waiters>>,
     /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
     pub(crate) heard: Arc<crate::lease::revoke::Heard>,
+    /// Set once by a shutdown (`crate::lease::shutdown`): no acquisition starts on this
+    /// backend any more, and the waiting ones end.
+    closed: AtomicBool,
+    /// Woken when `closed` is set.
+    closing: Notify,
+    /// The background work of this backend (releases of dropped guards, undos of
+    /// acquisitions cut short, queue cancels, hand-offs) still running: what a shutdown
+    /// flushes.
+    pub(crate) background: Arc<crate::lease::shutdown::Background>,
 }
 
 impl Leases {
@@ -84,6 +93,32 @@ impl Leases {
             .filter(|l| matches(l))
             .cloned()
             .collect()
+    }
+
+    /// Refuse acquisitions from now on and wake the waiting ones (they end with
+    /// `ShuttingDown`). Returns false when it was closed already.
+    pub(crate) fn close(&self) -> bool {
+        let first = !self.closed.swap(true, Ordering::SeqCst);
+        self.closing.notify_waiters();
+        first
+    }
+
+    /// Whether [`Leases::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once [`Leases::close`] is called (at once if it was).
+    pub(crate) async fn closed(&self) {
+        loop {
+            let notified = self.closing.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// How many auto leases there are (for tests and metrics).
@@ -154,6 +189,12 @@ pub(crate) struct LeaseState {
     nested: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
     /// The watch of the lock's channel while held (`Leases::watching_channels`).
     channel: Mutex<Option<Watch>>,
+    /// A leader's lease: the election's channel, where a shutdown that releases it
+    /// announces the resignation (`LeaderGuard`'s own resign and drop announce theirs).
+    resign_channel: std::sync::OnceLock<String>,
+    /// Signalled lost by a shutdown: `lost()` resolves even once it is released (by the
+    /// shutdown, or by its guard after the signal).
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl LeaseState {
@@ -198,6 +239,8 @@ impl LeaseState {
             changed: Notify::new(),
             nested: std::sync::OnceLock::new(),
             channel: Mutex::new(channel),
+            resign_channel: std::sync::OnceLock::new(),
+            shut_down: std::sync::atomic::AtomicBool::new(false),
         });
         leases.map().insert(id, state.clone());
         state
@@ -231,8 +274,59 @@ impl LeaseState {
         self.state.load(Ordering::Acquire) == HELD && Instant::now() < self.signal_at()
     }
 
+    /// This is a leader's lease: a shutdown that releases it announces the resignation
+    /// on `channel`.
+    pub(crate) fn resign_on_shutdown(&self, channel: String) {
+        let _ = self.resign_channel.set(channel);
+    }
+
+    /// The election's channel, on a leader's lease.
+    pub(crate) fn resign_channel(&self) -> Option<&str> {
+        self.resign_channel.get().map(String::as_str)
+    }
+
+    /// The lease's loss margin (see [`lost_margin`]).
+    pub(crate) fn margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// Whether it was released (by its guard, or by a shutdown).
+    pub(crate) fn is_released(&self) -> bool {
+        self.state.load(Ordering::Acquire) == RELEASED
+    }
+
+    /// Resolves once it is released.
+    pub(crate) async fn released(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_released() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     /// Held → lost. Returns false when it was released or already lost.
     pub(crate) fn mark_lost(&self, reason: String) -> bool {
+        self.lose(reason, true)
+    }
+
+    /// Held → lost because this process shuts down: the same signal as a loss (`lost()`
+    /// resolves, `is_held()` turns false, an annotated body is cancelled), logged at INFO
+    /// and not counted as a lost lease in the metrics. Returns false when it was released
+    /// or already lost.
+    pub(crate) fn mark_shutting_down(&self) -> bool {
+        self.shut_down.store(true, Ordering::Release);
+        self.lose(
+            "the process is shutting down (Registry::shutdown): the lock is being given back"
+                .into(),
+            false,
+        )
+    }
+
+    fn lose(&self, reason: String, loud: bool) -> bool {
         if self
             .state
             .compare_exchange(HELD, LOST, Ordering::AcqRel, Ordering::Acquire)
@@ -240,8 +334,12 @@ impl LeaseState {
         {
             return false;
         }
-        tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
-        crate::ops::metrics::lost(&self.backend, self.site);
+        if loud {
+            tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
+            crate::ops::metrics::lost(&self.backend, self.site);
+        } else {
+            tracing::info!(backend = %self.backend, key = %self.keys.user, site = self.site, "distlock: shutting down; signalling the holder and giving the lock back");
+        }
         *self.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
         self.leases.map().remove(&self.id);
         self.ended();
@@ -318,6 +416,9 @@ impl LeaseState {
             changed.as_mut().enable();
             match self.state.load(Ordering::Acquire) {
                 LOST => return self.lost_error(),
+                // Released after a shutdown's signal: still lost, as far as the holder
+                // knows (the shutdown may have released it under a live guard).
+                RELEASED if self.shut_down.load(Ordering::Acquire) => return self.lost_error(),
                 RELEASED => std::future::pending::<()>().await,
                 _ => {}
             }

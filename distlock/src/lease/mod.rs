@@ -1,11 +1,13 @@
 //! A held lease: its terms (`Lease`, `LockKind`, `OnLost`), its shared state, the task-scoped
 //! context of held locks, owner ids, the watchdog that renews auto leases, and the
-//! revocation checks that find a lease lost at once.
+//! revocation checks that find a lease lost at once, and the graceful shutdown that gives
+//! every lease back.
 
 pub(crate) mod context;
 pub(crate) mod held;
 pub(crate) mod holds;
 pub(crate) mod owner;
 pub(crate) mod revoke;
+pub(crate) mod shutdown;
 pub(crate) mod terms;
 pub(crate) mod watchdog;

@@ -63,6 +63,11 @@ pub fn sites() -> impl Iterator<Item = &'static Site> {
     inventory::iter::<Site>.into_iter()
 }
 
+/// The lock site of `distlock run` (the command of `distlock-cli`), as its holder
+/// information records it.
+#[cfg(any(feature = "axum", feature = "tower"))]
+pub(crate) const RUN_SITE: &str = "distlock run";
+
 /// Where a lock is taken: the `#[distributed_lock]` function, or the `file:line` of
 /// `Lock::new` / `Registry::lock`. Holder information and metrics name it.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,9 @@
 //! A lock per request in any tower stack (cargo feature `tower`): [`LockLayer`].
 //!
-//! The layer renders a lock key from each request (its path, a header, or a closure of
-//! yours; no key: no lock), takes the lock, calls the inner service holding it, in the
+//! The layer renders a lock key from each request (a route parameter with
+//! [`LockLayer::route`] — `account:{id}` for `/accounts/{id}/withdraw`, the key an
+//! attribute's `account:<id>` takes — its path, a header, or a closure of yours; no key:
+//! no lock), takes the lock, calls the inner service holding it, in the
 //! lock's task-scoped context (so the handler sees [`fencing_token()`](crate::fencing_token)
 //! and [`lease_lost()`](crate::lease_lost), and its own `#[distributed_lock]` calls on the
 //! same key re-enter), and releases it when the inner service's response future has
@@ -9,8 +11,10 @@
 //!
 //! A request whose lock is not taken gets the response of `distlock::web`,
 //! without calling the inner service: **409 Conflict with `Retry-After`** when another
-//! holder kept the key for the whole wait, **503 with `Retry-After: 1`** when the backend
-//! is down, **400** when the key is unusable (over 1024 bytes), 500 for configuration
+//! holder kept the key for the whole wait (the message says what holds it, by kind, from
+//! the holder information next to the lock: another request through this layer, a
+//! `distlock run` command, another part of the service; one read of at most 250 ms), **503 with `Retry-After: 1`** when the backend
+//! is down or this instance is shutting down ([`Registry::shutdown`]), **400** when the key is unusable (over 1024 bytes), 500 for configuration
 //! errors; a small JSON body that names neither key nor backend (unless
 //! [`with_key_and_backend`](LockLayer::with_key_and_backend)), the [`LockError`] in the
 //! response's extensions. With a lease lost while the inner service ran (`Lease::Auto`,
@@ -151,6 +155,299 @@ impl<B> RequestKey<B> for PathKey {
     }
 }
 
+/// The key of [`LockLayer::route`]: route patterns, each with the key template its
+/// requests are locked on, as a tower or axum user writes them: `"/accounts/{id}/withdraw"`
+/// with `"account:{id}"` locks `POST /accounts/5/withdraw` on `account:5`, the key a
+/// `#[distributed_lock(key = "account:<id>")]` on that `id` takes.
+///
+/// - A pattern is axum's (0.8) route syntax: segments that are literal, a parameter
+///   `{name}` (one whole segment), or a catch-all `{*name}` as the last segment (the rest
+///   of the path, without its leading `/`). A template is text with `{name}` for a
+///   parameter of its pattern (`{{` and `}}` for braces).
+/// - Parameters are percent-decoded as axum's `Path` extractor decodes them (`%20` → a
+///   space), so the key is the value the handler sees.
+/// - The first pattern that matches the request's path (without the query) gives the key.
+///   **A request no pattern matches takes no lock**: give the layer to the routes it
+///   covers (axum's `route_layer` on those routes, or `Router::route(..)` with the layer
+///   on the method router), with their own patterns.
+///
+/// ```
+/// use distlock::tower::{RequestKey, RouteKey};
+///
+/// let key = RouteKey::new("/accounts/{id}/withdraw", "account:{id}")?
+///     .route("/accounts/{id}/deposit", "account:{id}")?
+///     .route("/files/{*path}", "file:{path}")?;
+/// let req = |path: &str| http::Request::builder().uri(path).body(()).unwrap();
+/// assert_eq!(key.key(&req("/accounts/5/withdraw?amount=3")).as_deref(), Some("account:5"));
+/// assert_eq!(key.key(&req("/accounts/5/deposit")).as_deref(), Some("account:5"));
+/// assert_eq!(key.key(&req("/files/a/b%20c.txt")).as_deref(), Some("file:a/b c.txt"));
+/// assert_eq!(key.key(&req("/accounts/5")), None); // no route: no lock
+/// # Ok::<(), distlock::tower::InvalidRoute>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RouteKey {
+    routes: Vec<Route>,
+}
+
+/// One route of a [`RouteKey`].
+#[derive(Debug, Clone)]
+struct Route {
+    segments: Vec<Segment>,
+    template: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Param(String),
+    Rest(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Param(String),
+}
+
+/// A route pattern or key template [`RouteKey`] cannot use, with why.
+///
+/// ```
+/// let err = distlock::tower::RouteKey::new("/accounts/{id}", "account:{user}").unwrap_err();
+/// assert!(err.to_string().contains("`{user}`"), "{err}");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRoute {
+    /// The route pattern.
+    pub pattern: String,
+    /// The key template.
+    pub template: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+impl fmt::Display for InvalidRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "route {:?} with key template {:?}: {}",
+            self.pattern, self.template, self.reason
+        )
+    }
+}
+
+impl std::error::Error for InvalidRoute {}
+
+impl RouteKey {
+    /// A key for the requests whose path matches `pattern`, rendered from `template` (see
+    /// the [type's docs](RouteKey)).
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] for a pattern that does not start with `/`, a parameter that is
+    /// not a whole segment, a repeated or empty parameter name, a catch-all that is not
+    /// last, or a template naming a parameter the pattern does not have (or with an
+    /// unmatched brace).
+    pub fn new(pattern: &str, template: &str) -> Result<RouteKey, InvalidRoute> {
+        RouteKey { routes: Vec::new() }.route(pattern, template)
+    }
+
+    /// Another route, tried after the ones before it.
+    ///
+    /// # Errors
+    ///
+    /// As [`RouteKey::new`].
+    pub fn route(mut self, pattern: &str, template: &str) -> Result<RouteKey, InvalidRoute> {
+        let invalid = |reason: String| InvalidRoute {
+            pattern: pattern.to_owned(),
+            template: template.to_owned(),
+            reason,
+        };
+        let segments = parse_pattern(pattern).map_err(invalid)?;
+        let template_parts = parse_template(template).map_err(invalid)?;
+        for part in &template_parts {
+            if let Part::Param(name) = part {
+                let known = segments
+                    .iter()
+                    .any(|s| matches!(s, Segment::Param(n) | Segment::Rest(n) if n == name));
+                if !known {
+                    return Err(invalid(format!(
+                        "the template names `{{{name}}}`, which is not a parameter of the pattern"
+                    )));
+                }
+            }
+        }
+        self.routes.push(Route {
+            segments,
+            template: template_parts,
+        });
+        Ok(self)
+    }
+}
+
+fn parse_pattern(pattern: &str) -> Result<Vec<Segment>, String> {
+    let Some(rest) = pattern.strip_prefix('/') else {
+        return Err("a route pattern starts with `/`".into());
+    };
+    let mut segments = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    let parts: Vec<&str> = rest.split('/').collect();
+    for (i, seg) in parts.iter().enumerate() {
+        let segment = match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            Some(inner) => {
+                let (rest, name) = match inner.strip_prefix('*') {
+                    Some(name) => (true, name),
+                    None => (false, inner),
+                };
+                if name.is_empty() || name.contains(['{', '}', '*']) {
+                    return Err(format!(
+                        "`{seg}` is not a parameter (`{{name}}` or `{{*name}}`)"
+                    ));
+                }
+                if names.iter().any(|n| n == name) {
+                    return Err(format!("the parameter `{name}` appears twice"));
+                }
+                names.push(name.to_owned());
+                if rest {
+                    if i + 1 != parts.len() {
+                        return Err(format!("the catch-all `{seg}` must be the last segment"));
+                    }
+                    Segment::Rest(name.to_owned())
+                } else {
+                    Segment::Param(name.to_owned())
+                }
+            }
+            None if seg.contains(['{', '}']) => {
+                return Err(format!(
+                    "`{seg}`: a parameter is a whole segment (`/{{name}}/`), not part of one"
+                ));
+            }
+            None => Segment::Literal((*seg).to_owned()),
+        };
+        segments.push(segment);
+    }
+    Ok(segments)
+}
+
+fn parse_template(template: &str) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                text.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                text.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err("the template has a `{` without its `}`".into()),
+                    }
+                }
+                if name.is_empty() {
+                    return Err("the template has an empty `{}`".into());
+                }
+                if !text.is_empty() {
+                    parts.push(Part::Text(std::mem::take(&mut text)));
+                }
+                parts.push(Part::Param(name));
+            }
+            '}' => return Err("the template has a `}` without its `{` (write `}}`)".into()),
+            c => text.push(c),
+        }
+    }
+    if !text.is_empty() {
+        parts.push(Part::Text(text));
+    }
+    Ok(parts)
+}
+
+/// `%XX` decoded, as UTF-8; `None` when it is not (axum's `Path` refuses such a path).
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).ok()?);
+                    i += 3;
+                }
+                _ => {
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl Route {
+    /// The key of `path`, if this route matches it.
+    fn key(&self, path: &str) -> Option<String> {
+        let mut rest = path.strip_prefix('/')?;
+        let mut params: Vec<(&str, String)> = Vec::new();
+        let last = self.segments.len().checked_sub(1)?;
+        for (i, segment) in self.segments.iter().enumerate() {
+            let (given, after) = match rest.split_once('/') {
+                Some((s, a)) => (s, Some(a)),
+                None => (rest, None),
+            };
+            match segment {
+                Segment::Rest(name) => {
+                    if rest.is_empty() {
+                        return None;
+                    }
+                    params.push((name, percent_decode(rest)?));
+                    break;
+                }
+                Segment::Literal(lit) if given == lit => {}
+                Segment::Literal(_) => return None,
+                Segment::Param(_) if given.is_empty() => return None,
+                Segment::Param(name) => params.push((name, percent_decode(given)?)),
+            }
+            match (after, i == last) {
+                (Some(a), false) => rest = a,
+                (None, true) => rest = "",
+                // More path than pattern, or more pattern than path.
+                (Some(_), true) | (None, false) => return None,
+            }
+        }
+        let mut key = String::new();
+        for part in &self.template {
+            match part {
+                Part::Text(t) => key.push_str(t),
+                Part::Param(name) => {
+                    let (_, v) = params.iter().find(|(n, _)| n == name)?;
+                    key.push_str(v);
+                }
+            }
+        }
+        Some(key)
+    }
+}
+
+impl<B> RequestKey<B> for RouteKey {
+    fn key(&self, req: &Request<B>) -> Option<String> {
+        let path = req.uri().path();
+        self.routes.iter().find_map(|r| r.key(path))
+    }
+}
+
 /// The key of [`LockLayer::header`]: a prefix and a header's value.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
@@ -184,6 +481,14 @@ struct Settings {
 }
 
 impl Settings {
+    /// The registry the locks are taken in (`None`: none in force).
+    fn registry(&self) -> Option<Registry> {
+        match &self.registry {
+            Some(r) => Some(r.clone()),
+            None => crate::registry::current().ok(),
+        }
+    }
+
     fn lock(&self, key: String) -> Lock {
         let mut lock = match &self.registry {
             Some(r) => Lock::with_registry(key, r.clone()),
@@ -263,7 +568,9 @@ impl<F> LockLayer<F> {
 
 impl LockLayer<PathKey> {
     /// A layer locking each request on `prefix` followed by its path (without the query):
-    /// `LockLayer::path("doc:")` locks `POST /docs/7` on `doc:/docs/7`.
+    /// `LockLayer::path("doc:")` locks `POST /docs/7` on `doc:/docs/7`. The key is the
+    /// whole path: to lock on a path parameter (`account:5` for `/accounts/5/withdraw`,
+    /// the key an attribute's `account:<id>` takes), use [`LockLayer::route`].
     ///
     /// ```
     /// let layer = distlock::tower::LockLayer::path("doc:");
@@ -274,6 +581,70 @@ impl LockLayer<PathKey> {
         LockLayer::with_key(PathKey {
             prefix: prefix.into(),
         })
+    }
+}
+
+impl LockLayer<RouteKey> {
+    /// A layer locking each request whose path matches the route `pattern` on the key
+    /// `template` renders from its parameters: `LockLayer::route("/accounts/{id}/withdraw",
+    /// "account:{id}")` locks `POST /accounts/5/withdraw` on `account:5`, the key of a
+    /// `#[distributed_lock(key = "account:<id>")]` taking the same account. A request the
+    /// pattern does not match takes no lock; more routes: [`RouteKey::route`] and
+    /// [`LockLayer::with_key`]. See [`RouteKey`].
+    ///
+    /// ```
+    /// use distlock::tower::LockLayer;
+    /// use std::time::Duration;
+    ///
+    /// async fn withdraw(axum::extract::Path(id): axum::extract::Path<u64>) -> String {
+    ///     // Runs holding `account:{id}`, the lock the attribute's `account:<id>` takes.
+    ///     format!("withdrew from {id}, token {:?}", distlock::fencing_token())
+    /// }
+    ///
+    /// # fn main() -> Result<(), distlock::tower::InvalidRoute> {
+    /// let app: axum::Router = axum::Router::new().route(
+    ///     "/accounts/{id}/withdraw",
+    ///     axum::routing::post(withdraw).layer(
+    ///         LockLayer::route("/accounts/{id}/withdraw", "account:{id}")?
+    ///             .wait(Duration::from_millis(100)),
+    ///     ),
+    /// );
+    /// # let _ = app; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] as [`RouteKey::new`].
+    #[track_caller]
+    pub fn route(pattern: &str, template: &str) -> Result<LockLayer<RouteKey>, InvalidRoute> {
+        let key = RouteKey::new(pattern, template)?;
+        Ok(LockLayer::with_key(key))
+    }
+
+    /// A layer locking each request whose path matches `pattern` on `prefix` followed by
+    /// its parameter `param`: `LockLayer::path_param("account:", "/accounts/{id}/withdraw",
+    /// "id")` is `LockLayer::route("/accounts/{id}/withdraw", "account:{id}")`.
+    ///
+    /// ```
+    /// let layer = distlock::tower::LockLayer::path_param("account:", "/accounts/{id}/withdraw", "id")?;
+    /// # drop(layer); Ok::<(), distlock::tower::InvalidRoute>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRoute`] as [`RouteKey::new`] (`param` must be a parameter of `pattern`).
+    #[track_caller]
+    pub fn path_param(
+        prefix: &str,
+        pattern: &str,
+        param: &str,
+    ) -> Result<LockLayer<RouteKey>, InvalidRoute> {
+        let template = format!(
+            "{}{{{param}}}",
+            prefix.replace('{', "{{").replace('}', "}}")
+        );
+        let key = RouteKey::new(pattern, &template)?;
+        Ok(LockLayer::with_key(key))
     }
 }
 
@@ -436,12 +807,26 @@ where
         let grpc = is_grpc(&req);
         let with_key = self.settings.with_key;
         let lock = self.settings.lock(key);
+        let settings = self.settings.clone();
         ResponseFuture(Box::pin(async move {
             // Called inside the lock: a service doing work in `call` does it holding it.
-            match lock.run(async move { inner.call(req).await }).await {
-                Ok(out) => Ok(out?.map(LockBody::inner)),
-                Err(e) if grpc => Ok(grpc_response(e, with_key)),
-                Err(e) => Ok(e.http_response(with_key).map(LockBody::error)),
+            let e = match lock.run(async move { inner.call(req).await }).await {
+                Ok(out) => return Ok(out?.map(LockBody::inner)),
+                Err(e) => e,
+            };
+            // A busy lock: the answer says what holds it (another request of this layer,
+            // a `distlock run` command, ...), from the holder information.
+            let e = match (&e, settings.registry()) {
+                (LockError::Timeout { .. }, Some(registry)) => {
+                    let own = crate::ops::metrics::site_label(settings.site);
+                    e.with_holder_from(&registry, Some(own)).await
+                }
+                _ => e,
+            };
+            if grpc {
+                Ok(grpc_response(e, with_key))
+            } else {
+                Ok(e.http_response(with_key).map(LockBody::error))
             }
         }))
     }
@@ -592,6 +977,90 @@ impl<B: Body<Data = Bytes>> Body for LockBody<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key_of(key: &RouteKey, path: &str) -> Option<String> {
+        key.key(&Request::builder().uri(path).body(()).unwrap())
+    }
+
+    #[test]
+    fn a_route_key_is_the_attributes_key_of_the_same_parameter() {
+        let key = RouteKey::new("/accounts/{id}/withdraw", "account:{id}").unwrap();
+        assert_eq!(
+            key_of(&key, "/accounts/5/withdraw").as_deref(),
+            Some("account:5")
+        );
+        assert_eq!(
+            key_of(&key, "/accounts/5/withdraw?x=1").as_deref(),
+            Some("account:5")
+        );
+        // Decoded as axum's `Path` decodes it.
+        assert_eq!(
+            key_of(&key, "/accounts/a%20b%2Fc/withdraw").as_deref(),
+            Some("account:a b/c")
+        );
+        for other in [
+            "/accounts/5",
+            "/accounts/5/withdraw/",
+            "/accounts//withdraw",
+            "/accounts/5/deposit",
+            "/x/accounts/5/withdraw",
+            "/accounts/%FF/withdraw",
+        ] {
+            assert_eq!(key_of(&key, other), None, "{other}");
+        }
+        let layer = LockLayer::path_param("account{x}:", "/accounts/{id}/withdraw", "id").unwrap();
+        assert_eq!(
+            layer
+                .key
+                .key(
+                    &Request::builder()
+                        .uri("/accounts/7/withdraw")
+                        .body(())
+                        .unwrap()
+                )
+                .as_deref(),
+            Some("account{x}:7")
+        );
+    }
+
+    #[test]
+    fn route_keys_try_their_routes_in_order_and_take_catch_alls() {
+        let key = RouteKey::new("/", "root")
+            .and_then(|k| k.route("/t/{tenant}/docs/{doc}", "doc:{tenant}/{doc}"))
+            .and_then(|k| k.route("/files/{*path}", "file:{{{path}}}"))
+            .unwrap();
+        assert_eq!(key_of(&key, "/").as_deref(), Some("root"));
+        assert_eq!(
+            key_of(&key, "/t/acme/docs/7").as_deref(),
+            Some("doc:acme/7")
+        );
+        assert_eq!(
+            key_of(&key, "/files/a/b.txt").as_deref(),
+            Some("file:{a/b.txt}")
+        );
+        assert_eq!(key_of(&key, "/files/"), None);
+        assert_eq!(key_of(&key, "/files"), None);
+    }
+
+    #[test]
+    fn bad_routes_are_refused_with_why() {
+        let bad = [
+            ("accounts/{id}", "a:{id}", "starts with `/`"),
+            ("/accounts/{id}", "a:{user}", "`{user}`"),
+            ("/accounts/x{id}", "a:{id}", "whole segment"),
+            ("/a/{id}/{id}", "a:{id}", "twice"),
+            ("/a/{*rest}/b", "a:{rest}", "last segment"),
+            ("/a/{}", "a", "not a parameter"),
+            ("/a/{id}", "a:{id", "without its `}`"),
+            ("/a/{id}", "a:}", "without its `{`"),
+            ("/a/{id}", "a:{}", "empty"),
+        ];
+        for (pattern, template, why) in bad {
+            let e = RouteKey::new(pattern, template).unwrap_err();
+            assert!(e.to_string().contains(why), "{pattern} {template}: {e}");
+        }
+        assert!(LockLayer::path_param("a:", "/a/{id}", "user").is_err());
+    }
 
     #[test]
     fn grpc_messages_are_percent_encoded() {

@@ -2,8 +2,9 @@
 //!
 //! | error | status | headers |
 //! |-------|--------|---------|
-//! | `Timeout` | 409 Conflict: someone else holds the lock; the request was not carried out and may be retried | `Retry-After` (see below) |
+//! | `Timeout` | 409 Conflict: someone else holds the lock (the message says what, by kind: see below); the request was not carried out and may be retried | `Retry-After` (see below) |
 //! | `Backend`, `QuorumNotReached`, `ReplicationFailed` | 503 Service Unavailable: the lock service failed before the request's work began; it was not carried out | `Retry-After: 1` |
+//! | `ShuttingDown` | 503 Service Unavailable: this instance is shutting down ([`Registry::shutdown`](crate::Registry::shutdown)); another instance can serve it | `Retry-After: 1` |
 //! | `InvalidKey` | 400 Bad Request: the key made from the request is unusable (e.g. longer than 1024 bytes) | |
 //! | `InvalidDuration` | 500 Internal Server Error: a lease or `watchdog_timeout` over `MAX_LEASE` (a server bug or misconfiguration) | |
 //! | `InvalidPermits` | 500 Internal Server Error: a semaphore of 0 permits, or asking for 0 or more than it has (a server bug) | |
@@ -29,11 +30,24 @@
 //! The body is a small JSON object: `{"error": CODE, "message": TEXT}`, with
 //! `"retry_after_secs": N` when there is a `Retry-After`, e.g.
 //! `{"error":"lock_timeout","message":"the lock is held by another request; try again later","retry_after_secs":3}`.
+//!
+//! **What holds it.** A 409's message names the holder by kind (`Timeout`'s
+//! [`held_by`](crate::error::HeldBy)), never by key: "all permits of the semaphore are
+//! taken by other holders" for a semaphore, "held by the elected leader" for an election,
+//! and, from the holder information recorded next to the lock (one read of at most 250 ms,
+//! [`LockError::with_holder`]; `distlock::tower::LockLayer` does it by itself), "held by a
+//! \`distlock run\` command", "held by another request" (the layer's own lock site) or
+//! "held by another part of the service"; "held by another holder" when it cannot tell.
 //! **The body names neither the lock key nor the backend**: the key is rendered from the
 //! request (`order:<email>` carries personal data into whatever logs and caches the
 //! response passes through) and backend names and addresses are configuration. Both stay
-//! in the service's own records: 5xx errors are logged in full with `tracing::error!`,
-//! 409 and 400 with `tracing::debug!` (target `distlock::web`), and the lock's tracing span
+//! in the service's own records: every answered error is logged in full (target
+//! `distlock::web`) — at WARN the failures a running service expects now and then (503:
+//! Redis down or failing over, a quorum not reached, replicas late, this instance shutting
+//! down; and the 500 of a lost lease), at ERROR only the 500s that are a bug or a
+//! misconfiguration, at DEBUG the 409s and 400s. The application decides from there: the
+//! error is in the response's extensions (log it at the level it wants), and
+//! `RUST_LOG=distlock::web=error` (or a tracing filter) silences the rest; and the lock's tracing span
 //! carries the key. Bodies of 409, 503, 400 and `LeaseLost` carry a message for the client
 //! (the 400 one says why the key was refused, without repeating it); other 500 bodies say
 //! "internal lock error". The error itself is also put in the response's extensions, for
@@ -118,6 +132,7 @@ use http::StatusCode;
 #[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 
+use crate::errors::HeldBy;
 use crate::LockError;
 
 /// The longest `Retry-After` a `Timeout` response advises, in seconds.
@@ -125,7 +140,7 @@ const MAX_RETRY_AFTER_SECS: u64 = 60;
 
 impl LockError {
     /// The HTTP status this error maps to: 409 for `Timeout` and `Skipped`, 503 for `Backend`,
-    /// `QuorumNotReached` and `ReplicationFailed`, 400 for `InvalidKey`, 500 for `LeaseLost`
+    /// `QuorumNotReached`, `ReplicationFailed` and `ShuttingDown`, 400 for `InvalidKey`, 500 for `LeaseLost`
     /// (the outcome is unknown) and the rest (see the module `distlock::web`).
     ///
     /// ```
@@ -138,7 +153,8 @@ impl LockError {
             LockError::Timeout { .. } | LockError::Skipped { .. } => StatusCode::CONFLICT,
             LockError::Backend { .. }
             | LockError::QuorumNotReached { .. }
-            | LockError::ReplicationFailed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | LockError::ReplicationFailed { .. }
+            | LockError::ShuttingDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
             LockError::InvalidKey { .. } => StatusCode::BAD_REQUEST,
             LockError::LeaseLost { .. }
             | LockError::NotInitialized
@@ -190,6 +206,34 @@ impl LockError {
         }
     }
 
+    /// The level the response of this error is logged at (target `distlock::web`): WARN
+    /// for what a running service expects now and then and the client is told to retry
+    /// (503: Redis down or failing over, a quorum not reached, replicas late, this
+    /// instance shutting down) and for a lost lease (500, the outcome unknown); ERROR only
+    /// for a 500 that is a bug or a misconfiguration of the service; DEBUG for the
+    /// client's 409 and 400. The error is in the response's extensions: an application
+    /// that wants another level logs it from there (and filters the target).
+    fn log_level(&self) -> tracing::Level {
+        match self {
+            LockError::Timeout { .. }
+            | LockError::Skipped { .. }
+            | LockError::InvalidKey { .. } => tracing::Level::DEBUG,
+            LockError::Backend { .. }
+            | LockError::QuorumNotReached { .. }
+            | LockError::ReplicationFailed { .. }
+            | LockError::ShuttingDown { .. }
+            | LockError::LeaseLost { .. } => tracing::Level::WARN,
+            LockError::NotInitialized
+            | LockError::NoSuchBackend { .. }
+            | LockError::NoDefaultBackend { .. }
+            | LockError::InvalidDuration { .. }
+            | LockError::InvalidPermits { .. }
+            | LockError::LockOrder { .. }
+            | LockError::Unsupported { .. }
+            | LockError::NotHeld { .. } => tracing::Level::ERROR,
+        }
+    }
+
     /// A stable, machine-readable name of the variant, as used in response bodies.
     fn code(&self) -> &'static str {
         match self {
@@ -209,6 +253,7 @@ impl LockError {
             LockError::InvalidPermits { .. } => "lock_invalid_permits",
             LockError::LockOrder { .. } => "lock_order",
             LockError::NestedKind { .. } => "lock_nested_kind",
+            LockError::ShuttingDown { .. } => "lock_shutting_down",
         }
     }
 
@@ -220,8 +265,21 @@ impl LockError {
             _ => "the lock".to_owned(),
         };
         match self {
-            LockError::Timeout { .. } => {
-                format!("{lock} is held by another request; try again later")
+            LockError::Timeout {
+                held_by: HeldBy::Permits,
+                ..
+            } => {
+                let semaphore = match (with_key, self.key()) {
+                    (true, Some(key)) => format!("semaphore `{key}`"),
+                    _ => "the semaphore".to_owned(),
+                };
+                format!("all permits of {semaphore} are taken by other holders; try again later")
+            }
+            LockError::Timeout { held_by, .. } => {
+                format!("{lock} is held by {}; try again later", held_by.describe())
+            }
+            LockError::ShuttingDown { .. } => {
+                "this instance of the service is shutting down; try again".to_owned()
             }
             LockError::Skipped { .. } => {
                 format!("{lock} is held by a run of this job elsewhere, or was taken too recently; not run again here")
@@ -292,10 +350,16 @@ impl LockError {
     /// Shared by axum's `IntoResponse` and `distlock::tower`.
     pub(crate) fn http_response(self, with_key: bool) -> http::Response<String> {
         let status = self.http_status();
-        if status.is_server_error() {
-            tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
-        } else {
-            tracing::debug!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+        match self.log_level() {
+            tracing::Level::ERROR => {
+                tracing::error!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
+            tracing::Level::WARN => {
+                tracing::warn!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
+            _ => {
+                tracing::debug!(target: "distlock::web", error = %self, status = status.as_u16(), "distlock: lock error answered with {status}");
+            }
         }
         let retry_after = self.retry_after_secs();
         let mut body = String::from("{");
@@ -336,6 +400,106 @@ impl IntoResponse for LockError {
     fn into_response(self) -> Response {
         self.http_response(false).map(axum::body::Body::from)
     }
+}
+
+/// The longest a 409 waits for the holder information it names the holder from.
+const HOLDER_READ: Duration = Duration::from_millis(250);
+
+impl LockError {
+    /// A `Timeout` whose holder is not known yet ([`HeldBy::Unknown`]) names it, by kind,
+    /// from the holder information recorded next to the lock (one read, at most 250 ms;
+    /// on the memory backend, with `holder_info = false`, or when the read fails, it stays
+    /// unknown): [`HeldBy::Command`] for a `distlock run` command, [`HeldBy::Leader`] for an
+    /// election's lock (`leader:NAME`). Any other error is returned as it is. The 409
+    /// answer then says what holds the lock ("held by a `distlock run` command").
+    ///
+    /// For an axum handler that answers with the error (the attribute's `Timeout`s of
+    /// semaphores and elections are named already; `distlock::tower::LockLayer` does this
+    /// by itself, and tells another request of its own apart):
+    ///
+    /// ```
+    /// use axum::response::{IntoResponse, Response};
+    /// use distlock::{Lock, Registry};
+    ///
+    /// async fn rebuild(registry: Registry) -> Response {
+    ///     match registry.lock("report").wait(std::time::Duration::ZERO).acquire().await {
+    ///         Ok(guard) => {
+    ///             // ... rebuild ...
+    ///             drop(guard);
+    ///             "rebuilt".into_response()
+    ///         }
+    ///         Err(e) => e.with_holder(&registry).await.into_response(),
+    ///     }
+    /// }
+    /// # async fn f() {
+    /// # let registry = Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// # let held = registry.lock("report").acquire().await.unwrap();
+    /// # assert_eq!(rebuild(registry.clone()).await.status(), 409);
+    /// # drop(held);
+    /// # }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f());
+    /// ```
+    pub async fn with_holder(self, registry: &crate::Registry) -> LockError {
+        self.with_holder_from(registry, None).await
+    }
+
+    /// [`LockError::with_holder`], telling [`HeldBy::Request`] (the holder's lock site is
+    /// `own_site`, the waiter's) from [`HeldBy::OtherSite`].
+    pub(crate) async fn with_holder_from(
+        self,
+        registry: &crate::Registry,
+        own_site: Option<&str>,
+    ) -> LockError {
+        let LockError::Timeout {
+            key,
+            backend,
+            waited,
+            holder_lease,
+            recent_hold,
+            held_by: HeldBy::Unknown,
+        } = self
+        else {
+            return self;
+        };
+        let read = tokio::time::timeout(HOLDER_READ, registry.inspect(&key, Some(&backend))).await;
+        let held_by = match read {
+            Ok(Ok(infos)) => held_by(&key, infos.iter().flat_map(|i| i.holders.iter()), own_site),
+            _ => HeldBy::Unknown,
+        };
+        LockError::Timeout {
+            key,
+            backend,
+            waited,
+            holder_lease,
+            recent_hold,
+            held_by,
+        }
+    }
+}
+
+/// What the holders of the lock `key` are, by kind (see [`LockError::with_holder`]).
+fn held_by<'a>(
+    key: &str,
+    holders: impl Iterator<Item = &'a crate::ops::inspect::Holder>,
+    own_site: Option<&str>,
+) -> HeldBy {
+    if key.starts_with("leader:") {
+        return HeldBy::Leader;
+    }
+    let mut kind = HeldBy::Unknown;
+    for h in holders {
+        let this = match (h.site.as_deref(), own_site) {
+            (Some(crate::ops::sites::RUN_SITE), _) => HeldBy::Command,
+            (Some(site), Some(own)) if site == own => HeldBy::Request,
+            (Some(_), Some(_)) => HeldBy::OtherSite,
+            (Some(_), None) | (None, _) => HeldBy::Unknown,
+        };
+        // A command is named first: it is what an operator looks for.
+        if kind != HeldBy::Command {
+            kind = this;
+        }
+    }
+    kind
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -379,6 +543,7 @@ mod tests {
             waited: Duration::from_secs(5),
             holder_lease,
             recent_hold,
+            held_by: HeldBy::Unknown,
         }
     }
 
@@ -419,7 +584,7 @@ mod tests {
         let body = body_of(response).await;
         assert_eq!(
             body,
-            "{\"error\":\"lock_timeout\",\"message\":\"the lock is held by another request; try again later\",\"retry_after_secs\":1}"
+            "{\"error\":\"lock_timeout\",\"message\":\"the lock is held by another holder; try again later\",\"retry_after_secs\":1}"
         );
 
         // Opt-in: the key and the backend, same status and headers.
@@ -430,7 +595,7 @@ mod tests {
         let body = body_of(response).await;
         assert_eq!(
             body,
-            "{\"error\":\"lock_timeout\",\"key\":\"order:42\",\"backend\":\"main\",\"message\":\"lock `order:42` is held by another request; try again later\",\"retry_after_secs\":1}"
+            "{\"error\":\"lock_timeout\",\"key\":\"order:42\",\"backend\":\"main\",\"message\":\"lock `order:42` is held by another holder; try again later\",\"retry_after_secs\":1}"
         );
     }
 
@@ -593,6 +758,100 @@ mod tests {
             let body = body_of(response).await;
             assert_eq!(body, want);
         }
+    }
+
+    #[tokio::test]
+    async fn a_409_says_what_holds_the_lock_by_kind_without_the_key() {
+        let busy = |held_by| LockError::Timeout {
+            key: "export:acme".into(),
+            backend: "main".into(),
+            waited: Duration::from_secs(1),
+            holder_lease: None,
+            recent_hold: None,
+            held_by,
+        };
+        let cases = [
+            (
+                HeldBy::Unknown,
+                "the lock is held by another holder; try again later",
+            ),
+            (
+                HeldBy::Permits,
+                "all permits of the semaphore are taken by other holders; try again later",
+            ),
+            (
+                HeldBy::Leader,
+                "the lock is held by the elected leader; try again later",
+            ),
+            (
+                HeldBy::Request,
+                "the lock is held by another request; try again later",
+            ),
+            (
+                HeldBy::Command,
+                "the lock is held by a `distlock run` command; try again later",
+            ),
+            (
+                HeldBy::OtherSite,
+                "the lock is held by another part of the service; try again later",
+            ),
+        ];
+        for (held_by, message) in cases {
+            let response = busy(held_by).into_response();
+            assert_eq!(response.status(), StatusCode::CONFLICT);
+            let body = body_of(response).await;
+            assert!(
+                body.contains(&format!("\"message\":\"{}\"", message)),
+                "{body}"
+            );
+            assert!(!body.contains("export:acme"), "{body}");
+        }
+        let body = body_of(busy(HeldBy::Permits).into_response_with_key_and_backend()).await;
+        assert!(
+            body.contains("all permits of semaphore `export:acme` are taken"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutting_down_is_a_503_to_retry_elsewhere() {
+        let e = LockError::ShuttingDown {
+            key: "order:42".into(),
+            backend: "main".into(),
+        };
+        let response = e.clone().into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after(&response), Some("1"));
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            "{\"error\":\"lock_shutting_down\",\"message\":\"this instance of the service is shutting down; try again\",\"retry_after_secs\":1}"
+        );
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn expected_failures_are_logged_at_warn_and_only_bugs_at_error() {
+        let lost = LockError::LeaseLost {
+            key: "k".into(),
+            backend: "main".into(),
+            reason: "gone".into(),
+        };
+        let down = LockError::Backend {
+            backend: "main".into(),
+            address: "10.1.2.3:6379".into(),
+            key: Some("k".into()),
+            source: redis_error(),
+        };
+        let shutting = LockError::ShuttingDown {
+            key: "k".into(),
+            backend: "main".into(),
+        };
+        for e in [down, shutting, lost] {
+            assert_eq!(e.log_level(), tracing::Level::WARN, "{e}");
+        }
+        assert_eq!(timeout(None, None).log_level(), tracing::Level::DEBUG);
+        assert_eq!(LockError::NotInitialized.log_level(), tracing::Level::ERROR);
     }
 
     #[test]

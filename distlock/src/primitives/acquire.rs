@@ -53,7 +53,37 @@ pub(crate) struct Request {
 }
 
 /// Acquire what `req` names, or fail. See the module docs for what this owns.
+///
+/// On a backend being shut down (`crate::lease::shutdown`) it fails with `ShuttingDown`:
+/// at once when the shutdown began before, and a waiting acquisition as soon as it begins
+/// (dropping the attempt undoes what it may have taken, as for any dropped acquisition).
+/// A grant that raced with the shutdown is given back at once.
 pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
+    let backend = req.backend.clone();
+    let shutting_down = |key: &str| LockError::ShuttingDown {
+        key: key.to_owned(),
+        backend: backend.name.to_string(),
+    };
+    if backend.leases.is_closed() {
+        return Err(shutting_down(&req.keys.user));
+    }
+    let key = req.keys.user.clone();
+    let held = tokio::select! {
+        biased;
+        () = backend.leases.closed() => return Err(shutting_down(&key)),
+        held = acquire_open(req) => held?,
+    };
+    // Granted while the shutdown took its list of leases: released (in the background,
+    // counted in what the shutdown flushes) instead of handed out.
+    if backend.leases.is_closed() {
+        drop(held);
+        return Err(shutting_down(&key));
+    }
+    Ok(held)
+}
+
+/// [`acquire`] on a backend that is not shut down.
+async fn acquire_open(req: Request) -> Result<Held, LockError> {
     let Request {
         backend,
         mut keys,
@@ -583,6 +613,7 @@ pub(crate) fn timeout(
         waited,
         holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
         recent_hold: crate::lease::holds::typical(&backend.name),
+        held_by: crate::errors::HeldBy::Unknown,
     }
 }
 

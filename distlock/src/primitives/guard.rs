@@ -47,8 +47,9 @@ impl LockGuard {
     }
 
     /// Resolves when the lease is lost: the watchdog found the lock gone or could not renew
-    /// it in time, or a fixed lease ran out. Returns the `LeaseLost` error saying why.
-    /// Never resolves after the guard is released.
+    /// it in time, or a fixed lease ran out, or the registry is shutting down
+    /// ([`Registry::shutdown`](crate::Registry::shutdown): it gives the lock back). Returns
+    /// the `LeaseLost` error saying why.
     ///
     /// # Cancel safety
     ///
@@ -174,12 +175,13 @@ impl Drop for Held {
                 let (backend, keys) = (self.backend.clone(), s.keys.clone());
                 // On a runtime that is shutting down the task is dropped: the waiter hears
                 // "retry" and the lease runs out on its own.
-                drop(self.backend.runtime.spawn(async move {
+                let spawner = backend.clone();
+                spawner.spawn_background(async move {
                     if let Err(e) = hand_off(&backend, &keys, hold, claimed, sole).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
-                }));
+                });
                 return;
             }
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");

@@ -281,7 +281,28 @@ impl Leader {
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // A busy election: its leader is what holds it.
+                LockError::Timeout {
+                    key,
+                    backend,
+                    waited,
+                    holder_lease,
+                    recent_hold,
+                    ..
+                } => LockError::Timeout {
+                    key,
+                    backend,
+                    waited,
+                    holder_lease,
+                    recent_hold,
+                    held_by: crate::errors::HeldBy::Leader,
+                },
+                other => other,
+            })?;
+        // A shutdown that takes this lease over resigns it: it announces the change too.
+        guard.held.state.resign_on_shutdown(channel(&keys));
         let leader = LeaderGuard {
             guard: Some(guard),
             info,
@@ -562,13 +583,14 @@ impl Drop for LeaderGuard {
             self.keys.clone(),
             self.channel.clone(),
         );
-        drop(self.backend.runtime.spawn(async move {
+        let spawner = self.backend.clone();
+        spawner.spawn_background(async move {
             let _ = guard.release().await;
             if let Err(e) = backend.announce(&keys, &channel, "resigned").await {
                 tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
                     "distlock: announcing a dropped leader failed");
             }
-        }));
+        });
     }
 }
 

@@ -226,6 +226,7 @@ impl MultiLock {
                             backend,
                             holder_lease,
                             recent_hold,
+                            held_by,
                             ..
                         } => LockError::Timeout {
                             key,
@@ -233,6 +234,7 @@ impl MultiLock {
                             waited: start.elapsed(),
                             holder_lease,
                             recent_hold,
+                            held_by,
                         },
                         other => other,
                     };

@@ -289,6 +289,25 @@ impl Semaphore {
             span,
         )
         .await;
+        // A busy semaphore: its permits are what holds it.
+        let r = r.map_err(|e| match e {
+            LockError::Timeout {
+                key,
+                backend,
+                waited,
+                holder_lease,
+                recent_hold,
+                ..
+            } => LockError::Timeout {
+                key,
+                backend,
+                waited,
+                holder_lease,
+                recent_hold,
+                held_by: crate::errors::HeldBy::Permits,
+            },
+            other => other,
+        });
         let outcome = match &r {
             Ok(_) => crate::ops::metrics::Outcome::Acquired,
             Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
@@ -545,7 +564,8 @@ impl SemaphoreGuard {
 
     /// Resolves when the lease is lost (the watchdog found the permits gone or could not
     /// renew them in time, or a fixed lease is running out), a margin before the server
-    /// can give them to another holder. Never resolves after the guard is released.
+    /// can give them to another holder, or when the registry is shutting down
+    /// ([`Registry::shutdown`](crate::Registry::shutdown) gives them back).
     pub async fn lost(&self) -> LockError {
         self.held.state.lost().await
     }

@@ -366,6 +366,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    // The requests in flight are drained: give back whatever is still held (bounded).
+    distlock::shutdown().await;
     db.close().await;
     eprintln!("flash-sale-server: {addr} stopped");
     Ok(())

@@ -9,12 +9,19 @@
 //!     An axum handler behind `LockLayer::path("report:")`: one rebuild per report at a
 //!     time (the lock `report:/reports/{name}/rebuild`); a second one waits up to 100 ms,
 //!     then gets 409. Works N ms (default 0), then answers {"report": .., "token": T}.
+//!   POST /accounts/{id}/withdraw
+//!     An axum handler behind `LockLayer::route("/accounts/{id}/withdraw", "account:{id}")`:
+//!     the lock `account:ID`, the one the transfer service below and an attribute's
+//!     `account:<id>` take; wait 0. Answers {"account": .., "token": T}.
 //!   POST /accounts/transfer   header x-account: ID
 //!     A plain tower service (`ServiceBuilder` + `service_fn`) behind a layer keyed by a
 //!     closure on the `x-account` header (`account:ID`; no header: 400 from the service,
 //!     without a lock), wait 0: busy → 409 at once. Answers {"account": .., "token": T}.
 //!   GET /health   200 ok
 //! ```
+//!
+//! On SIGTERM or Ctrl-C it drains the requests in flight, then calls `distlock::shutdown()`
+//! (the locks still held are given back, not left to run out).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -41,6 +48,11 @@ async fn rebuild(Path(name): Path<String>, Query(work): Query<Work>) -> Json<Val
     Json(json!({ "report": name, "token": token }))
 }
 
+/// The withdrawal: runs holding `account:{id}` (the route's parameter).
+async fn withdraw(Path(id): Path<String>) -> Json<Value> {
+    Json(json!({ "account": id, "token": distlock::fencing_token() }))
+}
+
 /// The transfer service: a plain `tower::Service`, nothing axum-specific.
 async fn transfer(req: Request<Body>) -> Result<Response<Body>, Infallible> {
     let account = req
@@ -63,10 +75,16 @@ async fn transfer(req: Request<Body>) -> Result<Response<Body>, Infallible> {
     Ok(response)
 }
 
-fn router() -> Router {
+fn router() -> Result<Router, distlock::tower::InvalidRoute> {
     let reports = Router::new()
         .route("/reports/{name}/rebuild", post(rebuild))
         .route_layer(LockLayer::path("report:").wait(Duration::from_millis(100)));
+    let withdrawals = Router::new().route(
+        "/accounts/{id}/withdraw",
+        post(withdraw).layer(
+            LockLayer::route("/accounts/{id}/withdraw", "account:{id}")?.wait(Duration::ZERO),
+        ),
+    );
     let transfers = ServiceBuilder::new()
         .layer(
             LockLayer::new(|req: &Request<Body>| {
@@ -76,10 +94,11 @@ fn router() -> Router {
             .wait(Duration::ZERO),
         )
         .service(service_fn(transfer));
-    Router::new()
+    Ok(Router::new()
         .merge(reports)
+        .merge(withdrawals)
         .route_service("/accounts/transfer", transfers)
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(|| async { "ok" })))
 }
 
 struct Args {
@@ -118,10 +137,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await
         .map_err(|e| format!("binding {}:{}: {e}", args.bind, args.port))?;
     println!("tower-layer listening on {}", listener.local_addr()?);
-    axum::serve(listener, router())
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+    // On SIGTERM (or Ctrl-C): stop accepting, drain the requests in flight (each releases
+    // its lock as it ends), then give back whatever is still held and flush the releases
+    // in flight (bounded: Registry::SHUTDOWN_BOUND). See graceful-shutdown.rs.
+    axum::serve(listener, router()?)
+        .with_graceful_shutdown(terminated())
         .await?;
+    distlock::shutdown().await;
     Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

@@ -32,6 +32,11 @@
 //! `lock-worker hold URL KEY WATCHDOG`: acquires KEY with an auto lease (watchdog_timeout
 //! WATCHDOG, e.g. `1s`), prints `HELD <token>` and waits forever (to be SIGKILLed).
 //!
+//! `lock-worker hold-graceful URL KEY`: with the defaults (`watchdog_timeout` 30 s) as the
+//! global registry, a task acquires KEY with an auto lease and holds it until `lost()`
+//! fires, then drops it (as a locked section does); prints `HELD <token>`. On SIGTERM it
+//! calls `distlock::shutdown()`, prints `SHUTDOWN <ms it took>` and exits 0.
+//!
 //! `lock-worker hold-redisson URL KEY WATCHDOG KIND`: the same with `protocol = "redisson"`
 //! and a lock of KIND (`reentrant`, `fair`, `read`, `write`), waiting up to 60 s for it.
 
@@ -294,6 +299,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             loop {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
+        }
+        Some("hold-graceful") if args.len() == 4 => {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let text = format!("[backends.main]\nmode = \"single\"\nurl = \"{}\"\n", args[2]);
+            distlock::init_with(Registry::from_str(&text).await?)?;
+            let guard = distlock::Lock::new(args[3].as_str())
+                .lease(Lease::Auto)
+                .acquire()
+                .await?;
+            println!("HELD {}", guard.fencing_token());
+            let holder = tokio::spawn(async move {
+                let lost = guard.lost().await;
+                drop(guard);
+                lost
+            });
+            term.recv().await;
+            let start = std::time::Instant::now();
+            distlock::shutdown().await;
+            println!("SHUTDOWN {}", start.elapsed().as_millis());
+            let lost = holder.await?;
+            eprintln!("holder told: {lost}");
+            Ok(())
         }
         Some("hold-redisson") if args.len() == 6 => {
             let text = format!(
