@@ -116,7 +116,7 @@ impl SelfCheck {
         Some(SelfCheck {
             probe: Probe::new(prefix, needs),
             tls: urls.iter().any(|u| u.tls),
-            user: urls.first().and_then(|u| user_of(&u.url)),
+            user: urls.first().and_then(|u| user_of(&u.driver_url())),
             quorum,
         })
     }
