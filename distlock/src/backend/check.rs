@@ -201,5 +201,8 @@ mod tests {
         assert_eq!(user_of("redis://app:pw@h:1").as_deref(), Some("app"));
         assert_eq!(user_of("redis://:pw@h:1").as_deref(), Some("default"));
         assert_eq!(user_of("redis://h:1"), None);
+        // A valkeys:// URL, as the self-check passes it (its driver URL).
+        let url = distlock_config::RedisUrl::parse("valkeys://app:pw@h:1").unwrap();
+        assert_eq!(user_of(&url.driver_url()).as_deref(), Some("app"));
     }
 }
