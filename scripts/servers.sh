@@ -7,41 +7,80 @@
 #   scripts/servers.sh status   print which servers are up (exit 1 if any is down)
 #   scripts/servers.sh env      print `export VAR=...` lines for the tests
 #
-# Topologies (ports are in distlock's own range):
-#   single      17379
-#   cluster     17001..17006 (3 masters + 3 replicas)
-#   sentinel    master 17100, replica 17101, sentinels 17110 17111 17112
-#   redlock     independent masters 17201..17205
+# Topologies (ports are in distlock's own range; each can be moved with the variable
+# named after it, e.g. to run a second set of servers next to the first):
+#   single      17379                      DISTLOCK_SERVERS_SINGLE_PORT
+#   cluster     17001..17006               DISTLOCK_SERVERS_CLUSTER_PORTS (6 ports: 3 masters
+#               (cluster bus: port + 10000)  + 3 replicas)
+#   sentinel    master 17100, replica 17101 DISTLOCK_SERVERS_SENTINEL_MASTER_PORT, _REPLICA_PORT
+#               sentinels 17110 17111 17112 DISTLOCK_SERVERS_SENTINEL_PORTS (3 ports)
+#   redlock     independent masters 17201..17205  DISTLOCK_SERVERS_REDLOCK_PORTS (5 ports)
+# Port lists are separated by spaces or commas. `env` prints the URLs of the ports in use, so
+# the tests follow a moved set when its variables are set for `env` too.
 #
 # State (configs, logs, pid files, data dirs) lives in
-# ${DISTLOCK_SERVERS_DIR:-/tmp/distlock-servers}.
+# ${DISTLOCK_SERVERS_DIR:-/tmp/distlock-servers}; a second set needs a directory of its own.
+# The binaries are `redis-server`, `redis-sentinel` and `redis-cli` from PATH (put another
+# server's first on PATH to run these topologies on it: scripts/servers-install.sh).
 set -euo pipefail
 
 DIR="${DISTLOCK_SERVERS_DIR:-/tmp/distlock-servers}"
 HOST=127.0.0.1
-
-SINGLE_PORT=17379
-CLUSTER_PORTS=(17001 17002 17003 17004 17005 17006)
-SENTINEL_MASTER_PORT=17100
-SENTINEL_REPLICA_PORT=17101
-SENTINEL_PORTS=(17110 17111 17112)
-SENTINEL_MASTER_NAME=distlock-master
-REDLOCK_PORTS=(17201 17202 17203 17204 17205)
-
-# Every redis-server (not sentinel) port, and every port at all.
-REDIS_PORTS=("$SINGLE_PORT" "${CLUSTER_PORTS[@]}" "$SENTINEL_MASTER_PORT" "$SENTINEL_REPLICA_PORT" "${REDLOCK_PORTS[@]}")
-ALL_PORTS=("${REDIS_PORTS[@]}" "${SENTINEL_PORTS[@]}")
-
-# Bounded waits, in seconds.
-PING_TIMEOUT="${DISTLOCK_PING_TIMEOUT:-15}"
-CLUSTER_TIMEOUT="${DISTLOCK_CLUSTER_TIMEOUT:-30}"
-SENTINEL_TIMEOUT="${DISTLOCK_SENTINEL_TIMEOUT:-30}"
 
 log() { printf '[servers] %s\n' "$*" >&2; }
 die() {
     printf '[servers] ERROR: %s\n' "$*" >&2
     exit 1
 }
+
+ports_from() {
+    # ports_from VAR COUNT DEFAULT...: the ports listed in $VAR (spaces or commas), or the
+    # defaults; exactly COUNT ports, each a number in 1..55535 (its cluster bus, +10000,
+    # must be a port too). Prints them space-separated.
+    local var="$1" count="$2" p
+    shift 2
+    local -a ports
+    if [[ -n "${!var:-}" ]]; then
+        read -r -a ports <<<"${!var//,/ }"
+    else
+        ports=("$@")
+    fi
+    ((${#ports[@]} == count)) || die "$var must list $count port(s), got '${!var:-}'"
+    for p in "${ports[@]}"; do
+        [[ "$p" =~ ^[0-9]+$ ]] && ((p >= 1 && p <= 55535)) ||
+            die "$var: '$p' is not a port in 1..55535"
+    done
+    echo "${ports[*]}"
+}
+
+# (Assigned to a plain variable first: a failing $(...) inside a here-string would not stop
+# the script.)
+SINGLE_PORT="$(ports_from DISTLOCK_SERVERS_SINGLE_PORT 1 17379)"
+ports="$(ports_from DISTLOCK_SERVERS_CLUSTER_PORTS 6 17001 17002 17003 17004 17005 17006)"
+read -r -a CLUSTER_PORTS <<<"$ports"
+SENTINEL_MASTER_PORT="$(ports_from DISTLOCK_SERVERS_SENTINEL_MASTER_PORT 1 17100)"
+SENTINEL_REPLICA_PORT="$(ports_from DISTLOCK_SERVERS_SENTINEL_REPLICA_PORT 1 17101)"
+ports="$(ports_from DISTLOCK_SERVERS_SENTINEL_PORTS 3 17110 17111 17112)"
+read -r -a SENTINEL_PORTS <<<"$ports"
+SENTINEL_MASTER_NAME=distlock-master
+ports="$(ports_from DISTLOCK_SERVERS_REDLOCK_PORTS 5 17201 17202 17203 17204 17205)"
+read -r -a REDLOCK_PORTS <<<"$ports"
+
+# Every redis-server (not sentinel) port, and every port at all; no port twice, counting the
+# cluster bus ports (cluster port + 10000).
+REDIS_PORTS=("$SINGLE_PORT" "${CLUSTER_PORTS[@]}" "$SENTINEL_MASTER_PORT" "$SENTINEL_REPLICA_PORT" "${REDLOCK_PORTS[@]}")
+ALL_PORTS=("${REDIS_PORTS[@]}" "${SENTINEL_PORTS[@]}")
+declare -A seen=()
+for port in "${ALL_PORTS[@]}" $(for p in "${CLUSTER_PORTS[@]}"; do echo $((p + 10000)); done); do
+    [[ -z "${seen[$port]:-}" ]] || die "port $port is used twice (a cluster node's bus port is its port + 10000)"
+    seen[$port]=1
+done
+unset seen port ports
+
+# Bounded waits, in seconds.
+PING_TIMEOUT="${DISTLOCK_PING_TIMEOUT:-15}"
+CLUSTER_TIMEOUT="${DISTLOCK_CLUSTER_TIMEOUT:-30}"
+SENTINEL_TIMEOUT="${DISTLOCK_SENTINEL_TIMEOUT:-30}"
 
 cli() {
     # cli PORT ARGS...: one command, short timeout, no retries.

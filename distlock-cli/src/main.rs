@@ -306,7 +306,14 @@ struct CheckRow {
     reachable: Option<bool>,
     tls: Option<bool>,
     auth: Option<String>,
+    /// `Redis 7.0.15`, `Valkey 8.1.8` (`ServerReport::server`).
+    server: Option<String>,
+    /// `Redis`, `Valkey` (`None`: INFO not permitted).
+    flavour: Option<String>,
+    /// The server's own version (Valkey's `valkey_version`), else the Redis version.
     version: Option<String>,
+    /// The Redis version the minimum is judged on (Valkey: the one it is compatible with).
+    redis_version: Option<String>,
     /// `None`: not checked.
     missing: Option<Vec<String>>,
     eviction: Option<String>,
@@ -324,7 +331,10 @@ impl CheckRow {
             reachable: None,
             tls: None,
             auth: None,
+            server: None,
+            flavour: None,
             version: None,
+            redis_version: None,
             missing: None,
             eviction: None,
             cluster: None,
@@ -350,7 +360,7 @@ impl CheckRow {
             self.tls
                 .map_or_else(dash, |t| if t { "yes" } else { "no" }.to_owned()),
             self.auth.clone().unwrap_or_else(dash),
-            self.version.clone().unwrap_or_else(dash),
+            self.server.clone().unwrap_or_else(dash),
             match &self.missing {
                 None => dash(),
                 Some(m) if m.is_empty() => "ok".to_owned(),
@@ -371,7 +381,9 @@ impl CheckRow {
             "reachable": self.reachable,
             "tls": self.tls,
             "auth": self.auth,
+            "server": self.flavour,
             "version": self.version,
+            "redis_version": self.redis_version,
             "permissions": match &self.missing {
                 None => serde_json::Value::Null,
                 Some(m) if m.is_empty() => json!("ok"),
@@ -423,7 +435,10 @@ async fn check(path: &PathBuf, as_json: bool) -> Result<ExitCode, String> {
             row.address = s.address.clone();
             row.tls = Some(s.tls);
             row.auth = Some(s.user.clone().unwrap_or_else(|| "none".into()));
-            row.version = s.version.clone();
+            row.server = s.server();
+            row.flavour = s.flavour.clone();
+            row.version = s.flavour_version.clone().or_else(|| s.version.clone());
+            row.redis_version = s.version.clone();
             row.missing = s.missing_rights.clone();
             row.eviction = s.eviction.clone();
             row.cluster = s.cluster_state.clone();
@@ -478,7 +493,7 @@ async fn check(path: &PathBuf, as_json: bool) -> Result<ExitCode, String> {
             "REACHABLE",
             "TLS",
             "AUTH",
-            "VERSION",
+            "SERVER",
             "PERMISSIONS",
             "EVICTION",
             "CLUSTER",

@@ -117,6 +117,40 @@ fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// `(flavour, its version, redis_version)` of the single test server, from `INFO server`.
+fn server_identity() -> (String, String, String) {
+    let addr = distlock_tests::addr_of(&distlock_tests::single_url());
+    let info = match distlock_tests::resp_command(&addr, &["INFO", "server"]) {
+        Ok(distlock_tests::RespValue::Bulk(b)) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO server on {addr}: {other:?}"),
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+    };
+    let redis_version = field("redis_version").expect("redis_version in INFO");
+    match field("valkey_version") {
+        Some(v) => ("Valkey".into(), v, redis_version),
+        None => ("Redis".into(), redis_version.clone(), redis_version),
+    }
+}
+
+/// `check` with `valkey://` URLs: the same server, reached by the Valkey spelling of the
+/// scheme.
+#[test]
+fn check_accepts_valkey_urls() {
+    let setup = Setup::new("check-valkey-url");
+    let url = distlock_tests::single_url().replacen("redis://", "valkey://", 1);
+    assert!(url.starts_with("valkey://"), "{url}");
+    let toml = setup.toml.replace(&distlock_tests::single_url(), &url);
+    std::fs::write(&setup.path, &toml).unwrap();
+    let rows = setup.json(&["check", "--json"]);
+    let row = &rows.as_array().expect("an array")[0];
+    assert_eq!(row["status"], "ok", "{row}");
+    assert_eq!(row["reachable"], true, "{row}");
+}
+
 #[test]
 fn check_reports_good_and_broken_backends() {
     let setup = Setup::new("check");
@@ -164,11 +198,22 @@ fn check_reports_good_and_broken_backends() {
     assert_eq!(row["tls"], false, "{row}");
     assert_eq!(row["auth"], "none", "{row}");
     assert_eq!(row["permissions"], "ok", "{row}");
-    assert!(
-        row["version"].as_str().is_some_and(|v| v.starts_with('7')),
-        "{row}"
-    );
+    // The server's flavour and version, as its INFO says (Redis 7.0/8.x or Valkey 8.x:
+    // Valkey's redis_version is the Redis version it is compatible with).
+    let (flavour, version, redis_version) = server_identity();
+    assert_eq!(row["server"], flavour.as_str(), "{row}");
+    assert_eq!(row["version"], version.as_str(), "{row}");
+    assert_eq!(row["redis_version"], redis_version.as_str(), "{row}");
     assert!(row["eviction"].is_string(), "{row}");
+    let out = setup.output(&["check"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let header = stdout.lines().next().unwrap_or_default();
+    let main = stdout
+        .lines()
+        .find(|l| l.starts_with("main"))
+        .unwrap_or_default();
+    assert!(header.contains("SERVER"), "{stdout}");
+    assert!(main.contains(&format!("{flavour} {version}")), "{stdout}");
 
     // A configuration that does not parse: exit 1 naming the file's line and field.
     std::fs::write(&setup.path, "[backends.x]\nmode = \"nope\"\n").unwrap();

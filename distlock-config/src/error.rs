@@ -5,7 +5,7 @@ use crate::Source;
 /// A configuration error that names where it is: source, line and field.
 ///
 /// It displays as `LOCATION: FIELD: MESSAGE`, for example
-/// `config/distlock.toml:7: backends.main.url: unsupported scheme "http" in "http://h": use redis:// or rediss://`.
+/// `config/distlock.toml:7: backends.main.url: unsupported scheme "http" in "http://h": use redis:// or rediss:// (or valkey:// or valkeys://)`.
 ///
 /// `Debug` prints the same text (what `main` shows when it returns the error).
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]

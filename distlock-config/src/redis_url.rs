@@ -1,5 +1,6 @@
-//! `redis://` and `rediss://` URLs.
+//! `redis://` and `rediss://` URLs (and their Valkey spellings, `valkey://` and `valkeys://`).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -10,11 +11,15 @@ use crate::RedisUrl;
 /// Port used when a URL gives none.
 pub const DEFAULT_PORT: u16 = 6379;
 
-const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or rediss://...";
+const FORM: &str =
+    "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or rediss://... (valkey:// and valkeys:// too)";
 
 impl RedisUrl {
     /// Parses and checks a Redis URL: `redis://` or `rediss://` (TLS), a host, an optional
     /// port (default 6379), optional `user:password@` and an optional numeric `/DB`.
+    /// `valkey://` and `valkeys://` are the same as `redis://` and `rediss://`: the
+    /// protocol is the same whichever server answers ([`RedisUrl::driver_url`] is the URL
+    /// with the `redis` scheme).
     ///
     /// The error never contains the password: URLs are shown with it replaced by `***`.
     ///
@@ -28,6 +33,9 @@ impl RedisUrl {
     /// assert_eq!(url.address, "cache.internal:6379");
     /// assert!(url.tls);
     /// assert_eq!(url.to_string(), "rediss://app:***@cache.internal/2");
+    ///
+    /// let url = RedisUrl::parse("valkeys://cache.internal:6380").unwrap();
+    /// assert!(url.tls);
     ///
     /// let err = RedisUrl::parse("http://app:s3cret@cache.internal").unwrap_err();
     /// assert!(err.contains("unsupported scheme \"http\""));
@@ -49,11 +57,12 @@ impl RedisUrl {
         let parsed =
             Url::parse(s).map_err(|e| format!("invalid URL \"{shown}\": {e} (write {FORM})"))?;
         let tls = match parsed.scheme() {
-            "redis" => false,
-            "rediss" => true,
+            "redis" | "valkey" => false,
+            "rediss" | "valkeys" => true,
             other => {
                 return Err(format!(
-                    "unsupported scheme \"{other}\" in \"{shown}\": use redis:// or rediss://"
+                    "unsupported scheme \"{other}\" in \"{shown}\": use redis:// or rediss:// \
+                     (or valkey:// or valkeys://)"
                 ))
             }
         };
@@ -81,6 +90,32 @@ impl RedisUrl {
             address: format!("{host}:{port}"),
             tls,
         })
+    }
+
+    /// The URL as the Redis driver takes it: a `valkey://` or `valkeys://` scheme written
+    /// `redis://` or `rediss://` (the rest unchanged); other URLs as they are.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # mod distlock { pub(crate) use distlock_config as config; } // as seen from the `distlock` crate
+    /// use distlock::config::RedisUrl;
+    ///
+    /// let url = RedisUrl::parse("valkeys://app:pw@cache.internal:6380/1").unwrap();
+    /// assert_eq!(url.driver_url(), "rediss://app:pw@cache.internal:6380/1");
+    /// let url = RedisUrl::parse("redis://127.0.0.1").unwrap();
+    /// assert_eq!(url.driver_url(), "redis://127.0.0.1");
+    /// ```
+    pub fn driver_url(&self) -> Cow<'_, str> {
+        match self.url.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("valkey") => {
+                Cow::Owned(format!("redis://{rest}"))
+            }
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("valkeys") => {
+                Cow::Owned(format!("rediss://{rest}"))
+            }
+            _ => Cow::Borrowed(&self.url),
+        }
     }
 
     /// The URL with its password, if any, replaced by `***`: safe to log.
@@ -151,6 +186,14 @@ mod tests {
             ("redis://[::1]:7000", "[::1]:7000", false),
             ("redis://[::1]", "[::1]:6379", false),
             ("rediss://h?protocol=resp3#insecure", "h:6379", true),
+            ("valkey://localhost", "localhost:6379", false),
+            ("valkey://user:pw@h:1/0", "h:1", false),
+            (
+                "valkeys://cache.internal:6380/3",
+                "cache.internal:6380",
+                true,
+            ),
+            ("VALKEYS://[::1]", "[::1]:6379", true),
         ];
         for (text, address, tls) in table {
             let url = RedisUrl::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -177,6 +220,13 @@ mod tests {
             ("redis://h/+1", "database"),
             (" redis://h", "whitespace"),
             ("redis://a b", "invalid URL"),
+            ("valkey://", "missing host"),
+            ("valkeys://h:0", "port 0"),
+            ("valkey://h/x", "database"),
+            (
+                "valkey+unix:///tmp/valkey.sock",
+                "unsupported scheme \"valkey+unix\"",
+            ),
         ];
         for (text, want) in table {
             let err = RedisUrl::parse(text).expect_err(text);
@@ -185,10 +235,31 @@ mod tests {
     }
 
     #[test]
+    fn valkey_schemes_reach_the_driver_as_redis_schemes() {
+        let table: &[(&str, &str)] = &[
+            ("valkey://h:1/0", "redis://h:1/0"),
+            ("valkeys://u:pw@h", "rediss://u:pw@h"),
+            ("VALKEY://h", "redis://h"),
+            ("Valkeys://h", "rediss://h"),
+            ("redis://h", "redis://h"),
+            ("rediss://u:pw@h:2/3", "rediss://u:pw@h:2/3"),
+        ];
+        for (text, driver) in table {
+            let url = RedisUrl::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(url.driver_url(), *driver, "{text}");
+            // What the user wrote is what messages show.
+            assert_eq!(url.url, *text);
+        }
+        let shown = RedisUrl::parse("valkeys://u:SECRET@h").unwrap().to_string();
+        assert_eq!(shown, "valkeys://u:***@h");
+    }
+
+    #[test]
     fn errors_never_show_passwords() {
         for text in [
             "http://u:SECRET@h",
             "redis://u:SECRET@h:99999",
+            "valkey://u:SECRET@h:99999",
             "redis://u:SEC/RET@h",
             "redis://u:SEC@RET@h/x",
             "redis://:SECRET@/0",

@@ -19,8 +19,16 @@
 //! answers `PING` and **panic** otherwise, naming the command that starts the
 //! servers: a test never skips silently because no server is up.
 //!
+//! The servers `scripts/servers.sh` starts are `redis-server`, `redis-sentinel` and
+//! `redis-cli` from `PATH`; `scripts/test.sh --server valkey8|redis8` puts Valkey 8.1's or
+//! Redis 8.2's first there. Moved to other ports (`DISTLOCK_SERVERS_*_PORT(S)`, see the
+//! script), `scripts/servers.sh env` prints the variables above for them.
+//!
 //! Tests that kill and restart servers own a private [`RedisProcess`] instead
-//! (ports 17400..17499), or a whole private cluster or sentinel group from [`topology`]. [`resp_command`] talks RESP2 over a plain
+//! (ports 17400..17499; `redis-server` from `PATH`, or `$DISTLOCK_REDIS_SERVER`), or a
+//! whole private cluster or sentinel group from [`topology`] (`redis-sentinel` from `PATH`,
+//! or `$DISTLOCK_REDIS_SENTINEL`). The TLS fixtures of [`tls`] run a TLS-capable build
+//! ([`tls::tls_binaries`]). [`resp_command`] talks RESP2 over a plain
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 

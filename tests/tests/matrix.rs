@@ -256,3 +256,79 @@ async fn unsupported_cells_are_refused() {
     assert!(checked > 0, "the table has Unsupported cells to check");
     println!("matrix: {checked} (cell, kind) refusals checked");
 }
+
+/// `valkey://` URLs (the Valkey spelling of `redis://`) work wherever `redis://` ones do:
+/// every Redis mode connects with them, takes a lock, refuses it to a second try while it
+/// is held, and gives it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_urls_work_on_every_mode() {
+    use distlock_tests::{
+        cluster_urls, redlock_urls, sentinel_master_name, sentinel_urls, single_url,
+    };
+    let valkey = |urls: &[String]| -> Vec<String> {
+        urls.iter()
+            .map(|u| u.replacen("redis://", "valkey://", 1))
+            .collect()
+    };
+    let bodies = [
+        (
+            "single",
+            format!(
+                "mode = \"single\"\nurl = \"{}\"\n",
+                valkey(&[single_url()])[0]
+            ),
+        ),
+        (
+            "cluster",
+            format!(
+                "mode = \"cluster\"\nnodes = [{}]\n",
+                common::quoted(&valkey(&cluster_urls()))
+            ),
+        ),
+        (
+            "sentinel",
+            format!(
+                "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]\n",
+                sentinel_master_name(),
+                common::quoted(&valkey(&sentinel_urls()))
+            ),
+        ),
+        (
+            "redlock",
+            common::backend::quorum_body("redlock", &valkey(&redlock_urls()), "200ms"),
+        ),
+        (
+            "multi",
+            common::backend::quorum_body("multi", &valkey(&redlock_urls()[..3]), "200ms"),
+        ),
+    ];
+    for (mode, body) in bodies {
+        assert!(body.contains("valkey://"), "{mode}: {body}");
+        let reg = Registry::from_str(&format!(
+            "[defaults]\nwatchdog_timeout = \"1s\"\n[backends.main]\n{body}"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{mode} with valkey:// URLs: {e}"));
+        let key = common::unique("valkey-url");
+        let guard = reg
+            .lock(key.as_str())
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: try_acquire: {e}"))
+            .unwrap_or_else(|| panic!("{mode}: a fresh key is free"));
+        let second = reg.lock(key.as_str()).try_acquire().await;
+        assert!(
+            matches!(second, Ok(None)),
+            "{mode}: a held lock is refused to a second try: {second:?}"
+        );
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: release: {e}"));
+        let again = reg.lock(key.as_str()).try_acquire().await;
+        assert!(
+            matches!(again, Ok(Some(_))),
+            "{mode}: free again after the release: {again:?}"
+        );
+    }
+}

@@ -27,7 +27,7 @@ async fn a_config_error() {
         .expect_err("http:// is refused");
     assert_reads(
         &err,
-        "<string>:3: backends.main.url: unsupported scheme \"http\" in \"http://h\": use redis:// or rediss://",
+        "<string>:3: backends.main.url: unsupported scheme \"http\" in \"http://h\": use redis:// or rediss:// (or valkey:// or valkeys://)",
     );
     assert!(matches!(err, InitError::Config(_)));
 }

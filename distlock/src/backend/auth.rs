@@ -29,7 +29,7 @@ pub(crate) async fn explain(e: InitError, cfg: &BackendConfig) -> InitError {
             source,
         };
     };
-    let info = url.url.as_str().into_connection_info().ok();
+    let info = url.driver_url().as_ref().into_connection_info().ok();
     let creds = info.as_ref().map(ConnectionInfo::redis_settings);
     let user = creds
         .and_then(RedisConnectionInfo::username)

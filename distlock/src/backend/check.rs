@@ -116,7 +116,7 @@ impl SelfCheck {
         Some(SelfCheck {
             probe: Probe::new(prefix, needs),
             tls: urls.iter().any(|u| u.tls),
-            user: urls.first().and_then(|u| user_of(&u.url)),
+            user: urls.first().and_then(|u| user_of(&u.driver_url())),
             quorum,
         })
     }
@@ -201,5 +201,8 @@ mod tests {
         assert_eq!(user_of("redis://app:pw@h:1").as_deref(), Some("app"));
         assert_eq!(user_of("redis://:pw@h:1").as_deref(), Some("default"));
         assert_eq!(user_of("redis://h:1"), None);
+        // A valkeys:// URL, as the self-check passes it (its driver URL).
+        let url = distlock_config::RedisUrl::parse("valkeys://app:pw@h:1").unwrap();
+        assert_eq!(user_of(&url.driver_url()).as_deref(), Some("app"));
     }
 }

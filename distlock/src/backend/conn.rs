@@ -137,9 +137,10 @@ impl Settings {
 
     /// What to connect to for `url`, with [`Settings::tcp`].
     pub(crate) fn info(&self, url: &RedisUrl) -> Result<ConnectionInfo, DriverError> {
+        // valkey:// and valkeys:// as redis:// and rediss://: the driver's spelling.
         let info = url
-            .url
-            .as_str()
+            .driver_url()
+            .as_ref()
             .into_connection_info()
             .map_err(|e| DriverError::redis(&url.address, e))?;
         let info = match (info.addr().clone(), &self.tls) {
@@ -227,7 +228,7 @@ impl Settings {
 
     /// A cluster client builder over `nodes` with these settings (a subscriber's).
     pub(crate) fn cluster(&self, nodes: &[RedisUrl]) -> ClusterClientBuilder {
-        let builder = ClusterClientBuilder::new(nodes.iter().map(|u| u.url.as_str()))
+        let builder = ClusterClientBuilder::new(nodes.iter().map(|u| u.driver_url().into_owned()))
             .tcp_settings(self.tcp())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)

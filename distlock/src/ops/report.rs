@@ -24,8 +24,15 @@ pub struct ServerReport {
     /// `host:port` of the server (a cluster: each master).
     pub address: String,
     /// The Redis version (`redis.REDIS_VERSION` in the probe script, else `INFO server`;
-    /// `None`: neither could be asked).
+    /// `None`: neither could be asked). On Valkey this is the Redis version it is
+    /// compatible with (7.2.4 on Valkey 8); its own version is `flavour_version`. The
+    /// minimum version is judged on this one.
     pub version: Option<String>,
+    /// The server software, from `INFO server`: `"Redis"`, or `"Valkey"` when it says
+    /// `server_name:valkey` (`None`: `INFO` is not permitted to the user).
+    pub flavour: Option<String>,
+    /// The version of `flavour`: `valkey_version` on Valkey, `redis_version` on Redis.
+    pub flavour_version: Option<String>,
     /// `maxmemory_policy` from `INFO memory` (`None`: `INFO` is not permitted to the user).
     /// Under memory pressure an `allkeys-*` policy can evict any key, held locks and
     /// fencing counters included, and a `volatile-*` policy any key with an expiry, which
@@ -58,6 +65,8 @@ impl ServerReport {
         ServerReport {
             address: address.to_owned(),
             version: None,
+            flavour: None,
+            flavour_version: None,
             eviction: None,
             cluster_state: None,
             tls: false,
@@ -66,6 +75,23 @@ impl ServerReport {
             too_old: None,
             problem: None,
             grant: Vec::new(),
+        }
+    }
+
+    /// The server as `distlock check` shows it: `Valkey 8.1.8`, `Redis 7.0.15`; only the
+    /// Redis version when `INFO` is not permitted (`7.0.15`); `None` when nothing is known.
+    ///
+    /// ```
+    /// # fn show(s: &distlock::inspect::ServerReport) {
+    /// println!("{}: {}", s.address, s.server().unwrap_or_else(|| "?".into()));
+    /// # }
+    /// ```
+    pub fn server(&self) -> Option<String> {
+        match (&self.flavour, &self.flavour_version, &self.version) {
+            (Some(f), Some(v), _) => Some(format!("{f} {v}")),
+            (Some(f), None, Some(v)) => Some(format!("{f} {v}")),
+            (Some(f), None, None) => Some(f.clone()),
+            (None, _, v) => v.clone(),
         }
     }
 

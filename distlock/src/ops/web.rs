@@ -229,6 +229,7 @@ impl LockError {
             | LockError::InvalidDuration { .. }
             | LockError::InvalidPermits { .. }
             | LockError::LockOrder { .. }
+            | LockError::NestedKind { .. }
             | LockError::Unsupported { .. }
             | LockError::NotHeld { .. } => tracing::Level::ERROR,
         }

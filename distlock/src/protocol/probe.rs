@@ -15,7 +15,7 @@ use crate::ops::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
 use crate::LockKind;
 
-use super::version::{info_field, version_problem, MIN_VERSION};
+use super::version::{flavour_of, info_field, version_problem, MIN_VERSION};
 use super::{Publish, Script};
 
 /// The probe script.
@@ -151,6 +151,8 @@ pub(crate) struct Probe {
 pub(crate) struct Answer {
     /// `redis_version` (from the script, else from `INFO server`).
     pub(crate) version: Option<String>,
+    /// The server software and its own version, from `INFO server` (`None`: INFO refused).
+    pub(crate) flavour: Option<(String, String)>,
     /// The script found a server older than 7.0.
     pub(crate) pre_7: bool,
     /// The rights refused, in `ACL SETUSER` terms with the command that needs each
@@ -337,6 +339,7 @@ impl Probe {
                 .as_deref()
                 .and_then(|i| info_field(i, "redis_version"))
                 .map(str::to_owned),
+            flavour: server.as_deref().and_then(flavour_of),
             pre_7: false,
             missing: None,
             grant: Vec::new(),
@@ -403,6 +406,10 @@ impl Probe {
             (None, true) => Some("older than 7.0".to_owned()),
             (v, _) => v.clone(),
         };
+        if let Some((flavour, version)) = answer.flavour {
+            r.flavour = Some(flavour);
+            r.flavour_version = Some(version);
+        }
         r.eviction = answer.eviction;
         r.missing_rights = answer.missing;
         r.grant = answer.grant;
@@ -578,6 +585,7 @@ mod tests {
             Ok(Value::Nil),
         );
         assert_eq!(a.version.as_deref(), Some("7.0.15"));
+        assert_eq!(a.flavour, Some(("Redis".into(), "7.0.15".into())));
         let missing = a.missing.unwrap();
         assert_eq!(missing[0], "missing +hincrby");
         assert_eq!(
@@ -590,6 +598,37 @@ mod tests {
         );
         assert_eq!(missing.len(), 3, "{missing:?}");
         assert_eq!(a.grant, vec!["+hincrby", "~lock:*", "&lock:*"]);
+    }
+
+    #[test]
+    fn valkey_is_reported_with_its_own_version_and_judged_on_redis_version() {
+        let probe = Probe::new("lock:", needs());
+        let a = probe.answer(
+            Ok(Value::Array(vec![Value::BulkString(b"7.2.4".to_vec())])),
+            Ok(Value::BulkString(
+                b"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n"
+                    .to_vec(),
+            )),
+            Ok(Value::Nil),
+        );
+        let r = probe.report("h:1", a);
+        assert_eq!(r.version.as_deref(), Some("7.2.4"));
+        assert_eq!(r.flavour.as_deref(), Some("Valkey"));
+        assert_eq!(r.flavour_version.as_deref(), Some("8.1.8"));
+        assert_eq!(r.server().as_deref(), Some("Valkey 8.1.8"));
+        assert_eq!(r.too_old, None);
+        // INFO refused: the script's version alone, no flavour.
+        let a = probe.answer(
+            Ok(Value::Array(vec![Value::BulkString(b"7.2.4".to_vec())])),
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+                "no permissions to run the 'info' command",
+            ))),
+            Ok(Value::Nil),
+        );
+        let r = probe.report("h:1", a);
+        assert_eq!(r.flavour, None);
+        assert_eq!(r.server().as_deref(), Some("7.2.4"));
     }
 
     #[test]

@@ -52,6 +52,32 @@ pub(crate) fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
+/// The server software an `INFO server` text names, and its own version: `("Valkey",
+/// valkey_version)` when it says `server_name:valkey` or has a `valkey_version` (Valkey's
+/// `redis_version` is the Redis version it is compatible with: 7.2.4 on Valkey 8), another
+/// `server_name` with its `<name>_version` when there is one, else `("Redis",
+/// redis_version)`. `None` without any of these fields.
+pub(crate) fn flavour_of(info: &str) -> Option<(String, String)> {
+    let name = info_field(info, "server_name").filter(|n| !n.is_empty());
+    let valkey = info_field(info, "valkey_version");
+    let redis = info_field(info, "redis_version");
+    match (name, valkey) {
+        (Some(n), _) if n.eq_ignore_ascii_case("valkey") => {
+            Some(("Valkey".to_owned(), valkey.or(redis)?.to_owned()))
+        }
+        (None, Some(v)) => Some(("Valkey".to_owned(), v.to_owned())),
+        (Some(n), _) if !n.eq_ignore_ascii_case("redis") => {
+            let own = info_field(info, &format!("{n}_version"));
+            let mut shown = n.to_owned();
+            if let Some(first) = shown.get_mut(..1) {
+                first.make_ascii_uppercase();
+            }
+            Some((shown, own.or(redis)?.to_owned()))
+        }
+        _ => Some(("Redis".to_owned(), redis?.to_owned())),
+    }
+}
+
 /// Why a server of version `version` cannot run distlock (`None`: it can). `pre_7`: the
 /// probe script found no `redis.REDIS_VERSION` (a server older than 7.0), whatever
 /// `version` says (it may be unknown: `INFO` refused).
@@ -98,6 +124,36 @@ mod tests {
         assert_eq!(parse_version("7.2"), Some((7, 2)));
         assert_eq!(parse_version("8"), Some((8, 0)));
         assert_eq!(parse_version("x.1"), None);
+    }
+
+    #[test]
+    fn flavours_from_info_text() {
+        let valkey_8 = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\nserver_mode:standalone\r\n";
+        let redis_8 = "# Server\r\nredis_version:8.2.3\r\nredis_git_sha1:b5d43ceb\r\nredis_mode:standalone\r\n";
+        let owned = |a: &str, b: &str| Some((a.to_owned(), b.to_owned()));
+        assert_eq!(flavour_of(valkey_8), owned("Valkey", "8.1.8"));
+        assert_eq!(flavour_of(redis_8), owned("Redis", "8.2.3"));
+        assert_eq!(flavour_of(INFO_7), owned("Redis", "7.0.15"));
+        // Valkey without server_name, or without valkey_version.
+        assert_eq!(
+            flavour_of("redis_version:7.2.4\r\nvalkey_version:8.0.1\r\n"),
+            owned("Valkey", "8.0.1")
+        );
+        assert_eq!(
+            flavour_of("redis_version:7.2.4\r\nserver_name:valkey\r\n"),
+            owned("Valkey", "7.2.4")
+        );
+        // Another server that names itself, with and without its own version field.
+        assert_eq!(
+            flavour_of("redis_version:7.2.0\r\nserver_name:other\r\nother_version:1.2\r\n"),
+            owned("Other", "1.2")
+        );
+        assert_eq!(
+            flavour_of("redis_version:7.2.0\r\nserver_name:redis\r\n"),
+            owned("Redis", "7.2.0")
+        );
+        assert_eq!(flavour_of("# Server\r\n"), None);
+        assert_eq!(flavour_of(""), None);
     }
 
     #[test]
