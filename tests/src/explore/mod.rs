@@ -240,10 +240,20 @@ fn one(rt: &tokio::runtime::Runtime, world: &Arc<world::World>, opts: &Options, 
     let mut runner = TestRunner::new_with_rng(config, rng_of(seed));
     let strategy = model::Schedules::sequential_strategy(opts.steps.0..=opts.steps.1);
     let first: RefCell<Option<(Vec<Step>, Vec<String>)>> = RefCell::new(None);
-    let result = runner.run(&strategy, |(_, steps, _)| {
+    // The last failing run is the smallest failure (shrinking only simplifies failures);
+    // proptest's own answer may be a passing neighbour when a failure is timing-bound.
+    let last_fail: RefCell<Option<(Vec<Step>, Vec<String>)>> = RefCell::new(None);
+    let result = runner.run(&strategy, |(_, steps, seen)| {
+        // Every step ran (the end checks may find what an early step did).
+        if let Some(seen) = seen {
+            seen.store(steps.len(), Ordering::SeqCst);
+        }
         let violations = rt.block_on(run::run_schedule(world.clone(), &steps, &prefix(), opts.plant));
         if first.borrow().is_none() {
             *first.borrow_mut() = Some((steps.clone(), violations.clone()));
+        }
+        if !violations.is_empty() {
+            *last_fail.borrow_mut() = Some((steps.clone(), violations.clone()));
         }
         if violations.is_empty() {
             Ok(())
@@ -258,13 +268,10 @@ fn one(rt: &tokio::runtime::Runtime, world: &Arc<world::World>, opts: &Options, 
     summary.faults += faults;
     match result {
         Ok(()) => None,
-        Err(TestError::Fail(msg, (_, shrunk, _))) => Some(Finding {
-            seed,
-            original,
-            original_violations,
-            shrunk,
-            violations: msg.message().lines().map(str::to_owned).collect(),
-        }),
+        Err(TestError::Fail(..)) => {
+            let (shrunk, violations) = last_fail.into_inner().unwrap_or_default();
+            Some(Finding { seed, original, original_violations, shrunk, violations })
+        }
         Err(TestError::Abort(msg)) => Some(Finding {
             seed,
             original: original.clone(),
