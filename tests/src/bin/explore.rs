@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]");
     std::process::exit(2);
 }
 
@@ -29,13 +29,21 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
         .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
 }
 
-/// Seeds of a file: the first number of each line; `#` starts a comment.
-fn seeds_of(path: &str) -> Vec<u64> {
+/// Seeds of a file for `backend`: lines `BACKEND SEED pass|fail`, `#` starts a comment.
+/// `fail` seeds (known violations, listed until their fix is merged) are taken only with
+/// `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<u64> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    let want = if failing { "fail" } else { "pass" };
     text.lines()
         .filter_map(|l| l.split('#').next())
-        .filter_map(|l| l.split_whitespace().next())
-        .filter_map(|w| w.parse().ok())
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [b, seed, status] if *b == backend && *status == want => seed.parse().ok(),
+                _ => None,
+            }
+        })
         .collect()
 }
 
@@ -45,7 +53,8 @@ fn parse() -> Args {
         .map(|d| d.as_secs())
         .unwrap_or(1);
     let mut opts = Options::new(BackendKind::Memory, now, 100);
-    let (mut seeds, mut report, mut backend, mut max_steps) = (Vec::new(), None, None, None);
+    let (mut seeds_file, mut report, mut backend, mut max_steps) = (None, None, None, None);
+    let mut failing = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -56,7 +65,8 @@ fn parse() -> Args {
             "--seed" => opts.seed = value(&mut it, "--seed"),
             "--schedules" => opts.schedules = value(&mut it, "--schedules"),
             "--steps" => max_steps = Some(value::<usize>(&mut it, "--steps")),
-            "--seeds-file" => seeds.extend(seeds_of(&value::<String>(&mut it, "--seeds-file"))),
+            "--seeds-file" => seeds_file = Some(value::<String>(&mut it, "--seeds-file")),
+            "--failing" => failing = true,
             "--duration" => opts.duration = Some(Duration::from_secs(value(&mut it, "--duration"))),
             "--report" => report = Some(value(&mut it, "--report")),
             "--plant" => {
@@ -75,6 +85,9 @@ fn parse() -> Args {
     if let Some(m) = max_steps {
         opts.steps = (opts.steps.0.min(m), m);
     }
+    let seeds = seeds_file
+        .map(|f| seeds_of(&f, opts.backend.name(), failing))
+        .unwrap_or_default();
     Args { opts, seeds, report }
 }
 

@@ -35,6 +35,8 @@ struct Hold {
     exempt: bool,
     /// The number of faults that had happened when it was acquired.
     faults_before: u64,
+    /// Its release (or drop) began: no longer inside.
+    ended: bool,
 }
 
 impl Hold {
@@ -69,6 +71,8 @@ pub struct Started {
 pub struct Checker {
     model: Mutex<Model>,
     violations: Mutex<Vec<String>>,
+    /// Checks still waiting for their grace to pass.
+    pending: std::sync::atomic::AtomicUsize,
 }
 
 /// The name key of the model: lock names and semaphore names are distinct.
@@ -136,7 +140,7 @@ impl Checker {
         ancestors.iter().find_map(|id| {
             let h = m.holds.get(id)?;
             let same = h.name == name && h.kind.family() == kind.family();
-            let clean = h.lost_at.is_none() && !h.exempt && h.faults_before == m.faults && m.faults_on == 0;
+            let clean = h.lost_at.is_none() && !h.exempt && !h.ended && h.faults_before == m.faults && m.faults_on == 0;
             (same && clean && h.kind.reenters(kind)).then(|| h.text(*id))
         })
     }
@@ -167,21 +171,18 @@ impl Checker {
             lost_at: None,
             exempt: false,
             faults_before: m.faults,
+            ended: false,
         };
         let rivals = rivals(&m, &hold);
         m.holds.insert(id, hold.clone());
         drop(m);
         if !rivals.is_empty() {
-            let me = self.clone();
             let text = hold.text(id);
             let sem = match hold.kind {
                 Kind::Semaphore(n) => Some(n),
                 _ => None,
             };
-            tokio::spawn(async move {
-                tokio::time::sleep(GRACE).await;
-                me.judge_overlap(&rivals, now, &text, sem);
-            });
+            self.later(GRACE, move |me| me.judge_overlap(&rivals, now, &text, sem));
         }
         id
     }
@@ -223,6 +224,23 @@ impl Checker {
         }
     }
 
+    /// Run `check` after `delay` (counted in [`Checker::pending`]).
+    fn later(self: &Arc<Self>, delay: Duration, check: impl FnOnce(&Checker) + Send + 'static) {
+        use std::sync::atomic::Ordering;
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            check(&me);
+            me.pending.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// How many delayed checks have not run yet.
+    pub fn pending(&self) -> usize {
+        self.pending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// A hold's `lost()` fired.
     pub fn lost(&self, id: u64) {
         if let Some(h) = self.model().holds.get_mut(&id) {
@@ -232,7 +250,9 @@ impl Checker {
 
     /// A hold ends (its release or drop begins).
     pub fn ended(&self, id: u64) {
-        self.model().holds.remove(&id);
+        if let Some(h) = self.model().holds.get_mut(&id) {
+            h.ended = true;
+        }
     }
 
     /// The live holds of `name` in `kind`'s family not told of a loss (before a
@@ -241,7 +261,7 @@ impl Checker {
         self.model()
             .holds
             .iter()
-            .filter(|(_, h)| h.name == name && h.kind.family() == kind.family() && h.lost_at.is_none())
+            .filter(|(_, h)| h.name == name && h.kind.family() == kind.family() && h.lost_at.is_none() && !h.ended)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -253,12 +273,10 @@ impl Checker {
             return;
         }
         let at = Instant::now();
-        let me = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(REVOKE_BOUND).await;
+        self.later(REVOKE_BOUND, move |me| {
             let m = me.model();
             for id in ids {
-                if let Some(h) = m.holds.get(&id).filter(|h| h.lost_at.is_none() && !h.exempt) {
+                if let Some(h) = m.holds.get(&id).filter(|h| h.lost_at.is_none() && !h.exempt && !h.ended) {
                     me.violation(format!(
                         "revocation unheard: {} still not told {:?} after force_unlock",
                         h.text(id),
@@ -272,7 +290,7 @@ impl Checker {
     /// A fault took the keys of `name` (`None`: of every name): their holds are exempt.
     pub fn keys_lost(&self, name: Option<u8>) {
         for h in self.model().holds.values_mut() {
-            if name.is_none_or(|n| n == h.name) {
+            if name.is_none_or(|n| n == h.name) && !h.ended {
                 h.exempt = true;
             }
         }
@@ -332,7 +350,7 @@ pub struct Acquired<'a> {
 /// beyond [`PERMITS`]).
 fn rivals(m: &Model, new: &Hold) -> Vec<(u64, Hold)> {
     let live = m.holds.iter().filter(|(id, h)| {
-        h.name == new.name && !new.ancestors.contains(id) && h.lost_at.is_none() && !h.exempt
+        h.name == new.name && !new.ancestors.contains(id) && h.lost_at.is_none() && !h.exempt && !h.ended
     });
     if let Kind::Semaphore(n) = new.kind {
         let held: Vec<(u64, Hold)> = live

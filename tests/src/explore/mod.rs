@@ -9,9 +9,11 @@
 //! - [`world`]: servers, proxies, registries and the faults injected into them;
 //! - [`task`]: the tasks that acquire (nested in `LockGuard::scope`) and release;
 //! - [`check`]: the model of who is inside and the checks;
+//! - [`differ`]: the same edge-case input on Redis and on memory;
 //! - [`run`]: one schedule, start to end.
 
 pub mod check;
+pub mod differ;
 pub mod model;
 pub mod run;
 pub mod task;

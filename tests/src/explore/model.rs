@@ -154,6 +154,36 @@ pub enum Step {
     DeleteKeys(u8),
     /// `DEBUG SLEEP` of this many milliseconds on the server.
     DebugSleep(u32),
+    /// The same acquisition, with inputs at and beyond the documented bounds, on the Redis
+    /// backend and on a memory backend: both must answer alike (accept, or refuse with the
+    /// same error).
+    Differential(Edge),
+}
+
+/// Inputs at the edges of what distlock accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// A semaphore of this many permits (`None`: a reentrant lock).
+    pub permits: Option<u32>,
+    /// Take every permit (else one).
+    pub take_all: bool,
+    /// Which key: 0 plain, 1 empty, 2 with a hash tag, 3 of 600 bytes.
+    pub key: u8,
+    /// A fixed lease of this many milliseconds (`None`: auto).
+    pub lease_ms: Option<u32>,
+}
+
+fn edge_strategy() -> impl Strategy<Value = Edge> {
+    (
+        prop::option::weighted(
+            0.7,
+            prop_oneof![Just(1u32), Just(2), Just(i32::MAX as u32), Just(1u32 << 31), Just(3_000_000_000), Just(u32::MAX)],
+        ),
+        any::<bool>(),
+        0u8..4,
+        prop::option::of(prop_oneof![Just(1u32), Just(2000), Just(86_400_000), Just(86_400_001)]),
+    )
+        .prop_map(|(permits, take_all, key, lease_ms)| Edge { permits, take_all, key, lease_ms })
 }
 
 /// What the generator may use (set by the runner for the thread that generates).
@@ -269,6 +299,7 @@ impl ReferenceStateMachine for Schedules {
             1 => Just(Step::KillClients),
             1 => (0..NAMES).prop_map(Step::DeleteKeys),
             1 => prop_oneof![Just(200u32), Just(700)].prop_map(Step::DebugSleep),
+            1 => edge_strategy().prop_map(Step::Differential),
         ]
         .boxed()
     }
@@ -279,7 +310,9 @@ impl ReferenceStateMachine for Schedules {
             Step::Release { owner, task } => state.depth(*owner, *task) > 0,
             Step::FaultBegin(_) => state.cfg.faults && !state.fault_on,
             Step::FaultEnd => state.fault_on,
-            Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_) => state.cfg.faults,
+            Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_) | Step::Differential(_) => {
+                state.cfg.faults
+            }
             Step::ForceUnlock { .. } | Step::Sleep(_) => true,
         }
     }
@@ -351,6 +384,17 @@ impl fmt::Display for Step {
             Step::KillClients => f.write_str("fault: CLIENT KILL of every client"),
             Step::DeleteKeys(n) => write!(f, "fault: raw DEL of every key of k{n} and s{n}"),
             Step::DebugSleep(ms) => write!(f, "fault: DEBUG SLEEP {ms}ms"),
+            Step::Differential(e) => {
+                let key = ["a plain key", "the empty key", "a key with a hash tag", "a 600-byte key"][usize::from(e.key % 4)];
+                match e.permits {
+                    Some(p) => write!(f, "memory vs redis: semaphore({p}) on {key} acquire({})", if e.take_all { p } else { 1 })?,
+                    None => write!(f, "memory vs redis: reentrant lock on {key}")?,
+                }
+                match e.lease_ms {
+                    Some(ms) => write!(f, " lease={ms}ms"),
+                    None => f.write_str(" lease=auto"),
+                }
+            }
         }
     }
 }

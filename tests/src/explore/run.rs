@@ -75,7 +75,10 @@ pub async fn run_schedule(world: Arc<World>, steps: &[Step], prefix: &str, plant
     }
     world.fault_end(&checker).await;
     unwind(&checker, tasks).await;
-    tokio::time::sleep(GRACE.max(REVOKE_BOUND) + Duration::from_millis(100)).await;
+    let deadline = tokio::time::Instant::now() + GRACE.max(REVOKE_BOUND) + Duration::from_secs(1);
+    while checker.pending() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let bound = if checker.faults() > 0 { RECOVERY_BOUND } else { CLEAN_BOUND };
     for (name, family_kind) in used {
         available(&world, &checker, prefix, name, family_kind, bound).await;
@@ -108,6 +111,7 @@ async fn step_once(
             world.delete_keys(keys, checker, *n).await;
         }
         Step::DebugSleep(ms) => world.debug_sleep(*ms, checker),
+        Step::Differential(e) => super::differ::differential(world, checker, prefix, e).await,
     }
 }
 
@@ -188,6 +192,7 @@ async fn available(world: &World, checker: &Checker, prefix: &str, name: u8, k: 
     let key = key_of(prefix, name, kind);
     let reg = world.owner(0);
     let fixed = Lease::Fixed(Duration::from_secs(2));
+    let started = std::time::Instant::now();
     let res: Result<(), LockError> = match kind {
         Kind::Semaphore(n) => match reg.semaphore(&key, PERMITS).wait(bound).lease(fixed).acquire(n).await {
             Ok(g) => g.release().await,
@@ -201,7 +206,8 @@ async fn available(world: &World, checker: &Checker, prefix: &str, name: u8, k: 
     if let Err(e) = res {
         let shown = world.describe(&key).await;
         checker.violation(format!(
-            "not available: with every guard gone, a fresh acquire of {kind} {key} failed within {bound:?}: {e} (server shows: [{shown}])"
+            "not available: with every guard gone, a fresh acquire of {kind} {key} with wait {bound:?} failed after {:?}: {e} (server shows: [{shown}])",
+            started.elapsed()
         ));
     }
 }

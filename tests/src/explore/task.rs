@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use distlock::{Lease, LockError, LockGuard, LockKind, Registry, SemaphoreGuard};
 use futures_util::future::Either;
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::check::{Acquired, Checker, WAIT_SLACK};
@@ -153,9 +154,9 @@ async fn hold(
     let lost = guard.lost();
     let mut lost = std::pin::pin!(lost);
     let mut heard = false;
-    loop {
+    let exit = loop {
         tokio::select! {
-            exit = &mut inner => return exit,
+            exit = &mut inner => break exit,
             _ = &mut lost, if !heard => {
                 heard = true;
                 if ctx.plant != Plant::IgnoreLost {
@@ -163,7 +164,12 @@ async fn hold(
                 }
             }
         }
+    };
+    // Both may have been ready at once: a signal that came is recorded.
+    if !heard && ctx.plant != Plant::IgnoreLost && lost.as_mut().now_or_never().is_some() {
+        ctx.checker.lost(id);
     }
+    exit
 }
 
 /// Release a hold (its end is recorded first: from then on it is not inside).

@@ -55,6 +55,8 @@ pub struct World {
     proxies: Vec<Proxy>,
     owners: Vec<Registry>,
     observer: Registry,
+    /// A memory backend beside the Redis one (differential steps).
+    memory: Option<Registry>,
     active: Mutex<Option<Fault>>,
 }
 
@@ -87,6 +89,7 @@ impl World {
                     proxies: Vec::new(),
                     owners: vec![shared.clone(); usize::from(OWNERS)],
                     observer: shared,
+                    memory: None,
                     active: Mutex::new(None),
                 }
             }
@@ -113,8 +116,14 @@ impl World {
             proxies,
             owners,
             observer,
+            memory: Some(registry("mode = \"memory\"").await),
             active: Mutex::new(None),
         }
+    }
+
+    /// The memory registry beside a Redis backend.
+    pub fn memory(&self) -> Option<&Registry> {
+        self.memory.as_ref()
     }
 
     /// The registry of owner `o`.
@@ -235,11 +244,13 @@ impl World {
         });
     }
 
-    /// Raw `DEL` of a reentrant lock's hash: a release without the owner check (a
-    /// planted bug of the self-test).
+    /// Raw `DEL` of a reentrant lock's hash and the release message, as release.lua
+    /// sends it, but without its owner check (a planted bug of the self-test).
     pub fn raw_release(&self, key: &str) {
         if let Some(addr) = self.addr() {
-            let _ = resp_command(&addr, &["DEL", &format!("lock:{{{key}}}")]);
+            let hash = format!("lock:{{{key}}}");
+            let _ = resp_command(&addr, &["DEL", &hash]);
+            let _ = resp_command(&addr, &["PUBLISH", &format!("{hash}:released"), "0"]);
         }
     }
 }
