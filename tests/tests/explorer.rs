@@ -19,5 +19,5 @@ fn fixed_schedules_on_memory_keep_every_rule() {
 
 #[test]
 fn fixed_schedules_on_a_redis_server_with_faults_keep_every_rule() {
-    fixed(BackendKind::Single, &[101, 102]);
+    fixed(BackendKind::Single, &[331, 332]);
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--verbose]");
     std::process::exit(2);
 }
 
@@ -60,7 +60,10 @@ fn parse() -> Args {
         match flag.as_str() {
             "--backend" => {
                 let b: String = value(&mut it, "--backend");
-                backend = Some(BackendKind::parse(&b).unwrap_or_else(|| usage(&format!("unknown backend {b} (memory, single)"))));
+                backend =
+                    Some(BackendKind::parse(&b).unwrap_or_else(|| {
+                        usage(&format!("unknown backend {b} (memory, single)"))
+                    }));
             }
             "--seed" => opts.seed = value(&mut it, "--seed"),
             "--schedules" => opts.schedules = value(&mut it, "--schedules"),
@@ -71,14 +74,22 @@ fn parse() -> Args {
             "--report" => report = Some(value(&mut it, "--report")),
             "--plant" => {
                 let p: String = value(&mut it, "--plant");
-                opts.plant = Plant::parse(&p).unwrap_or_else(|| usage(&format!("unknown plant {p}")));
+                opts.plant =
+                    Plant::parse(&p).unwrap_or_else(|| usage(&format!("unknown plant {p}")));
             }
             "--verbose" => opts.verbose = true,
+            "--siblings" => opts.siblings = true,
             other => usage(&format!("unknown argument {other}")),
         }
     }
     if let Some(b) = backend {
-        let keep = (opts.seed, opts.schedules, opts.duration, opts.plant, opts.verbose);
+        let keep = (
+            opts.seed,
+            opts.schedules,
+            opts.duration,
+            opts.plant,
+            opts.verbose,
+        );
         opts = Options::new(b, keep.0, keep.1);
         (opts.duration, opts.plant, opts.verbose) = (keep.2, keep.3, keep.4);
     }
@@ -88,7 +99,11 @@ fn parse() -> Args {
     let seeds = seeds_file
         .map(|f| seeds_of(&f, opts.backend.name(), failing))
         .unwrap_or_default();
-    Args { opts, seeds, report }
+    Args {
+        opts,
+        seeds,
+        report,
+    }
 }
 
 fn merge(total: &mut Summary, s: Summary) {

@@ -41,7 +41,10 @@ struct Hold {
 
 impl Hold {
     fn text(&self, id: u64) -> String {
-        format!("o{}.t{} {} (hold #{id}, token {})", self.owner, self.task, self.kind, self.token)
+        format!(
+            "o{}.t{} {} (hold #{id}, token {})",
+            self.owner, self.task, self.kind, self.token
+        )
     }
 }
 
@@ -81,7 +84,9 @@ fn name_key(name: u8, kind: Kind) -> (u8, bool) {
 }
 
 fn incompatible(a: Kind, b: Kind) -> bool {
-    a.family() == b.family() && !matches!((a, b), (Kind::Read, Kind::Read)) && a.family() != Family::Semaphore
+    a.family() == b.family()
+        && !matches!((a, b), (Kind::Read, Kind::Read))
+        && a.family() != Family::Semaphore
 }
 
 impl Checker {
@@ -92,12 +97,18 @@ impl Checker {
 
     /// Record a violation.
     pub fn violation(&self, text: String) {
-        self.violations.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(text);
     }
 
     /// The violations so far.
     pub fn violations(&self) -> Vec<String> {
-        self.violations.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn model(&self) -> std::sync::MutexGuard<'_, Model> {
@@ -120,7 +131,9 @@ impl Checker {
     /// family started, no fault began, none is on and the last ended a while ago.
     pub fn quiet_since(&self, s: &Started, name: u8, kind: Kind) -> bool {
         let m = self.model();
-        let settled = m.fault_ended.is_none_or(|t| t.elapsed() > Duration::from_millis(500));
+        let settled = m
+            .fault_ended
+            .is_none_or(|t| t.elapsed() > Duration::from_millis(500));
         m.started.get(&(name, kind.family())).copied() == Some(s.generation)
             && m.faults == s.faults
             && m.faults_on == 0
@@ -140,7 +153,11 @@ impl Checker {
         ancestors.iter().find_map(|id| {
             let h = m.holds.get(id)?;
             let same = h.name == name && h.kind.family() == kind.family();
-            let clean = h.lost_at.is_none() && !h.exempt && !h.ended && h.faults_before == m.faults && m.faults_on == 0;
+            let clean = h.lost_at.is_none()
+                && !h.exempt
+                && !h.ended
+                && h.faults_before == m.faults
+                && m.faults_on == 0;
             (same && clean && h.kind.reenters(kind)).then(|| h.text(*id))
         })
     }
@@ -149,8 +166,18 @@ impl Checker {
     pub fn acquired(self: &Arc<Self>, a: Acquired<'_>) -> u64 {
         let now = Instant::now();
         let mut m = self.model();
-        let reentry = a.ancestors.iter().any(|id| m.holds.get(id).is_some_and(|h| h.name == a.name && h.kind.family() == a.kind.family()));
-        let who = format!("o{}.t{} {} {}", a.owner, a.task, a.kind, super::model::name_text(a.kind, a.name));
+        let reentry = a.ancestors.iter().any(|id| {
+            m.holds
+                .get(id)
+                .is_some_and(|h| h.name == a.name && h.kind.family() == a.kind.family())
+        });
+        let who = format!(
+            "o{}.t{} {} {}",
+            a.owner,
+            a.task,
+            a.kind,
+            super::model::name_text(a.kind, a.name)
+        );
         if !reentry && a.token <= a.started.max_token {
             self.violation(format!(
                 "token: {who} got token {} after a holder of that name had {} (tokens must grow strictly per key)",
@@ -192,7 +219,7 @@ impl Checker {
         let untold = |id: &u64, old: &Hold| {
             let h = m.holds.get(id);
             let lost_at = h.and_then(|h| h.lost_at).or(old.lost_at);
-            !lost_at.is_some_and(|t| t <= at + LOST_SLACK) && !h.is_some_and(|h| h.exempt)
+            lost_at.is_none_or(|t| t > at + LOST_SLACK) && !h.is_some_and(|h| h.exempt)
         };
         if let Some(n) = sem {
             let taken: u32 = rivals
@@ -213,7 +240,10 @@ impl Checker {
             let told = lost_at.is_some_and(|t| t <= at + LOST_SLACK);
             if !told && !exempt {
                 let when = match lost_at {
-                    Some(t) => format!("its lost() fired {:?} after that", t.saturating_duration_since(at)),
+                    Some(t) => format!(
+                        "its lost() fired {:?} after that",
+                        t.saturating_duration_since(at)
+                    ),
                     None => format!("its lost() had not fired {GRACE:?} later"),
                 };
                 self.violation(format!(
@@ -261,7 +291,12 @@ impl Checker {
         self.model()
             .holds
             .iter()
-            .filter(|(_, h)| h.name == name && h.kind.family() == kind.family() && h.lost_at.is_none() && !h.ended)
+            .filter(|(_, h)| {
+                h.name == name
+                    && h.kind.family() == kind.family()
+                    && h.lost_at.is_none()
+                    && !h.ended
+            })
             .map(|(id, _)| *id)
             .collect()
     }
@@ -276,7 +311,11 @@ impl Checker {
         self.later(REVOKE_BOUND, move |me| {
             let m = me.model();
             for id in ids {
-                if let Some(h) = m.holds.get(&id).filter(|h| h.lost_at.is_none() && !h.exempt && !h.ended) {
+                if let Some(h) = m
+                    .holds
+                    .get(&id)
+                    .filter(|h| h.lost_at.is_none() && !h.exempt && !h.ended)
+                {
                     me.violation(format!(
                         "revocation unheard: {} still not told {:?} after force_unlock",
                         h.text(id),
@@ -321,9 +360,12 @@ impl Checker {
 
     /// Check a failure: typed, naming key and backend.
     pub fn error(&self, who: &str, e: &LockError) {
-        let named = e.backend().is_some() && (e.key().is_some() || matches!(e, LockError::Unsupported { .. }));
+        let named = e.backend().is_some()
+            && (e.key().is_some() || matches!(e, LockError::Unsupported { .. }));
         if !named {
-            self.violation(format!("error: {who} failed with an error that names no key or backend: {e}"));
+            self.violation(format!(
+                "error: {who} failed with an error that names no key or backend: {e}"
+            ));
         }
     }
 }
@@ -350,20 +392,33 @@ pub struct Acquired<'a> {
 /// beyond [`PERMITS`]).
 fn rivals(m: &Model, new: &Hold) -> Vec<(u64, Hold)> {
     let live = m.holds.iter().filter(|(id, h)| {
-        h.name == new.name && !new.ancestors.contains(id) && h.lost_at.is_none() && !h.exempt && !h.ended
+        h.name == new.name
+            && !new.ancestors.contains(id)
+            && h.lost_at.is_none()
+            && !h.exempt
+            && !h.ended
     });
     if let Kind::Semaphore(n) = new.kind {
         let held: Vec<(u64, Hold)> = live
             .filter(|(_, h)| matches!(h.kind, Kind::Semaphore(_)))
             .map(|(id, h)| (*id, h.clone()))
             .collect();
-        let taken: u32 = held.iter().map(|(_, h)| match h.kind {
-            Kind::Semaphore(k) => k,
-            _ => 0,
-        }).sum();
-        return if taken + n > PERMITS { held } else { Vec::new() };
+        let taken: u32 = held
+            .iter()
+            .map(|(_, h)| match h.kind {
+                Kind::Semaphore(k) => k,
+                _ => 0,
+            })
+            .sum();
+        return if taken + n > PERMITS {
+            held
+        } else {
+            Vec::new()
+        };
     }
-    live.filter(|(_, h)| incompatible(h.kind, new.kind)).map(|(id, h)| (*id, h.clone())).collect()
+    live.filter(|(_, h)| incompatible(h.kind, new.kind))
+        .map(|(id, h)| (*id, h.clone()))
+        .collect()
 }
 
 impl Started {

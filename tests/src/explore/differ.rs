@@ -33,14 +33,24 @@ fn key_of(prefix: &str, e: &Edge) -> String {
 }
 
 async fn attempt(reg: &Registry, key: &str, e: &Edge) -> Result<(), LockError> {
-    let lease = e.lease_ms.map_or(Lease::Auto, |ms| Lease::Fixed(Duration::from_millis(u64::from(ms))));
+    let lease = e.lease_ms.map_or(Lease::Auto, |ms| {
+        Lease::Fixed(Duration::from_millis(u64::from(ms)))
+    });
     match e.permits {
         Some(p) => {
             let n = if e.take_all { p } else { 1 };
             let s = reg.semaphore(key, p).wait(Duration::ZERO).lease(lease);
             s.acquire(n).await?.release().await
         }
-        None => reg.lock(key).wait(Duration::ZERO).lease(lease).acquire().await?.release().await,
+        None => {
+            reg.lock(key)
+                .wait(Duration::ZERO)
+                .lease(lease)
+                .acquire()
+                .await?
+                .release()
+                .await
+        }
     }
 }
 

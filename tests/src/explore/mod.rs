@@ -86,6 +86,8 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// Print each schedule's seed and verdict as it runs.
     pub verbose: bool,
+    /// Generate `join!` siblings too (another generator: seeds name other schedules).
+    pub siblings: bool,
 }
 
 impl Options {
@@ -103,6 +105,7 @@ impl Options {
             },
             duration: None,
             verbose: false,
+            siblings: false,
         }
     }
 }
@@ -159,15 +162,22 @@ pub struct Summary {
 fn rng_of(seed: u64) -> TestRng {
     let mut bytes = [0u8; 32];
     for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes());
+        chunk.copy_from_slice(
+            &(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes(),
+        );
     }
     TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
 /// The schedule seed `seed` generates (without running it).
-pub fn generate(backend: BackendKind, seed: u64, steps: (usize, usize)) -> Vec<Step> {
+pub fn generate(
+    backend: BackendKind,
+    seed: u64,
+    steps: (usize, usize),
+    siblings: bool,
+) -> Vec<Step> {
     use proptest::strategy::{Strategy, ValueTree};
-    model::set_gen_config(gen_config(backend));
+    model::set_gen_config(gen_config(backend, siblings));
     let mut runner = TestRunner::new_with_rng(Config::default(), rng_of(seed));
     let strategy = model::Schedules::sequential_strategy(steps.0..=steps.1);
     match strategy.new_tree(&mut runner) {
@@ -176,19 +186,32 @@ pub fn generate(backend: BackendKind, seed: u64, steps: (usize, usize)) -> Vec<S
     }
 }
 
-fn gen_config(backend: BackendKind) -> model::GenConfig {
-    model::GenConfig { faults: backend != BackendKind::Memory, all_kinds: true }
+fn gen_config(backend: BackendKind, siblings: bool) -> model::GenConfig {
+    model::GenConfig {
+        faults: backend != BackendKind::Memory,
+        all_kinds: true,
+        siblings,
+    }
 }
 
 fn counts(steps: &[Step]) -> (u64, u64) {
     let faults = steps
         .iter()
-        .filter(|s| matches!(s, Step::FaultBegin(_) | Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_)))
+        .filter(|s| {
+            matches!(
+                s,
+                Step::FaultBegin(_) | Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_)
+            )
+        })
         .count() as u64;
     let ops = steps
         .iter()
-        .filter(|s| matches!(s, Step::Acquire(_) | Step::Release { .. } | Step::ForceUnlock { .. }))
-        .count() as u64;
+        .map(|s| match s {
+            Step::Acquire(_) | Step::Release { .. } | Step::ForceUnlock { .. } => 1,
+            Step::Siblings(..) => 2,
+            _ => 0,
+        })
+        .sum();
     (ops, faults)
 }
 
@@ -200,7 +223,7 @@ pub fn explore(opts: &Options) -> Summary {
         .build()
         .expect("explorer runtime");
     let world = Arc::new(rt.block_on(world::World::start(opts.backend)));
-    model::set_gen_config(gen_config(opts.backend));
+    model::set_gen_config(gen_config(opts.backend, opts.siblings));
     let started = std::time::Instant::now();
     let mut summary = Summary::default();
     for i in 0..opts.schedules {
@@ -210,7 +233,10 @@ pub fn explore(opts: &Options) -> Summary {
         let seed = opts.seed.wrapping_add(i);
         let finding = one(&rt, &world, opts, seed, &mut summary);
         if opts.verbose {
-            eprintln!("explore: seed {seed}: {}", if finding.is_some() { "VIOLATION" } else { "ok" });
+            eprintln!(
+                "explore: seed {seed}: {}",
+                if finding.is_some() { "VIOLATION" } else { "ok" }
+            );
         }
         if let Some(f) = finding {
             if opts.verbose {
@@ -231,7 +257,13 @@ fn prefix() -> String {
     format!("ex{run}.{}.", SCHEDULE.fetch_add(1, Ordering::Relaxed))
 }
 
-fn one(rt: &tokio::runtime::Runtime, world: &Arc<world::World>, opts: &Options, seed: u64, summary: &mut Summary) -> Option<Finding> {
+fn one(
+    rt: &tokio::runtime::Runtime,
+    world: &Arc<world::World>,
+    opts: &Options,
+    seed: u64,
+    summary: &mut Summary,
+) -> Option<Finding> {
     let config = Config {
         cases: 1,
         failure_persistence: None,
@@ -250,7 +282,12 @@ fn one(rt: &tokio::runtime::Runtime, world: &Arc<world::World>, opts: &Options, 
         if let Some(seen) = seen {
             seen.store(steps.len(), Ordering::SeqCst);
         }
-        let violations = rt.block_on(run::run_schedule(world.clone(), &steps, &prefix(), opts.plant));
+        let violations = rt.block_on(run::run_schedule(
+            world.clone(),
+            &steps,
+            &prefix(),
+            opts.plant,
+        ));
         if first.borrow().is_none() {
             *first.borrow_mut() = Some((steps.clone(), violations.clone()));
         }
@@ -272,7 +309,13 @@ fn one(rt: &tokio::runtime::Runtime, world: &Arc<world::World>, opts: &Options, 
         Ok(()) => None,
         Err(TestError::Fail(..)) => {
             let (shrunk, violations) = last_fail.into_inner().unwrap_or_default();
-            Some(Finding { seed, original, original_violations, shrunk, violations })
+            Some(Finding {
+                seed,
+                original,
+                original_violations,
+                shrunk,
+                violations,
+            })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
             seed,

@@ -126,6 +126,9 @@ pub enum Fault {
 pub enum Step {
     /// A task acquires (nested inside what it holds: `LockGuard::scope`).
     Acquire(Acquire),
+    /// Two acquisitions by one task at once (`join!`), nested in what it holds; each
+    /// holds for 30 ms, then releases. Siblings under one hold take a lock in turns.
+    Siblings(Acquire, Acquire),
     /// A task releases its innermost hold.
     Release {
         /// Which owner.
@@ -177,13 +180,30 @@ fn edge_strategy() -> impl Strategy<Value = Edge> {
     (
         prop::option::weighted(
             0.7,
-            prop_oneof![Just(1u32), Just(2), Just(i32::MAX as u32), Just(1u32 << 31), Just(3_000_000_000), Just(u32::MAX)],
+            prop_oneof![
+                Just(1u32),
+                Just(2),
+                Just(i32::MAX as u32),
+                Just(1u32 << 31),
+                Just(3_000_000_000),
+                Just(u32::MAX)
+            ],
         ),
         any::<bool>(),
         0u8..4,
-        prop::option::of(prop_oneof![Just(1u32), Just(2000), Just(86_400_000), Just(86_400_001)]),
+        prop::option::of(prop_oneof![
+            Just(1u32),
+            Just(2000),
+            Just(86_400_000),
+            Just(86_400_001)
+        ]),
     )
-        .prop_map(|(permits, take_all, key, lease_ms)| Edge { permits, take_all, key, lease_ms })
+        .prop_map(|(permits, take_all, key, lease_ms)| Edge {
+            permits,
+            take_all,
+            key,
+            lease_ms,
+        })
 }
 
 /// What the generator may use (set by the runner for the thread that generates).
@@ -193,10 +213,13 @@ pub struct GenConfig {
     pub faults: bool,
     /// Whether the read-write and fair kinds are available.
     pub all_kinds: bool,
+    /// Whether `join!` siblings are generated (off by default: turning it on changes what
+    /// every seed generates, so the seeds of `tests/explore-seeds.txt` assume it off).
+    pub siblings: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -236,7 +259,8 @@ fn kind_strategy(all: bool) -> BoxedStrategy<Kind> {
         ]
         .boxed()
     } else {
-        prop_oneof![3 => Just(Kind::Reentrant), 1 => (1..=PERMITS).prop_map(Kind::Semaphore)].boxed()
+        prop_oneof![3 => Just(Kind::Reentrant), 1 => (1..=PERMITS).prop_map(Kind::Semaphore)]
+            .boxed()
     }
 }
 
@@ -253,9 +277,18 @@ fn acquire_strategy(all: bool) -> impl Strategy<Value = Acquire> {
         prop::bool::weighted(0.2),
         prop::option::weighted(0.15, prop_oneof![Just(0u32), Just(1), Just(5), Just(30)]),
     )
-        .prop_map(|((owner, task, name), kind, wait_ms, lease, try_once, drop_after_ms)| {
-            Acquire { owner, task, name, kind, wait_ms, lease, try_once, drop_after_ms }
-        })
+        .prop_map(
+            |((owner, task, name), kind, wait_ms, lease, try_once, drop_after_ms)| Acquire {
+                owner,
+                task,
+                name,
+                kind,
+                wait_ms,
+                lease,
+                try_once,
+                drop_after_ms,
+            },
+        )
 }
 
 fn fault_strategy() -> impl Strategy<Value = Fault> {
@@ -273,7 +306,12 @@ impl ReferenceStateMachine for Schedules {
 
     fn init_state() -> BoxedStrategy<ModelState> {
         let cfg = GEN.with(Cell::get);
-        Just(ModelState { cfg, depth: vec![0; usize::from(OWNERS * TASKS)], fault_on: false }).boxed()
+        Just(ModelState {
+            cfg,
+            depth: vec![0; usize::from(OWNERS * TASKS)],
+            fault_on: false,
+        })
+        .boxed()
     }
 
     fn transitions(state: &ModelState) -> BoxedStrategy<Step> {
@@ -285,8 +323,17 @@ impl ReferenceStateMachine for Schedules {
                 .prop_map(|(owner, name, kind)| Step::ForceUnlock { owner, name, kind }),
             1 => prop_oneof![Just(50u32), Just(300), Just(1200)].prop_map(Step::Sleep),
         ];
+        let ops = if state.cfg.siblings {
+            let siblings = (acquire_strategy(all), acquire_strategy(all)).prop_map(|(a, mut b)| {
+                (b.owner, b.task) = (a.owner, a.task);
+                Step::Siblings(a, b)
+            });
+            prop_oneof![7 => ops, 1 => siblings].boxed()
+        } else {
+            ops.boxed()
+        };
         if !state.cfg.faults {
-            return ops.boxed();
+            return ops;
         }
         let fault = if state.fault_on {
             Just(Step::FaultEnd).boxed()
@@ -307,12 +354,14 @@ impl ReferenceStateMachine for Schedules {
     fn preconditions(state: &ModelState, step: &Step) -> bool {
         match step {
             Step::Acquire(a) => state.depth(a.owner, a.task) < MAX_DEPTH,
+            Step::Siblings(a, b) => (a.owner, a.task) == (b.owner, b.task),
             Step::Release { owner, task } => state.depth(*owner, *task) > 0,
             Step::FaultBegin(_) => state.cfg.faults && !state.fault_on,
             Step::FaultEnd => state.fault_on,
-            Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_) | Step::Differential(_) => {
-                state.cfg.faults
-            }
+            Step::KillClients
+            | Step::DeleteKeys(_)
+            | Step::DebugSleep(_)
+            | Step::Differential(_) => state.cfg.faults,
             Step::ForceUnlock { .. } | Step::Sleep(_) => true,
         }
     }
@@ -349,12 +398,28 @@ pub fn name_text(kind: Kind, n: u8) -> String {
     }
 }
 
+fn acquire_text(a: &Acquire) -> String {
+    Step::Acquire(a.clone()).to_string()
+}
+
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Step::Siblings(a, b) => {
+                let b = acquire_text(b);
+                let b = b.split_once(' ').map_or(b.as_str(), |(_, rest)| rest);
+                write!(f, "join!({}, {b}), each held 30ms", acquire_text(a))
+            }
             Step::Acquire(a) => {
                 let call = if a.try_once { "try_acquire" } else { "acquire" };
-                write!(f, "o{}.t{} {call} {} {}", a.owner, a.task, a.kind, name_text(a.kind, a.name))?;
+                write!(
+                    f,
+                    "o{}.t{} {call} {} {}",
+                    a.owner,
+                    a.task,
+                    a.kind,
+                    name_text(a.kind, a.name)
+                )?;
                 if !a.try_once {
                     write!(f, " wait={}ms", a.wait_ms)?;
                 }
@@ -369,11 +434,19 @@ impl fmt::Display for Step {
             }
             Step::Release { owner, task } => write!(f, "o{owner}.t{task} release innermost"),
             Step::ForceUnlock { owner, name, kind } => {
-                write!(f, "o{owner} force_unlock {kind} {}", name_text(*kind, *name))
+                write!(
+                    f,
+                    "o{owner} force_unlock {kind} {}",
+                    name_text(*kind, *name)
+                )
             }
             Step::Sleep(ms) => write!(f, "sleep {ms}ms"),
             Step::FaultBegin(Fault::Down { persist }) => {
-                let how = if *persist { "AOF always" } else { "no persistence" };
+                let how = if *persist {
+                    "AOF always"
+                } else {
+                    "no persistence"
+                };
                 write!(f, "fault: server SIGKILLed ({how})")
             }
             Step::FaultBegin(Fault::Pause) => f.write_str("fault: server SIGSTOPped"),
@@ -385,9 +458,18 @@ impl fmt::Display for Step {
             Step::DeleteKeys(n) => write!(f, "fault: raw DEL of every key of k{n} and s{n}"),
             Step::DebugSleep(ms) => write!(f, "fault: DEBUG SLEEP {ms}ms"),
             Step::Differential(e) => {
-                let key = ["a plain key", "the empty key", "a key with a hash tag", "a 600-byte key"][usize::from(e.key % 4)];
+                let key = [
+                    "a plain key",
+                    "the empty key",
+                    "a key with a hash tag",
+                    "a 600-byte key",
+                ][usize::from(e.key % 4)];
                 match e.permits {
-                    Some(p) => write!(f, "memory vs redis: semaphore({p}) on {key} acquire({})", if e.take_all { p } else { 1 })?,
+                    Some(p) => write!(
+                        f,
+                        "memory vs redis: semaphore({p}) on {key} acquire({})",
+                        if e.take_all { p } else { 1 }
+                    )?,
                     None => write!(f, "memory vs redis: reentrant lock on {key}")?,
                 }
                 match e.lease_ms {

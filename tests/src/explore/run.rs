@@ -29,7 +29,10 @@ struct Tasks {
 }
 
 fn spawn_tasks(world: &Arc<World>, checker: &Arc<Checker>, prefix: &str, plant: Plant) -> Tasks {
-    let mut tasks = Tasks { senders: Vec::new(), handles: Vec::new() };
+    let mut tasks = Tasks {
+        senders: Vec::new(),
+        handles: Vec::new(),
+    };
     for owner in 0..OWNERS {
         for task in 0..TASKS {
             let (tx, rx) = mpsc::unbounded_channel();
@@ -65,7 +68,12 @@ async fn send(tasks: &Tasks, o: u8, t: u8, op: Op, settle: Duration) {
 }
 
 /// Run one schedule; the violations found.
-pub async fn run_schedule(world: Arc<World>, steps: &[Step], prefix: &str, plant: Plant) -> Vec<String> {
+pub async fn run_schedule(
+    world: Arc<World>,
+    steps: &[Step],
+    prefix: &str,
+    plant: Plant,
+) -> Vec<String> {
     let checker = Checker::new();
     let tasks = spawn_tasks(&world, &checker, prefix, plant);
     let settle = settle(world.backend);
@@ -79,7 +87,11 @@ pub async fn run_schedule(world: Arc<World>, steps: &[Step], prefix: &str, plant
     while checker.pending() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let bound = if checker.faults() > 0 { RECOVERY_BOUND } else { CLEAN_BOUND };
+    let bound = if checker.faults() > 0 {
+        RECOVERY_BOUND
+    } else {
+        CLEAN_BOUND
+    };
     for (name, family_kind) in used {
         available(&world, &checker, prefix, name, family_kind, bound).await;
     }
@@ -100,14 +112,31 @@ async fn step_once(
             used.insert((a.name, KindKey::of(a.kind)));
             send(tasks, a.owner, a.task, Op::Acquire(a.clone()), settle).await;
         }
+        Step::Siblings(a, b) => {
+            used.insert((a.name, KindKey::of(a.kind)));
+            used.insert((b.name, KindKey::of(b.kind)));
+            send(
+                tasks,
+                a.owner,
+                a.task,
+                Op::Siblings(a.clone(), b.clone()),
+                settle,
+            )
+            .await;
+        }
         Step::Release { owner, task } => send(tasks, *owner, *task, Op::Release, settle).await,
-        Step::ForceUnlock { owner, name, kind } => force_unlock(world, checker, prefix, *owner, *name, *kind).await,
+        Step::ForceUnlock { owner, name, kind } => {
+            force_unlock(world, checker, prefix, *owner, *name, *kind).await
+        }
         Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(u64::from(*ms))).await,
         Step::FaultBegin(f) => world.fault_begin(*f, checker).await,
         Step::FaultEnd => world.fault_end(checker).await,
         Step::KillClients => world.kill_clients(checker).await,
         Step::DeleteKeys(n) => {
-            let keys = vec![key_of(prefix, *n, Kind::Reentrant), key_of(prefix, *n, Kind::Semaphore(1))];
+            let keys = vec![
+                key_of(prefix, *n, Kind::Reentrant),
+                key_of(prefix, *n, Kind::Semaphore(1)),
+            ];
             world.delete_keys(keys, checker, *n).await;
         }
         Step::DebugSleep(ms) => world.debug_sleep(*ms, checker),
@@ -115,13 +144,28 @@ async fn step_once(
     }
 }
 
-async fn force_unlock(world: &World, checker: &Arc<Checker>, prefix: &str, owner: u8, name: u8, kind: Kind) {
+async fn force_unlock(
+    world: &World,
+    checker: &Arc<Checker>,
+    prefix: &str,
+    owner: u8,
+    name: u8,
+    kind: Kind,
+) {
     let key = key_of(prefix, name, kind);
     let reg = world.owner(owner);
     let live = checker.live_holds(name, kind);
     let res = match kind {
-        Kind::Semaphore(_) => tokio::time::timeout(HANG, reg.semaphore(&key, PERMITS).force_unlock()).await,
-        k => tokio::time::timeout(HANG, reg.lock(&key).kind(super::task_kind(k)).force_unlock()).await,
+        Kind::Semaphore(_) => {
+            tokio::time::timeout(HANG, reg.semaphore(&key, PERMITS).force_unlock()).await
+        }
+        k => {
+            tokio::time::timeout(
+                HANG,
+                reg.lock(&key).kind(super::task_kind(k)).force_unlock(),
+            )
+            .await
+        }
     };
     let who = format!("o{owner} force_unlock {kind} {key}");
     match res {
@@ -168,13 +212,20 @@ async fn unwind(checker: &Checker, tasks: Tasks) {
     let mut waits = Vec::new();
     for tx in &tasks.senders {
         let (done, rx) = oneshot::channel();
-        let _ = tx.send(Cmd { op: Op::Unwind, done });
+        let _ = tx.send(Cmd {
+            op: Op::Unwind,
+            done,
+        });
         waits.push(rx);
     }
     let limit = Duration::from_millis(1000) + HANG;
     for (i, rx) in waits.into_iter().enumerate() {
         if tokio::time::timeout(limit, rx).await.is_err() {
-            checker.violation(format!("hang: task o{}.t{} did not unwind within {limit:?}", i / usize::from(TASKS), i % usize::from(TASKS)));
+            checker.violation(format!(
+                "hang: task o{}.t{} did not unwind within {limit:?}",
+                i / usize::from(TASKS),
+                i % usize::from(TASKS)
+            ));
         }
     }
     drop(tasks.senders);
@@ -187,18 +238,38 @@ async fn unwind(checker: &Checker, tasks: Tasks) {
 }
 
 /// With every guard gone, the lock must be available within `bound`.
-async fn available(world: &World, checker: &Checker, prefix: &str, name: u8, k: KindKey, bound: Duration) {
+async fn available(
+    world: &World,
+    checker: &Checker,
+    prefix: &str,
+    name: u8,
+    k: KindKey,
+    bound: Duration,
+) {
     let kind = k.kind();
     let key = key_of(prefix, name, kind);
     let reg = world.owner(0);
     let fixed = Lease::Fixed(Duration::from_secs(2));
     let started = std::time::Instant::now();
     let res: Result<(), LockError> = match kind {
-        Kind::Semaphore(n) => match reg.semaphore(&key, PERMITS).wait(bound).lease(fixed).acquire(n).await {
+        Kind::Semaphore(n) => match reg
+            .semaphore(&key, PERMITS)
+            .wait(bound)
+            .lease(fixed)
+            .acquire(n)
+            .await
+        {
             Ok(g) => g.release().await,
             Err(e) => Err(e),
         },
-        k => match reg.lock(&key).kind(super::task_kind(k)).wait(bound).lease(fixed).acquire().await {
+        k => match reg
+            .lock(&key)
+            .kind(super::task_kind(k))
+            .wait(bound)
+            .lease(fixed)
+            .acquire()
+            .await
+        {
             Ok(g) => g.release().await,
             Err(e) => Err(e),
         },

@@ -23,6 +23,8 @@ pub const HANG: Duration = Duration::from_secs(10);
 pub enum Op {
     /// Acquire (nested in what it holds).
     Acquire(Acquire),
+    /// Two acquisitions at once (`join!`), each held briefly.
+    Siblings(Acquire, Acquire),
     /// Release the innermost hold.
     Release,
     /// Release everything and end.
@@ -107,16 +109,26 @@ pub async fn run_task(ctx: Arc<TaskCtx>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
 
 type Serving<'a> = Pin<Box<dyn Future<Output = Exit> + Send + 'a>>;
 
-fn serve<'a>(ctx: &'a TaskCtx, rx: &'a mut mpsc::UnboundedReceiver<Cmd>, chain: Vec<u64>) -> Serving<'a> {
+fn serve<'a>(
+    ctx: &'a TaskCtx,
+    rx: &'a mut mpsc::UnboundedReceiver<Cmd>,
+    chain: Vec<u64>,
+) -> Serving<'a> {
     Box::pin(async move {
         loop {
-            let Some(cmd) = rx.recv().await else { return Exit::Unwind(None) };
+            let Some(cmd) = rx.recv().await else {
+                return Exit::Unwind(None);
+            };
             match cmd.op {
                 Op::Release if !chain.is_empty() => return Exit::Release(cmd.done),
                 Op::Release => {
                     let _ = cmd.done.send(());
                 }
                 Op::Unwind => return Exit::Unwind(Some(cmd.done)),
+                Op::Siblings(a, b) => {
+                    tokio::join!(sibling(ctx, &a, &chain), sibling(ctx, &b, &chain));
+                    let _ = cmd.done.send(());
+                }
                 Op::Acquire(a) => {
                     let got = acquire(ctx, &a, &chain).await;
                     let _ = cmd.done.send(());
@@ -135,6 +147,25 @@ fn serve<'a>(ctx: &'a TaskCtx, rx: &'a mut mpsc::UnboundedReceiver<Cmd>, chain: 
             }
         }
     })
+}
+
+/// How long each of two siblings holds.
+const SIBLING_HOLD: Duration = Duration::from_millis(30);
+
+/// One of two `join!` siblings: acquire, hold briefly (hearing `lost()`), release.
+async fn sibling(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) {
+    let Some((guard, id)) = acquire_as(ctx, a, chain, true).await else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(SIBLING_HOLD) => {}
+        _ = guard.lost() => {
+            if ctx.plant != Plant::IgnoreLost {
+                ctx.checker.lost(id);
+            }
+        }
+    }
+    finish(ctx, guard, id, a).await;
 }
 
 /// Serve nested steps inside the hold, recording when its `lost()` fires.
@@ -178,14 +209,17 @@ async fn finish(ctx: &TaskCtx, guard: Guard, id: u64, a: &Acquire) {
     let key = ctx.key(a.name, a.kind);
     if ctx.plant == Plant::ReleaseWithoutOwnerCheck && a.kind == Kind::Reentrant {
         ctx.world.raw_release(&key);
-        drop(guard);
+        // Never released by the library (whose release would notice the hash gone).
+        std::mem::forget(guard);
         return;
     }
     let who = format!("o{}.t{} release {} {key}", ctx.owner, ctx.task, a.kind);
     match tokio::time::timeout(HANG, guard.release()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => ctx.checker.error(&who, &e),
-        Err(_) => ctx.checker.violation(format!("hang: {who} did not return within {HANG:?}")),
+        Err(_) => ctx
+            .checker
+            .violation(format!("hang: {who} did not return within {HANG:?}")),
     }
 }
 
@@ -205,7 +239,13 @@ fn lock_kind(k: Kind) -> LockKind {
     }
 }
 
-async fn call(reg: &Registry, a: &Acquire, key: &str, wait: Duration, plant: Plant) -> Result<Option<Guard>, LockError> {
+async fn call(
+    reg: &Registry,
+    a: &Acquire,
+    key: &str,
+    wait: Duration,
+    plant: Plant,
+) -> Result<Option<Guard>, LockError> {
     if a.try_once && plant == Plant::TryWithoutServer {
         return Ok(None);
     }
@@ -219,7 +259,11 @@ async fn call(reg: &Registry, a: &Acquire, key: &str, wait: Duration, plant: Pla
             }
         }
         k => {
-            let l = reg.lock(key).kind(lock_kind(k)).wait(wait).lease(lease(a.lease));
+            let l = reg
+                .lock(key)
+                .kind(lock_kind(k))
+                .wait(wait)
+                .lease(lease(a.lease));
             if a.try_once {
                 Ok(l.try_acquire().await?.map(Guard::Lock))
             } else {
@@ -231,27 +275,55 @@ async fn call(reg: &Registry, a: &Acquire, key: &str, wait: Duration, plant: Pla
 
 /// Acquire as `a` says, checking the answer; the guard and its hold id on success.
 async fn acquire(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) -> Option<(Guard, u64)> {
+    acquire_as(ctx, a, chain, false).await
+}
+
+/// [`acquire`]; a `sibling` may find its sibling inside (re-entry then waits its turn).
+async fn acquire_as(
+    ctx: &TaskCtx,
+    a: &Acquire,
+    chain: &[u64],
+    sibling: bool,
+) -> Option<(Guard, u64)> {
     let key = ctx.key(a.name, a.kind);
-    let who = format!("o{}.t{} {} {} {key}", a.owner, a.task, if a.try_once { "try_acquire" } else { "acquire" }, a.kind);
+    let who = format!(
+        "o{}.t{} {} {} {key}",
+        a.owner,
+        a.task,
+        if a.try_once { "try_acquire" } else { "acquire" },
+        a.kind
+    );
     let wait = Duration::from_millis(u64::from(if a.try_once { 0 } else { a.wait_ms }));
     let once = wait.is_zero();
-    let free_before = if once { ctx.world.is_free(&key, a.kind).await } else { None };
+    let free_before = if once {
+        ctx.world.is_free(&key, a.kind).await
+    } else {
+        None
+    };
     let started = ctx.checker.started(a.name, a.kind);
-    let reentry = ctx.checker.reentered_by(chain, a.name, a.kind);
+    let reentry = ctx
+        .checker
+        .reentered_by(chain, a.name, a.kind)
+        .filter(|_| !sibling);
     let fut = call(ctx.world.owner(a.owner), a, &key, wait, ctx.plant);
     let limit = wait + HANG;
-    let budget = a.drop_after_ms.map(|ms| Duration::from_millis(u64::from(ms)));
+    let budget = a
+        .drop_after_ms
+        .map(|ms| Duration::from_millis(u64::from(ms)));
     let res = match tokio::time::timeout(budget.unwrap_or(limit).min(limit), fut).await {
         Ok(r) => r,
         Err(_) if budget.is_some_and(|b| b < limit) => return None,
         Err(_) => {
-            ctx.checker.violation(format!("hang: {who} did not return within wait + {HANG:?}"));
+            ctx.checker
+                .violation(format!("hang: {who} did not return within wait + {HANG:?}"));
             return None;
         }
     };
     let took = started.at().elapsed();
     if took > wait + WAIT_SLACK && !ctx.checker.faulted_since(&started) {
-        ctx.checker.violation(format!("wait: {who} wait={wait:?} returned after {took:?} (bound: wait + {WAIT_SLACK:?})"));
+        ctx.checker.violation(format!(
+            "wait: {who} wait={wait:?} returned after {took:?} (bound: wait + {WAIT_SLACK:?})"
+        ));
     }
     match res {
         Ok(Some(guard)) => {
@@ -293,7 +365,9 @@ async fn busy(
     started: &super::check::Started,
 ) {
     if let Some(outer) = reentry {
-        if ctx.checker.reentered_by(chain, a.name, a.kind).is_some() && !ctx.checker.faulted_since(started) {
+        if ctx.checker.reentered_by(chain, a.name, a.kind).is_some()
+            && !ctx.checker.faulted_since(started)
+        {
             ctx.checker.violation(format!(
                 "self-deadlock: {who} answered busy although its task holds {outer}, which it re-enters (docs/design.md, Reentrancy)"
             ));

@@ -162,7 +162,15 @@ impl World {
         match self.observer.inspect(key, None).await {
             Ok(infos) => infos
                 .iter()
-                .map(|i| format!("{:?}: {} holder(s), {} waiter(s), ttl {:?}", i.kind, i.holders.len(), i.waiters.len(), i.ttl))
+                .map(|i| {
+                    format!(
+                        "{:?}: {} holder(s), {} waiter(s), ttl {:?}",
+                        i.kind,
+                        i.holders.len(),
+                        i.waiters.len(),
+                        i.ttl
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("; "),
             Err(e) => format!("(inspect failed: {e})"),
@@ -171,7 +179,9 @@ impl World {
 
     /// Begin a lasting fault.
     pub async fn fault_begin(&self, fault: Fault, checker: &Checker) {
-        let Some(server) = self.server.clone() else { return };
+        let Some(server) = self.server.clone() else {
+            return;
+        };
         *lock(&self.active) = Some(fault);
         checker.fault_begin(true);
         match fault {
@@ -188,8 +198,12 @@ impl World {
 
     /// End the lasting fault, if one is on.
     pub async fn fault_end(&self, checker: &Checker) {
-        let Some(fault) = lock(&self.active).take() else { return };
-        let Some(server) = self.server.clone() else { return };
+        let Some(fault) = lock(&self.active).take() else {
+            return;
+        };
+        let Some(server) = self.server.clone() else {
+            return;
+        };
         match fault {
             Fault::Down { persist } => {
                 blocking(move || {
@@ -239,18 +253,17 @@ impl World {
         let checker = checker.clone();
         let secs = format!("{:.3}", f64::from(ms) / 1000.0);
         tokio::task::spawn_blocking(move || {
-            let _ = resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], Duration::from_secs(10));
+            let _ =
+                resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], Duration::from_secs(10));
             checker.fault_end();
         });
     }
 
-    /// Raw `DEL` of a reentrant lock's hash and the release message, as release.lua
-    /// sends it, but without its owner check (a planted bug of the self-test).
+    /// Raw `DEL` of a reentrant lock's hash: a release without the owner check (a
+    /// planted bug of the self-test).
     pub fn raw_release(&self, key: &str) {
         if let Some(addr) = self.addr() {
-            let hash = format!("lock:{{{key}}}");
-            let _ = resp_command(&addr, &["DEL", &hash]);
-            let _ = resp_command(&addr, &["PUBLISH", &format!("{hash}:released"), "0"]);
+            let _ = resp_command(&addr, &["DEL", &format!("lock:{{{key}}}")]);
         }
     }
 }
