@@ -11,6 +11,7 @@ fn run(backend: BackendKind, seed: u64, plant: Plant) -> usize {
     for f in &summary.findings {
         eprintln!("{}", f.text(backend));
     }
+    assert_eq!(summary.aborted, None, "the servers held up");
     assert_eq!(summary.schedules, 1, "the schedule ran");
     assert!(summary.operations > 0, "the schedule has lock operations");
     summary.findings.len()

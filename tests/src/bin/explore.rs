@@ -111,6 +111,7 @@ fn merge(total: &mut Summary, s: Summary) {
     total.operations += s.operations;
     total.faults += s.faults;
     total.findings.extend(s.findings);
+    total.aborted = total.aborted.take().or(s.aborted);
 }
 
 fn main() {
@@ -157,6 +158,12 @@ fn main() {
             .and_then(|mut f| f.write_all(text.as_bytes()));
         if let Err(e) = written {
             eprintln!("explore: cannot write {path}: {e}");
+        }
+    }
+    if let Some(why) = &total.aborted {
+        eprintln!("explore: ABORTED (the run's own servers failed, not a lock violation): {why}");
+        if total.findings.is_empty() {
+            std::process::exit(2);
         }
     }
     std::process::exit(i32::from(!total.findings.is_empty()));

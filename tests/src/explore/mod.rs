@@ -157,6 +157,9 @@ pub struct Summary {
     pub faults: u64,
     /// Schedules that broke a rule.
     pub findings: Vec<Finding>,
+    /// Why the run stopped early, if its servers could not be restored (e.g. another
+    /// process took the private server's port while it was down).
+    pub aborted: Option<String>,
 }
 
 fn rng_of(seed: u64) -> TestRng {
@@ -232,6 +235,10 @@ pub fn explore(opts: &Options) -> Summary {
         }
         let seed = opts.seed.wrapping_add(i);
         let finding = one(&rt, &world, opts, seed, &mut summary);
+        if let Some(why) = world.broken() {
+            summary.aborted = Some(format!("seed {seed}: {why}"));
+            break;
+        }
         if opts.verbose {
             eprintln!(
                 "explore: seed {seed}: {}",
@@ -279,7 +286,9 @@ fn one(
     let last_fail: RefCell<Option<(Vec<Step>, Vec<String>)>> = RefCell::new(None);
     let result = runner.run(&strategy, |(_, steps, seen)| {
         // Every step ran (the end checks may find what an early step did).
-        if let Some(seen) = seen {
+        // (Not when no shrinking follows: proptest then reads the value once more, which
+        // a non-zero count forbids.)
+        if let Some(seen) = seen.filter(|_| opts.shrink_iters > 0) {
             seen.store(steps.len(), Ordering::SeqCst);
         }
         let violations = rt.block_on(run::run_schedule(

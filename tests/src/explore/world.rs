@@ -58,6 +58,7 @@ pub struct World {
     /// A memory backend beside the Redis one (differential steps).
     memory: Option<Registry>,
     active: Mutex<Option<Fault>>,
+    broken: Arc<Mutex<Option<String>>>,
 }
 
 fn config(body: &str) -> String {
@@ -91,6 +92,7 @@ impl World {
                     observer: shared,
                     memory: None,
                     active: Mutex::new(None),
+                    broken: Arc::default(),
                 }
             }
             BackendKind::Single => Self::start_single().await,
@@ -118,12 +120,18 @@ impl World {
             observer,
             memory: Some(registry("mode = \"memory\"").await),
             active: Mutex::new(None),
+            broken: Arc::default(),
         }
     }
 
     /// The memory registry beside a Redis backend.
     pub fn memory(&self) -> Option<&Registry> {
         self.memory.as_ref()
+    }
+
+    /// Why the servers cannot be used any more (a restart failed), if so.
+    pub fn broken(&self) -> Option<String> {
+        lock(&self.broken).clone()
     }
 
     /// The registry of owner `o`.
@@ -206,12 +214,21 @@ impl World {
         };
         match fault {
             Fault::Down { persist } => {
+                let broken = self.broken.clone();
                 blocking(move || {
                     let mut s = lock(&server);
                     if !persist {
                         let _ = std::fs::remove_dir_all(s.dir().join("appendonlydir"));
                     }
-                    s.restart();
+                    let restarted =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.restart()));
+                    if let Err(e) = restarted {
+                        let why = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .unwrap_or_else(|| "redis-server did not restart".to_owned());
+                        *lock(&broken) = Some(why);
+                    }
                 })
                 .await
             }
