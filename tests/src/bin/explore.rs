@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--verbose]");
     std::process::exit(2);
 }
 
@@ -79,19 +79,19 @@ fn parse() -> Args {
             }
             "--verbose" => opts.verbose = true,
             "--siblings" => opts.siblings = true,
+            "--names" => opts.names = value(&mut it, "--names"),
             other => usage(&format!("unknown argument {other}")),
         }
     }
     if let Some(b) = backend {
-        let keep = (
-            opts.seed,
-            opts.schedules,
-            opts.duration,
-            opts.plant,
-            opts.verbose,
-        );
-        opts = Options::new(b, keep.0, keep.1);
-        (opts.duration, opts.plant, opts.verbose) = (keep.2, keep.3, keep.4);
+        let mut fresh = Options::new(b, opts.seed, opts.schedules);
+        fresh.steps = opts.steps;
+        fresh.duration = opts.duration;
+        fresh.plant = opts.plant;
+        fresh.verbose = opts.verbose;
+        fresh.siblings = opts.siblings;
+        fresh.names = opts.names;
+        opts = fresh;
     }
     if let Some(m) = max_steps {
         opts.steps = (opts.steps.0.min(m), m);

@@ -88,6 +88,9 @@ pub struct Options {
     pub verbose: bool,
     /// Generate `join!` siblings too (another generator: seeds name other schedules).
     pub siblings: bool,
+    /// Names per schedule (default 2; 1 concentrates every step on one lock, another
+    /// generator again).
+    pub names: u8,
 }
 
 impl Options {
@@ -106,6 +109,7 @@ impl Options {
             duration: None,
             verbose: false,
             siblings: false,
+            names: model::NAMES,
         }
     }
 }
@@ -172,28 +176,24 @@ fn rng_of(seed: u64) -> TestRng {
     TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
-/// The schedule seed `seed` generates (without running it).
-pub fn generate(
-    backend: BackendKind,
-    seed: u64,
-    steps: (usize, usize),
-    siblings: bool,
-) -> Vec<Step> {
+/// The schedule seed `seed` generates with `opts`' generator (without running it).
+pub fn generate(opts: &Options, seed: u64) -> Vec<Step> {
     use proptest::strategy::{Strategy, ValueTree};
-    model::set_gen_config(gen_config(backend, siblings));
+    model::set_gen_config(gen_config(opts));
     let mut runner = TestRunner::new_with_rng(Config::default(), rng_of(seed));
-    let strategy = model::Schedules::sequential_strategy(steps.0..=steps.1);
+    let strategy = model::Schedules::sequential_strategy(opts.steps.0..=opts.steps.1);
     match strategy.new_tree(&mut runner) {
         Ok(tree) => tree.current().1,
         Err(_) => Vec::new(),
     }
 }
 
-fn gen_config(backend: BackendKind, siblings: bool) -> model::GenConfig {
+fn gen_config(opts: &Options) -> model::GenConfig {
     model::GenConfig {
-        faults: backend != BackendKind::Memory,
+        faults: opts.backend != BackendKind::Memory,
         all_kinds: true,
-        siblings,
+        siblings: opts.siblings,
+        names: opts.names,
     }
 }
 
@@ -226,7 +226,7 @@ pub fn explore(opts: &Options) -> Summary {
         .build()
         .expect("explorer runtime");
     let world = Arc::new(rt.block_on(world::World::start(opts.backend)));
-    model::set_gen_config(gen_config(opts.backend, opts.siblings));
+    model::set_gen_config(gen_config(opts));
     let started = std::time::Instant::now();
     let mut summary = Summary::default();
     for i in 0..opts.schedules {

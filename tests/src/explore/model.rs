@@ -216,10 +216,13 @@ pub struct GenConfig {
     /// Whether `join!` siblings are generated (off by default: turning it on changes what
     /// every seed generates, so the seeds of `tests/explore-seeds.txt` assume it off).
     pub siblings: bool,
+    /// How many names a schedule uses (1 or [`NAMES`]; fewer concentrate the steps on one
+    /// lock — another generator again).
+    pub names: u8,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -264,9 +267,9 @@ fn kind_strategy(all: bool) -> BoxedStrategy<Kind> {
     }
 }
 
-fn acquire_strategy(all: bool) -> impl Strategy<Value = Acquire> {
+fn acquire_strategy(all: bool, names: u8) -> impl Strategy<Value = Acquire> {
     (
-        (0..OWNERS, 0..TASKS, 0..NAMES),
+        (0..OWNERS, 0..TASKS, 0..names),
         kind_strategy(all),
         prop_oneof![Just(0u32), Just(0), Just(100), Just(400), Just(1000)],
         prop_oneof![
@@ -316,18 +319,21 @@ impl ReferenceStateMachine for Schedules {
 
     fn transitions(state: &ModelState) -> BoxedStrategy<Step> {
         let all = state.cfg.all_kinds;
+        let names = state.cfg.names.clamp(1, NAMES);
         let ops = prop_oneof![
-            8 => acquire_strategy(all).prop_map(Step::Acquire),
+            8 => acquire_strategy(all, names).prop_map(Step::Acquire),
             5 => (0..OWNERS, 0..TASKS).prop_map(|(owner, task)| Step::Release { owner, task }),
-            1 => (0..OWNERS, 0..NAMES, kind_strategy(all))
+            1 => (0..OWNERS, 0..names, kind_strategy(all))
                 .prop_map(|(owner, name, kind)| Step::ForceUnlock { owner, name, kind }),
             1 => prop_oneof![Just(50u32), Just(300), Just(1200)].prop_map(Step::Sleep),
         ];
         let ops = if state.cfg.siblings {
-            let siblings = (acquire_strategy(all), acquire_strategy(all)).prop_map(|(a, mut b)| {
-                (b.owner, b.task) = (a.owner, a.task);
-                Step::Siblings(a, b)
-            });
+            let siblings = (acquire_strategy(all, names), acquire_strategy(all, names)).prop_map(
+                |(a, mut b)| {
+                    (b.owner, b.task) = (a.owner, a.task);
+                    Step::Siblings(a, b)
+                },
+            );
             prop_oneof![7 => ops, 1 => siblings].boxed()
         } else {
             ops.boxed()
@@ -344,7 +350,7 @@ impl ReferenceStateMachine for Schedules {
             12 => ops,
             2 => fault,
             1 => Just(Step::KillClients),
-            1 => (0..NAMES).prop_map(Step::DeleteKeys),
+            1 => (0..names).prop_map(Step::DeleteKeys),
             1 => prop_oneof![Just(200u32), Just(700)].prop_map(Step::DebugSleep),
             1 => edge_strategy().prop_map(Step::Differential),
         ]
