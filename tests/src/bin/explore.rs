@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--verbose]");
     std::process::exit(2);
 }
 
@@ -79,6 +79,7 @@ fn parse() -> Args {
             }
             "--verbose" => opts.verbose = true,
             "--siblings" => opts.siblings = true,
+            "--skip-differential" => opts.skip_differential = true,
             "--names" => opts.names = value(&mut it, "--names"),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -91,6 +92,7 @@ fn parse() -> Args {
         fresh.verbose = opts.verbose;
         fresh.siblings = opts.siblings;
         fresh.names = opts.names;
+        fresh.skip_differential = opts.skip_differential;
         opts = fresh;
     }
     if let Some(m) = max_steps {
