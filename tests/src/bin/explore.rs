@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -55,6 +55,7 @@ fn parse() -> Args {
     let mut opts = Options::new(BackendKind::Memory, now, 100);
     let (mut seeds_file, mut report, mut backend, mut max_steps) = (None, None, None, None);
     let mut failing = false;
+    let mut scan: Option<String> = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -80,6 +81,8 @@ fn parse() -> Args {
             "--verbose" => opts.verbose = true,
             "--siblings" => opts.siblings = true,
             "--skip-differential" => opts.skip_differential = true,
+            "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
+            "--show" => scan = Some(String::new()),
             "--names" => opts.names = value(&mut it, "--names"),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -101,11 +104,29 @@ fn parse() -> Args {
     let seeds = seeds_file
         .map(|f| seeds_of(&f, opts.backend.name(), failing))
         .unwrap_or_default();
+    if let Some(pattern) = scan {
+        scan_seeds(&opts, &pattern);
+    }
     Args {
         opts,
         seeds,
         report,
     }
+}
+
+/// Print the seeds of `opts` whose generated schedules contain `pattern`, and exit.
+fn scan_seeds(opts: &Options, pattern: &str) -> ! {
+    for i in 0..opts.schedules {
+        let seed = opts.seed.wrapping_add(i);
+        let steps = distlock_tests::explore::generate(opts, seed);
+        if pattern.is_empty() {
+            let text = distlock_tests::explore::schedule_text(&steps);
+            println!("seed {seed}:\n{text}");
+        } else if distlock_tests::explore::scan::contains(&steps, pattern) {
+            println!("{seed}");
+        }
+    }
+    std::process::exit(0);
 }
 
 fn merge(total: &mut Summary, s: Summary) {

@@ -33,8 +33,6 @@ struct Hold {
     /// A fault took its keys (a raw DEL, a restart without persistence): a documented
     /// limit until the holder is told.
     exempt: bool,
-    /// The number of faults that had happened when it was acquired.
-    faults_before: u64,
     /// Its release (or drop) began: no longer inside.
     ended: bool,
 }
@@ -153,11 +151,7 @@ impl Checker {
         ancestors.iter().find_map(|id| {
             let h = m.holds.get(id)?;
             let same = h.name == name && h.kind.family() == kind.family();
-            let clean = h.lost_at.is_none()
-                && !h.exempt
-                && !h.ended
-                && h.faults_before == m.faults
-                && m.faults_on == 0;
+            let clean = h.lost_at.is_none() && !h.exempt && !h.ended && m.faults_on == 0;
             (same && clean && h.kind.reenters(kind)).then(|| h.text(*id))
         })
     }
@@ -197,7 +191,6 @@ impl Checker {
             ancestors: a.ancestors.to_vec(),
             lost_at: None,
             exempt: false,
-            faults_before: m.faults,
             ended: false,
         };
         let rivals = rivals(&m, &hold);

@@ -10,12 +10,14 @@
 //! - [`task`]: the tasks that acquire (nested in `LockGuard::scope`) and release;
 //! - [`check`]: the model of who is inside and the checks;
 //! - [`differ`]: the same edge-case input on Redis and on memory;
-//! - [`run`]: one schedule, start to end.
+//! - [`run`]: one schedule, start to end;
+//! - [`scan`]: patterns a generated schedule may contain (`--scan`).
 
 pub mod check;
 pub mod differ;
 pub mod model;
 pub mod run;
+pub mod scan;
 pub mod task;
 pub mod world;
 
