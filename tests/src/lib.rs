@@ -32,6 +32,7 @@
 //! [`TcpStream`] for inspecting keys, `DEBUG SLEEP`, `SHUTDOWN`, and so on,
 //! without going through the client library under test.
 
+pub mod explore;
 pub mod history;
 mod postgres;
 pub mod proxy;

@@ -1,0 +1,193 @@
+//! The explorer's command (`scripts/explore.sh` builds and runs it): random schedules of
+//! lock operations and faults, checked against a model; exit 1 on a violation, printing
+//! its seed and the shrunk schedule.
+//!
+//! ```text
+//! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//! ```
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use distlock_tests::explore::{explore, BackendKind, Options, Plant, Summary};
+
+struct Args {
+    opts: Options,
+    seeds: Vec<u64>,
+    report: Option<String>,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    std::process::exit(2);
+}
+
+fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str) -> T {
+    it.next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+}
+
+/// Seeds of a file for `backend`: lines `BACKEND SEED pass|fail`, `#` starts a comment.
+/// `fail` seeds (known violations, listed until their fix is merged) are taken only with
+/// `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
+    let want = if failing { "fail" } else { "pass" };
+    text.lines()
+        .filter_map(|l| l.split('#').next())
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [b, seed, status] if *b == backend && *status == want => seed.parse().ok(),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn parse() -> Args {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(1);
+    let mut opts = Options::new(BackendKind::Memory, now, 100);
+    let (mut seeds_file, mut report, mut backend, mut max_steps) = (None, None, None, None);
+    let mut failing = false;
+    let mut scan: Option<String> = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--backend" => {
+                let b: String = value(&mut it, "--backend");
+                backend =
+                    Some(BackendKind::parse(&b).unwrap_or_else(|| {
+                        usage(&format!("unknown backend {b} (memory, single)"))
+                    }));
+            }
+            "--seed" => opts.seed = value(&mut it, "--seed"),
+            "--schedules" => opts.schedules = value(&mut it, "--schedules"),
+            "--steps" => max_steps = Some(value::<usize>(&mut it, "--steps")),
+            "--seeds-file" => seeds_file = Some(value::<String>(&mut it, "--seeds-file")),
+            "--failing" => failing = true,
+            "--duration" => opts.duration = Some(Duration::from_secs(value(&mut it, "--duration"))),
+            "--report" => report = Some(value(&mut it, "--report")),
+            "--plant" => {
+                let p: String = value(&mut it, "--plant");
+                opts.plant =
+                    Plant::parse(&p).unwrap_or_else(|| usage(&format!("unknown plant {p}")));
+            }
+            "--verbose" => opts.verbose = true,
+            "--siblings" => opts.siblings = true,
+            "--skip-differential" => opts.skip_differential = true,
+            "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
+            "--show" => scan = Some(String::new()),
+            "--names" => opts.names = value(&mut it, "--names"),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    if let Some(b) = backend {
+        let mut fresh = Options::new(b, opts.seed, opts.schedules);
+        fresh.steps = opts.steps;
+        fresh.duration = opts.duration;
+        fresh.plant = opts.plant;
+        fresh.verbose = opts.verbose;
+        fresh.siblings = opts.siblings;
+        fresh.names = opts.names;
+        fresh.skip_differential = opts.skip_differential;
+        opts = fresh;
+    }
+    if let Some(m) = max_steps {
+        opts.steps = (opts.steps.0.min(m), m);
+    }
+    let seeds = seeds_file
+        .map(|f| seeds_of(&f, opts.backend.name(), failing))
+        .unwrap_or_default();
+    if let Some(pattern) = scan {
+        scan_seeds(&opts, &pattern);
+    }
+    Args {
+        opts,
+        seeds,
+        report,
+    }
+}
+
+/// Print the seeds of `opts` whose generated schedules contain `pattern`, and exit.
+fn scan_seeds(opts: &Options, pattern: &str) -> ! {
+    for i in 0..opts.schedules {
+        let seed = opts.seed.wrapping_add(i);
+        let steps = distlock_tests::explore::generate(opts, seed);
+        if pattern.is_empty() {
+            let text = distlock_tests::explore::schedule_text(&steps);
+            println!("seed {seed}:\n{text}");
+        } else if distlock_tests::explore::scan::contains(&steps, pattern) {
+            println!("{seed}");
+        }
+    }
+    std::process::exit(0);
+}
+
+fn merge(total: &mut Summary, s: Summary) {
+    total.schedules += s.schedules;
+    total.operations += s.operations;
+    total.faults += s.faults;
+    total.findings.extend(s.findings);
+    total.aborted = total.aborted.take().or(s.aborted);
+}
+
+fn main() {
+    let args = parse();
+    let start = Instant::now();
+    let mut total = Summary::default();
+    let b = args.opts.backend;
+    for seed in &args.seeds {
+        let mut o = args.opts.clone();
+        (o.seed, o.schedules) = (*seed, 1);
+        println!("explore: {} fixed seed {seed}", b.name());
+        merge(&mut total, explore(&o));
+    }
+    if args.opts.schedules > 0 {
+        println!(
+            "explore: {} random seeds {}..{} ({} schedules)",
+            b.name(),
+            args.opts.seed,
+            args.opts.seed.wrapping_add(args.opts.schedules),
+            args.opts.schedules
+        );
+        merge(&mut total, explore(&args.opts));
+    }
+    let mut text = String::new();
+    for f in &total.findings {
+        text.push_str(&f.text(b));
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "explore: backend {}: {} schedules, {} operations, {} faults, {} violating schedule(s), {:.0} s\n",
+        b.name(),
+        total.schedules,
+        total.operations,
+        total.faults,
+        total.findings.len(),
+        start.elapsed().as_secs_f64()
+    ));
+    print!("{text}");
+    if let Some(path) = &args.report {
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("explore: cannot write {path}: {e}");
+        }
+    }
+    if let Some(why) = &total.aborted {
+        eprintln!("explore: ABORTED (the run's own servers failed, not a lock violation): {why}");
+        if total.findings.is_empty() {
+            std::process::exit(2);
+        }
+    }
+    std::process::exit(i32::from(!total.findings.is_empty()));
+}

@@ -1,0 +1,79 @@
+//! Differential steps: one acquisition with inputs at the edges of what distlock accepts,
+//! on the Redis backend and on a memory backend; both must answer alike.
+
+use std::time::Duration;
+
+use distlock::{Lease, LockError, Registry};
+
+use super::check::Checker;
+use super::model::Edge;
+use super::world::World;
+
+/// The answer's class: accepted, or the error variant.
+fn class(r: &Result<(), LockError>) -> &'static str {
+    match r {
+        Ok(()) => "accepted",
+        Err(LockError::Timeout { .. }) => "Timeout",
+        Err(LockError::InvalidKey { .. }) => "InvalidKey",
+        Err(LockError::InvalidDuration { .. }) => "InvalidDuration",
+        Err(LockError::InvalidPermits { .. }) => "InvalidPermits",
+        Err(LockError::Backend { .. }) => "Backend",
+        Err(LockError::Unsupported { .. }) => "Unsupported",
+        Err(_) => "another error",
+    }
+}
+
+fn key_of(prefix: &str, e: &Edge) -> String {
+    match e.key % 4 {
+        0 => format!("{prefix}edge"),
+        1 => String::new(),
+        2 => format!("{{{prefix}tag}}edge"),
+        _ => format!("{prefix}{}", "x".repeat(600)),
+    }
+}
+
+async fn attempt(reg: &Registry, key: &str, e: &Edge) -> Result<(), LockError> {
+    let lease = e.lease_ms.map_or(Lease::Auto, |ms| {
+        Lease::Fixed(Duration::from_millis(u64::from(ms)))
+    });
+    match e.permits {
+        Some(p) => {
+            let n = if e.take_all { p } else { 1 };
+            let s = reg.semaphore(key, p).wait(Duration::ZERO).lease(lease);
+            s.acquire(n).await?.release().await
+        }
+        None => {
+            reg.lock(key)
+                .wait(Duration::ZERO)
+                .lease(lease)
+                .acquire()
+                .await?
+                .release()
+                .await
+        }
+    }
+}
+
+/// Run the edge case on both backends and compare.
+pub async fn differential(world: &World, checker: &Checker, prefix: &str, e: &Edge) {
+    let Some(memory) = world.memory() else { return };
+    let key = key_of(prefix, e);
+    let redis = attempt(world.owner(0), &key, e).await;
+    if checker.faults() > 0 && matches!(redis, Err(LockError::Backend { .. })) {
+        return;
+    }
+    let mem = attempt(memory, &key, e).await;
+    if class(&redis) != class(&mem) {
+        let text = |r: &Result<(), LockError>| match r {
+            Ok(()) => "accepted".to_owned(),
+            Err(e) => format!("{e}"),
+        };
+        checker.violation(format!(
+            "memory and redis disagree on {e:?}: redis {} ({}), memory {} ({})",
+            class(&redis),
+            text(&redis),
+            class(&mem),
+            text(&mem)
+        ));
+    }
+}

@@ -1,0 +1,497 @@
+//! The schedule: the steps an explorer run can take, their text form, and the state
+//! machine (`proptest-state-machine`) that generates and shrinks them.
+
+use std::cell::Cell;
+use std::fmt;
+
+use proptest::prelude::*;
+use proptest_state_machine::ReferenceStateMachine;
+
+/// Owners (separate registries) per schedule.
+pub const OWNERS: u8 = 2;
+/// Tasks per owner.
+pub const TASKS: u8 = 3;
+/// Lock names per schedule (`k0`, `k1`), shared by the reentrant, fair and read-write
+/// kinds, and semaphore names (`s0`).
+pub const NAMES: u8 = 2;
+/// The permits of every semaphore of a schedule.
+pub const PERMITS: u32 = 2;
+/// How deep one task nests its acquisitions.
+const MAX_DEPTH: u8 = 3;
+
+/// What is acquired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `LockKind::Reentrant`.
+    Reentrant,
+    /// `LockKind::Fair`.
+    Fair,
+    /// `LockKind::Read`.
+    Read,
+    /// `LockKind::Write`.
+    Write,
+    /// A semaphore of [`PERMITS`] permits; the number taken.
+    Semaphore(u32),
+}
+
+/// Which Redis keys a kind uses: kinds of one family on one name exclude each other,
+/// kinds of different families do not (docs/locks.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Reentrant locks.
+    Reentrant,
+    /// Fair locks.
+    Fair,
+    /// Read-write locks.
+    Rw,
+    /// Semaphores.
+    Semaphore,
+}
+
+impl Kind {
+    /// The family of Redis keys it takes.
+    pub fn family(self) -> Family {
+        match self {
+            Kind::Reentrant => Family::Reentrant,
+            Kind::Fair => Family::Fair,
+            Kind::Read | Kind::Write => Family::Rw,
+            Kind::Semaphore(_) => Family::Semaphore,
+        }
+    }
+
+    /// Whether a task holding `self` re-enters it when it asks for `inner` on the same
+    /// name (docs/design.md "Reentrancy": no upgrade from read to write).
+    pub fn reenters(self, inner: Kind) -> bool {
+        matches!(
+            (self, inner),
+            (Kind::Reentrant, Kind::Reentrant)
+                | (Kind::Fair, Kind::Fair)
+                | (Kind::Read, Kind::Read)
+                | (Kind::Write, Kind::Write)
+                | (Kind::Write, Kind::Read)
+        )
+    }
+}
+
+/// The lease asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseSpec {
+    /// `Lease::Auto` (renewed by the watchdog).
+    Auto,
+    /// `Lease::Fixed` of this many milliseconds.
+    Fixed(u32),
+}
+
+/// One acquisition by one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acquire {
+    /// Which owner (registry).
+    pub owner: u8,
+    /// Which task of that owner.
+    pub task: u8,
+    /// Which name (`k<n>`, or `s<n>` for a semaphore).
+    pub name: u8,
+    /// What kind.
+    pub kind: Kind,
+    /// `wait` in milliseconds (0: try once).
+    pub wait_ms: u32,
+    /// The lease.
+    pub lease: LeaseSpec,
+    /// `try_acquire` instead of `acquire` (the wait is then 0).
+    pub try_once: bool,
+    /// The future is dropped after this many milliseconds, at whatever await point it is.
+    pub drop_after_ms: Option<u32>,
+}
+
+/// A fault the explorer can inject (on the Redis backends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The server is SIGKILLed; it comes back at the fault's end with its data
+    /// (`persist`: AOF `appendfsync always`) or empty.
+    Down {
+        /// Whether the data survives.
+        persist: bool,
+    },
+    /// The server is SIGSTOPped; SIGCONT at the fault's end.
+    Pause,
+    /// The owner's connections go silent (its proxy blackholes them) until the end.
+    Blackhole {
+        /// Which owner.
+        owner: u8,
+    },
+}
+
+/// One step of a schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A task acquires (nested inside what it holds: `LockGuard::scope`).
+    Acquire(Acquire),
+    /// Two acquisitions by one task at once (`join!`), nested in what it holds; each
+    /// holds for 30 ms, then releases. Siblings under one hold take a lock in turns.
+    Siblings(Acquire, Acquire),
+    /// A task releases its innermost hold.
+    Release {
+        /// Which owner.
+        owner: u8,
+        /// Which task.
+        task: u8,
+    },
+    /// `force_unlock` of a name and kind, from an owner.
+    ForceUnlock {
+        /// Which owner.
+        owner: u8,
+        /// Which name.
+        name: u8,
+        /// Which kind.
+        kind: Kind,
+    },
+    /// Let time pass.
+    Sleep(u32),
+    /// A fault begins.
+    FaultBegin(Fault),
+    /// The active fault ends.
+    FaultEnd,
+    /// `CLIENT KILL` of every client connection.
+    KillClients,
+    /// The name's keys (every kind's) deleted behind their holders with a raw `DEL`.
+    DeleteKeys(u8),
+    /// `DEBUG SLEEP` of this many milliseconds on the server.
+    DebugSleep(u32),
+    /// The same acquisition, with inputs at and beyond the documented bounds, on the Redis
+    /// backend and on a memory backend: both must answer alike (accept, or refuse with the
+    /// same error).
+    Differential(Edge),
+}
+
+/// Inputs at the edges of what distlock accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// A semaphore of this many permits (`None`: a reentrant lock).
+    pub permits: Option<u32>,
+    /// Take every permit (else one).
+    pub take_all: bool,
+    /// Which key: 0 plain, 1 empty, 2 with a hash tag, 3 of 600 bytes.
+    pub key: u8,
+    /// A fixed lease of this many milliseconds (`None`: auto).
+    pub lease_ms: Option<u32>,
+}
+
+fn edge_strategy() -> impl Strategy<Value = Edge> {
+    (
+        prop::option::weighted(
+            0.7,
+            prop_oneof![
+                Just(1u32),
+                Just(2),
+                Just(i32::MAX as u32),
+                Just(1u32 << 31),
+                Just(3_000_000_000),
+                Just(u32::MAX)
+            ],
+        ),
+        any::<bool>(),
+        0u8..4,
+        prop::option::of(prop_oneof![
+            Just(1u32),
+            Just(2000),
+            Just(86_400_000),
+            Just(86_400_001)
+        ]),
+    )
+        .prop_map(|(permits, take_all, key, lease_ms)| Edge {
+            permits,
+            take_all,
+            key,
+            lease_ms,
+        })
+}
+
+/// What the generator may use (set by the runner for the thread that generates).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenConfig {
+    /// Whether faults are possible (not on the memory backend).
+    pub faults: bool,
+    /// Whether the read-write and fair kinds are available.
+    pub all_kinds: bool,
+    /// Whether `join!` siblings are generated (off by default: turning it on changes what
+    /// every seed generates, so the seeds of `tests/explore-seeds.txt` assume it off).
+    pub siblings: bool,
+    /// How many names a schedule uses (1 or [`NAMES`]; fewer concentrate the steps on one
+    /// lock — another generator again).
+    pub names: u8,
+}
+
+thread_local! {
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES }) };
+}
+
+/// Set what the generator of this thread may use.
+pub fn set_gen_config(cfg: GenConfig) {
+    GEN.with(|g| g.set(cfg));
+}
+
+/// The model the generator keeps: how deep each task nests and whether a fault is on.
+#[derive(Clone, Debug)]
+pub struct ModelState {
+    cfg: GenConfig,
+    depth: Vec<u8>,
+    fault_on: bool,
+}
+
+impl ModelState {
+    fn depth(&self, owner: u8, task: u8) -> u8 {
+        self.depth[usize::from(owner * TASKS + task)]
+    }
+
+    fn depth_mut(&mut self, owner: u8, task: u8) -> &mut u8 {
+        &mut self.depth[usize::from(owner * TASKS + task)]
+    }
+}
+
+/// The generator of schedules.
+pub struct Schedules;
+
+fn kind_strategy(all: bool) -> BoxedStrategy<Kind> {
+    if all {
+        prop_oneof![
+            3 => Just(Kind::Reentrant),
+            1 => Just(Kind::Fair),
+            1 => Just(Kind::Read),
+            1 => Just(Kind::Write),
+            1 => (1..=PERMITS).prop_map(Kind::Semaphore),
+        ]
+        .boxed()
+    } else {
+        prop_oneof![3 => Just(Kind::Reentrant), 1 => (1..=PERMITS).prop_map(Kind::Semaphore)]
+            .boxed()
+    }
+}
+
+fn acquire_strategy(all: bool, names: u8) -> impl Strategy<Value = Acquire> {
+    (
+        (0..OWNERS, 0..TASKS, 0..names),
+        kind_strategy(all),
+        prop_oneof![Just(0u32), Just(0), Just(100), Just(400), Just(1000)],
+        prop_oneof![
+            2 => Just(LeaseSpec::Auto),
+            1 => Just(LeaseSpec::Fixed(400)),
+            1 => Just(LeaseSpec::Fixed(20_000)),
+        ],
+        prop::bool::weighted(0.2),
+        prop::option::weighted(0.15, prop_oneof![Just(0u32), Just(1), Just(5), Just(30)]),
+    )
+        .prop_map(
+            |((owner, task, name), kind, wait_ms, lease, try_once, drop_after_ms)| Acquire {
+                owner,
+                task,
+                name,
+                kind,
+                wait_ms,
+                lease,
+                try_once,
+                drop_after_ms,
+            },
+        )
+}
+
+fn fault_strategy() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        Just(Fault::Down { persist: true }),
+        Just(Fault::Down { persist: false }),
+        Just(Fault::Pause),
+        (0..OWNERS).prop_map(|owner| Fault::Blackhole { owner }),
+    ]
+}
+
+impl ReferenceStateMachine for Schedules {
+    type State = ModelState;
+    type Transition = Step;
+
+    fn init_state() -> BoxedStrategy<ModelState> {
+        let cfg = GEN.with(Cell::get);
+        Just(ModelState {
+            cfg,
+            depth: vec![0; usize::from(OWNERS * TASKS)],
+            fault_on: false,
+        })
+        .boxed()
+    }
+
+    fn transitions(state: &ModelState) -> BoxedStrategy<Step> {
+        let all = state.cfg.all_kinds;
+        let names = state.cfg.names.clamp(1, NAMES);
+        let ops = prop_oneof![
+            8 => acquire_strategy(all, names).prop_map(Step::Acquire),
+            5 => (0..OWNERS, 0..TASKS).prop_map(|(owner, task)| Step::Release { owner, task }),
+            1 => (0..OWNERS, 0..names, kind_strategy(all))
+                .prop_map(|(owner, name, kind)| Step::ForceUnlock { owner, name, kind }),
+            1 => prop_oneof![Just(50u32), Just(300), Just(1200)].prop_map(Step::Sleep),
+        ];
+        let ops = if state.cfg.siblings {
+            let siblings = (acquire_strategy(all, names), acquire_strategy(all, names)).prop_map(
+                |(a, mut b)| {
+                    (b.owner, b.task) = (a.owner, a.task);
+                    Step::Siblings(a, b)
+                },
+            );
+            prop_oneof![7 => ops, 1 => siblings].boxed()
+        } else {
+            ops.boxed()
+        };
+        if !state.cfg.faults {
+            return ops;
+        }
+        let fault = if state.fault_on {
+            Just(Step::FaultEnd).boxed()
+        } else {
+            fault_strategy().prop_map(Step::FaultBegin).boxed()
+        };
+        prop_oneof![
+            12 => ops,
+            2 => fault,
+            1 => Just(Step::KillClients),
+            1 => (0..names).prop_map(Step::DeleteKeys),
+            1 => prop_oneof![Just(200u32), Just(700)].prop_map(Step::DebugSleep),
+            1 => edge_strategy().prop_map(Step::Differential),
+        ]
+        .boxed()
+    }
+
+    fn preconditions(state: &ModelState, step: &Step) -> bool {
+        match step {
+            Step::Acquire(a) => state.depth(a.owner, a.task) < MAX_DEPTH,
+            Step::Siblings(a, b) => (a.owner, a.task) == (b.owner, b.task),
+            Step::Release { owner, task } => state.depth(*owner, *task) > 0,
+            Step::FaultBegin(_) => state.cfg.faults && !state.fault_on,
+            Step::FaultEnd => state.fault_on,
+            Step::KillClients
+            | Step::DeleteKeys(_)
+            | Step::DebugSleep(_)
+            | Step::Differential(_) => state.cfg.faults,
+            Step::ForceUnlock { .. } | Step::Sleep(_) => true,
+        }
+    }
+
+    fn apply(mut state: ModelState, step: &Step) -> ModelState {
+        match step {
+            Step::Acquire(a) => *state.depth_mut(a.owner, a.task) += 1,
+            Step::Release { owner, task } => *state.depth_mut(*owner, *task) -= 1,
+            Step::FaultBegin(_) => state.fault_on = true,
+            Step::FaultEnd => state.fault_on = false,
+            _ => {}
+        }
+        state
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Reentrant => f.write_str("reentrant"),
+            Kind::Fair => f.write_str("fair"),
+            Kind::Read => f.write_str("read"),
+            Kind::Write => f.write_str("write"),
+            Kind::Semaphore(n) => write!(f, "semaphore({n} of {PERMITS})"),
+        }
+    }
+}
+
+/// The name of lock `n` for a kind, as the schedule text shows it.
+pub fn name_text(kind: Kind, n: u8) -> String {
+    match kind {
+        Kind::Semaphore(_) => format!("s{n}"),
+        _ => format!("k{n}"),
+    }
+}
+
+fn acquire_text(a: &Acquire) -> String {
+    Step::Acquire(a.clone()).to_string()
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Siblings(a, b) => {
+                let b = acquire_text(b);
+                let b = b.split_once(' ').map_or(b.as_str(), |(_, rest)| rest);
+                write!(f, "join!({}, {b}), each held 30ms", acquire_text(a))
+            }
+            Step::Acquire(a) => {
+                let call = if a.try_once { "try_acquire" } else { "acquire" };
+                write!(
+                    f,
+                    "o{}.t{} {call} {} {}",
+                    a.owner,
+                    a.task,
+                    a.kind,
+                    name_text(a.kind, a.name)
+                )?;
+                if !a.try_once {
+                    write!(f, " wait={}ms", a.wait_ms)?;
+                }
+                match a.lease {
+                    LeaseSpec::Auto => f.write_str(" lease=auto")?,
+                    LeaseSpec::Fixed(ms) => write!(f, " lease={ms}ms")?,
+                }
+                if let Some(ms) = a.drop_after_ms {
+                    write!(f, " (future dropped after {ms}ms)")?;
+                }
+                Ok(())
+            }
+            Step::Release { owner, task } => write!(f, "o{owner}.t{task} release innermost"),
+            Step::ForceUnlock { owner, name, kind } => {
+                write!(
+                    f,
+                    "o{owner} force_unlock {kind} {}",
+                    name_text(*kind, *name)
+                )
+            }
+            Step::Sleep(ms) => write!(f, "sleep {ms}ms"),
+            Step::FaultBegin(Fault::Down { persist }) => {
+                let how = if *persist {
+                    "AOF always"
+                } else {
+                    "no persistence"
+                };
+                write!(f, "fault: server SIGKILLed ({how})")
+            }
+            Step::FaultBegin(Fault::Pause) => f.write_str("fault: server SIGSTOPped"),
+            Step::FaultBegin(Fault::Blackhole { owner }) => {
+                write!(f, "fault: o{owner}'s connections blackholed")
+            }
+            Step::FaultEnd => f.write_str("fault ends (restart / SIGCONT / proxy open)"),
+            Step::KillClients => f.write_str("fault: CLIENT KILL of every client"),
+            Step::DeleteKeys(n) => write!(f, "fault: raw DEL of every key of k{n} and s{n}"),
+            Step::DebugSleep(ms) => write!(f, "fault: DEBUG SLEEP {ms}ms"),
+            Step::Differential(e) => {
+                let key = [
+                    "a plain key",
+                    "the empty key",
+                    "a key with a hash tag",
+                    "a 600-byte key",
+                ][usize::from(e.key % 4)];
+                match e.permits {
+                    Some(p) => write!(
+                        f,
+                        "memory vs redis: semaphore({p}) on {key} acquire({})",
+                        if e.take_all { p } else { 1 }
+                    )?,
+                    None => write!(f, "memory vs redis: reentrant lock on {key}")?,
+                }
+                match e.lease_ms {
+                    Some(ms) => write!(f, " lease={ms}ms"),
+                    None => f.write_str(" lease=auto"),
+                }
+            }
+        }
+    }
+}
+
+/// A schedule as numbered lines.
+pub fn schedule_text(steps: &[Step]) -> String {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("  {i:>2}. {s}\n"))
+        .collect()
+}

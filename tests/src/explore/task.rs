@@ -1,0 +1,385 @@
+//! The tasks of a schedule: each serves the steps sent to it, nesting every acquisition
+//! inside the holds it already has (`LockGuard::scope`), watching each hold's `lost()`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{Lease, LockError, LockGuard, LockKind, Registry, SemaphoreGuard};
+use futures_util::future::Either;
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::check::{Acquired, Checker, WAIT_SLACK};
+use super::model::{name_text, Acquire, Kind, LeaseSpec, PERMITS};
+use super::world::World;
+use super::Plant;
+
+/// How long past its `wait` an operation may run before it counts as hung.
+pub const HANG: Duration = Duration::from_secs(10);
+
+/// What a task is asked to do.
+pub enum Op {
+    /// Acquire (nested in what it holds).
+    Acquire(Acquire),
+    /// Two acquisitions at once (`join!`), each held briefly.
+    Siblings(Acquire, Acquire),
+    /// Release the innermost hold.
+    Release,
+    /// Release everything and end.
+    Unwind,
+}
+
+/// A step for a task, and where to say it is done.
+pub struct Cmd {
+    /// The step.
+    pub op: Op,
+    /// Answered when it is done.
+    pub done: oneshot::Sender<()>,
+}
+
+/// What a task shares with the rest of the schedule.
+pub struct TaskCtx {
+    /// Owner.
+    pub owner: u8,
+    /// Task.
+    pub task: u8,
+    /// Servers and registries.
+    pub world: Arc<World>,
+    /// The checker.
+    pub checker: Arc<Checker>,
+    /// The schedule's key prefix.
+    pub prefix: String,
+    /// A planted bug (self-test).
+    pub plant: Plant,
+}
+
+impl TaskCtx {
+    /// The key of name `n` for `kind`.
+    pub fn key(&self, n: u8, kind: Kind) -> String {
+        key_of(&self.prefix, n, kind)
+    }
+}
+
+/// The key of name `n` for `kind` under a schedule's prefix.
+pub fn key_of(prefix: &str, n: u8, kind: Kind) -> String {
+    format!("{prefix}{}", name_text(kind, n))
+}
+
+enum Exit {
+    Release(oneshot::Sender<()>),
+    Unwind(Option<oneshot::Sender<()>>),
+}
+
+enum Guard {
+    Lock(LockGuard),
+    Sem(SemaphoreGuard),
+}
+
+impl Guard {
+    fn token(&self) -> u64 {
+        match self {
+            Guard::Lock(g) => g.fencing_token(),
+            Guard::Sem(g) => g.fencing_token(),
+        }
+    }
+
+    async fn lost(&self) -> LockError {
+        match self {
+            Guard::Lock(g) => g.lost().await,
+            Guard::Sem(g) => g.lost().await,
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Guard::Lock(g) => g.release().await,
+            Guard::Sem(g) => g.release().await,
+        }
+    }
+}
+
+/// Serve the steps sent to one task until it is told to unwind.
+pub async fn run_task(ctx: Arc<TaskCtx>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+    if let Exit::Unwind(Some(done)) = serve(&ctx, &mut rx, Vec::new()).await {
+        let _ = done.send(());
+    }
+}
+
+type Serving<'a> = Pin<Box<dyn Future<Output = Exit> + Send + 'a>>;
+
+fn serve<'a>(
+    ctx: &'a TaskCtx,
+    rx: &'a mut mpsc::UnboundedReceiver<Cmd>,
+    chain: Vec<u64>,
+) -> Serving<'a> {
+    Box::pin(async move {
+        loop {
+            let Some(cmd) = rx.recv().await else {
+                return Exit::Unwind(None);
+            };
+            match cmd.op {
+                Op::Release if !chain.is_empty() => return Exit::Release(cmd.done),
+                Op::Release => {
+                    let _ = cmd.done.send(());
+                }
+                Op::Unwind => return Exit::Unwind(Some(cmd.done)),
+                Op::Siblings(a, b) => {
+                    tokio::join!(sibling(ctx, &a, &chain), sibling(ctx, &b, &chain));
+                    let _ = cmd.done.send(());
+                }
+                Op::Acquire(a) => {
+                    let got = acquire(ctx, &a, &chain).await;
+                    let _ = cmd.done.send(());
+                    let Some((guard, id)) = got else { continue };
+                    let mut inner = chain.clone();
+                    inner.push(id);
+                    let exit = hold(ctx, &mut *rx, &guard, id, inner).await;
+                    finish(ctx, guard, id, &a).await;
+                    match exit {
+                        Exit::Release(done) => {
+                            let _ = done.send(());
+                        }
+                        unwind => return unwind,
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// How long each of two siblings holds.
+const SIBLING_HOLD: Duration = Duration::from_millis(30);
+
+/// One of two `join!` siblings: acquire, hold briefly (hearing `lost()`), release.
+async fn sibling(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) {
+    let Some((guard, id)) = acquire_as(ctx, a, chain, true).await else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(SIBLING_HOLD) => {}
+        _ = guard.lost() => {
+            if ctx.plant != Plant::IgnoreLost {
+                ctx.checker.lost(id);
+            }
+        }
+    }
+    finish(ctx, guard, id, a).await;
+}
+
+/// Serve nested steps inside the hold, recording when its `lost()` fires.
+async fn hold(
+    ctx: &TaskCtx,
+    rx: &mut mpsc::UnboundedReceiver<Cmd>,
+    guard: &Guard,
+    id: u64,
+    chain: Vec<u64>,
+) -> Exit {
+    let inner = serve(ctx, rx, chain);
+    let inner = match guard {
+        Guard::Lock(g) => Either::Left(g.scope(inner)),
+        Guard::Sem(_) => Either::Right(inner),
+    };
+    let mut inner = std::pin::pin!(inner);
+    let lost = guard.lost();
+    let mut lost = std::pin::pin!(lost);
+    let mut heard = false;
+    let exit = loop {
+        tokio::select! {
+            exit = &mut inner => break exit,
+            _ = &mut lost, if !heard => {
+                heard = true;
+                if ctx.plant != Plant::IgnoreLost {
+                    ctx.checker.lost(id);
+                }
+            }
+        }
+    };
+    // Both may have been ready at once: a signal that came is recorded.
+    if !heard && ctx.plant != Plant::IgnoreLost && lost.as_mut().now_or_never().is_some() {
+        ctx.checker.lost(id);
+    }
+    exit
+}
+
+/// Release a hold (its end is recorded first: from then on it is not inside).
+async fn finish(ctx: &TaskCtx, guard: Guard, id: u64, a: &Acquire) {
+    ctx.checker.ended(id);
+    let key = ctx.key(a.name, a.kind);
+    if ctx.plant == Plant::ReleaseWithoutOwnerCheck && a.kind == Kind::Reentrant {
+        ctx.world.raw_release(&key);
+        // Never released by the library (whose release would notice the hash gone).
+        std::mem::forget(guard);
+        return;
+    }
+    let who = format!("o{}.t{} release {} {key}", ctx.owner, ctx.task, a.kind);
+    match tokio::time::timeout(HANG, guard.release()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => ctx.checker.error(&who, &e),
+        Err(_) => ctx
+            .checker
+            .violation(format!("hang: {who} did not return within {HANG:?}")),
+    }
+}
+
+fn lease(l: LeaseSpec) -> Lease {
+    match l {
+        LeaseSpec::Auto => Lease::Auto,
+        LeaseSpec::Fixed(ms) => Lease::Fixed(Duration::from_millis(u64::from(ms))),
+    }
+}
+
+fn lock_kind(k: Kind) -> LockKind {
+    match k {
+        Kind::Fair => LockKind::Fair,
+        Kind::Read => LockKind::Read,
+        Kind::Write => LockKind::Write,
+        Kind::Reentrant | Kind::Semaphore(_) => LockKind::Reentrant,
+    }
+}
+
+async fn call(
+    reg: &Registry,
+    a: &Acquire,
+    key: &str,
+    wait: Duration,
+    plant: Plant,
+) -> Result<Option<Guard>, LockError> {
+    if a.try_once && plant == Plant::TryWithoutServer {
+        return Ok(None);
+    }
+    match a.kind {
+        Kind::Semaphore(n) => {
+            let s = reg.semaphore(key, PERMITS).wait(wait).lease(lease(a.lease));
+            if a.try_once {
+                Ok(s.try_acquire(n).await?.map(Guard::Sem))
+            } else {
+                Ok(Some(Guard::Sem(s.acquire(n).await?)))
+            }
+        }
+        k => {
+            let l = reg
+                .lock(key)
+                .kind(lock_kind(k))
+                .wait(wait)
+                .lease(lease(a.lease));
+            if a.try_once {
+                Ok(l.try_acquire().await?.map(Guard::Lock))
+            } else {
+                Ok(Some(Guard::Lock(l.acquire().await?)))
+            }
+        }
+    }
+}
+
+/// Acquire as `a` says, checking the answer; the guard and its hold id on success.
+async fn acquire(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) -> Option<(Guard, u64)> {
+    acquire_as(ctx, a, chain, false).await
+}
+
+/// [`acquire`]; a `sibling` may find its sibling inside (re-entry then waits its turn).
+async fn acquire_as(
+    ctx: &TaskCtx,
+    a: &Acquire,
+    chain: &[u64],
+    sibling: bool,
+) -> Option<(Guard, u64)> {
+    let key = ctx.key(a.name, a.kind);
+    let who = format!(
+        "o{}.t{} {} {} {key}",
+        a.owner,
+        a.task,
+        if a.try_once { "try_acquire" } else { "acquire" },
+        a.kind
+    );
+    let wait = Duration::from_millis(u64::from(if a.try_once { 0 } else { a.wait_ms }));
+    let once = wait.is_zero();
+    let free_before = if once {
+        ctx.world.is_free(&key, a.kind).await
+    } else {
+        None
+    };
+    let started = ctx.checker.started(a.name, a.kind);
+    let reentry = ctx
+        .checker
+        .reentered_by(chain, a.name, a.kind)
+        .filter(|_| !sibling);
+    let fut = call(ctx.world.owner(a.owner), a, &key, wait, ctx.plant);
+    let limit = wait + HANG;
+    let budget = a
+        .drop_after_ms
+        .map(|ms| Duration::from_millis(u64::from(ms)));
+    let res = match tokio::time::timeout(budget.unwrap_or(limit).min(limit), fut).await {
+        Ok(r) => r,
+        Err(_) if budget.is_some_and(|b| b < limit) => return None,
+        Err(_) => {
+            ctx.checker
+                .violation(format!("hang: {who} did not return within wait + {HANG:?}"));
+            return None;
+        }
+    };
+    let took = started.at().elapsed();
+    if took > wait + WAIT_SLACK && !ctx.checker.faulted_since(&started) {
+        ctx.checker.violation(format!(
+            "wait: {who} wait={wait:?} returned after {took:?} (bound: wait + {WAIT_SLACK:?})"
+        ));
+    }
+    match res {
+        Ok(Some(guard)) => {
+            let id = ctx.checker.acquired(Acquired {
+                owner: a.owner,
+                task: a.task,
+                name: a.name,
+                kind: a.kind,
+                token: guard.token(),
+                ancestors: chain,
+                started,
+            });
+            Some((guard, id))
+        }
+        Ok(None) | Err(LockError::Timeout { .. }) => {
+            busy(ctx, a, &key, &who, chain, reentry, free_before, &started).await;
+            if let Err(e) = &res {
+                ctx.checker.error(&who, e);
+            }
+            None
+        }
+        Err(e) => {
+            ctx.checker.error(&who, &e);
+            None
+        }
+    }
+}
+
+/// The lock answered busy: was it the task's own hold, or a lock the server does not hold?
+#[allow(clippy::too_many_arguments)]
+async fn busy(
+    ctx: &TaskCtx,
+    a: &Acquire,
+    key: &str,
+    who: &str,
+    chain: &[u64],
+    reentry: Option<String>,
+    free_before: Option<bool>,
+    started: &super::check::Started,
+) {
+    if let Some(outer) = reentry {
+        if ctx.checker.reentered_by(chain, a.name, a.kind).is_some()
+            && !ctx.checker.faulted_since(started)
+        {
+            ctx.checker.violation(format!(
+                "self-deadlock: {who} answered busy although its task holds {outer}, which it re-enters (docs/design.md, Reentrancy)"
+            ));
+        }
+    }
+    if free_before == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) {
+        let after = ctx.world.is_free(key, a.kind).await;
+        if after == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) {
+            let shown = ctx.world.describe(key).await;
+            ctx.checker.violation(format!(
+                "free but busy: {who} answered busy while the server held no key of it before and after (no fault on; server shows: [{shown}])"
+            ));
+        }
+    }
+}

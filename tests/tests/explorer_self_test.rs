@@ -1,0 +1,65 @@
+//! The explorer's checks can fail: bugs planted in its adapter layer (never in the
+//! library) must be reported as violations, on seeds whose schedules pass without them.
+
+use distlock_tests::explore::{explore, BackendKind, Options, Plant};
+
+fn run(backend: BackendKind, seed: u64, plant: Plant) -> usize {
+    let mut opts = Options::new(backend, seed, 1);
+    opts.plant = plant;
+    opts.shrink_iters = 0;
+    let summary = explore(&opts);
+    for f in &summary.findings {
+        eprintln!("{}", f.text(backend));
+    }
+    assert_eq!(summary.aborted, None, "the servers held up");
+    assert_eq!(summary.schedules, 1, "the schedule ran");
+    assert!(summary.operations > 0, "the schedule has lock operations");
+    summary.findings.len()
+}
+
+#[test]
+fn a_guard_that_ignores_lost_is_reported_as_an_overlap() {
+    assert_eq!(
+        run(BackendKind::Memory, 1, Plant::None),
+        0,
+        "seed 1 passes unplanted"
+    );
+    assert_eq!(
+        run(BackendKind::Memory, 1, Plant::IgnoreLost),
+        1,
+        "planted: lost() ignored"
+    );
+}
+
+#[test]
+fn a_try_acquire_that_never_asks_the_server_is_reported() {
+    assert_eq!(
+        run(BackendKind::Memory, 8, Plant::None),
+        0,
+        "seed 8 passes unplanted"
+    );
+    assert_eq!(
+        run(BackendKind::Memory, 8, Plant::TryWithoutServer),
+        1,
+        "planted: try without the server"
+    );
+}
+
+#[test]
+fn a_release_without_the_owner_check_is_reported_on_redis() {
+    let seed = RAW_DEL_SEED;
+    assert_eq!(
+        run(BackendKind::Single, seed, Plant::None),
+        0,
+        "the seed passes unplanted"
+    );
+    assert_eq!(
+        run(BackendKind::Single, seed, Plant::ReleaseWithoutOwnerCheck),
+        1,
+        "planted: release by a raw DEL"
+    );
+}
+
+/// A single-server schedule in which releases by a raw `DEL` (never through the library)
+/// leave a lock that the end check finds unavailable.
+const RAW_DEL_SEED: u64 = 329;
