@@ -15,7 +15,8 @@
 # run on Debian's /usr/bin/redis-server there (DISTLOCK_TLS_REDIS_SERVER overrides it).
 #
 # Without arguments (as CI runs it) a passing suite is followed by the fault-testing run
-# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1), which must pass too; then
+# `scripts/torture.sh --quick` (also with DISTLOCK_TORTURE=1) and the explorer's
+# `scripts/explore.sh --quick` (also with DISTLOCK_EXPLORE=1), which must pass too; then
 # the subset of SERVER_SUBSET below runs on valkey8 and on redis8 (every mode and both
 # formats; DISTLOCK_SERVER_SUBSET=0 leaves it out).
 #
@@ -240,6 +241,13 @@ cargo test --no-fail-fast "${scope[@]}" "$@" 9>&- || status=$?
 if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
     section "scripts/torture.sh --quick"
     bash "$ROOT/scripts/torture.sh" --quick 9>&- || status=$?
+fi
+
+# The explorer's quick run (scripts/explore.sh --quick, a few minutes): fixed seeds and
+# random schedules against a model, on its own private servers (17400..17499).
+if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_EXPLORE:-}" == 1 ]]; }; then
+    section "scripts/explore.sh --quick"
+    bash "$ROOT/scripts/explore.sh" --quick 9>&- || status=$?
 fi
 
 # CI: the subset on Valkey 8 and Redis 8, each on its own freshly started topologies.
