@@ -469,7 +469,7 @@ impl LockError {
             | LockError::InvalidDuration { key, .. }
             | LockError::InvalidPermits { key, .. }
             | LockError::NestedKind { key, .. } => Some(key),
-            | LockError::ShuttingDown { key, .. } => Some(key),
+            LockError::ShuttingDown { key, .. } => Some(key),
             LockError::LockOrder { needs, .. } => Some(needs),
             LockError::Backend { key, .. } => key.as_deref(),
             LockError::NotInitialized
