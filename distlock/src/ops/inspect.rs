@@ -763,7 +763,7 @@ mod tests {
                 );
                 assert_eq!(user_key("lock:", &k.fence), None);
             }
-            let sem = LockKeys::semaphore("lock:", key.into(), 1, 1).unwrap();
+            let sem = LockKeys::semaphore("lock:", key.into(), 1, 1, false).unwrap();
             assert_eq!(user_key("lock:", &sem.hash).as_deref(), Some(key));
             assert_eq!(user_key("lock:", &format!("{}:n", sem.hash)), None);
         }

@@ -275,20 +275,8 @@ impl Semaphore {
         let span = tracing::debug_span!("distlock.semaphore", backend = %backend.name, key = %self.key, permits = self.permits, n);
         let name = backend.name.clone();
         let start = Instant::now();
-        let r = tracing::Instrument::instrument(
-            acquire(
-                backend,
-                self.key.clone(),
-                self.permits,
-                n,
-                self.fair,
-                wait,
-                lease,
-                site,
-            ),
-            span,
-        )
-        .await;
+        let r = tracing::Instrument::instrument(acquire(self, backend, n, wait, lease, site), span)
+            .await;
         // A busy semaphore: its permits are what holds it.
         let r = r.map_err(|e| match e {
             LockError::Timeout {
@@ -489,21 +477,20 @@ fn invalid(backend: &Backend, key: String, asked: u32, permits: u32) -> Option<L
     })
 }
 
+/// Take `n` permits of `sem` on `backend`.
 async fn acquire(
+    sem: &Semaphore,
     backend: Arc<Backend>,
-    key: String,
-    permits: u32,
     n: u32,
-    fair: bool,
     wait: Duration,
     lease: Lease,
     label: &'static str,
 ) -> Result<SemaphoreGuard, LockError> {
     backend.supports_semaphore()?;
-    if let Some(e) = invalid(&backend, key.clone(), n, permits) {
+    if let Some(e) = invalid(&backend, sem.key.clone(), n, sem.permits) {
         return Err(e);
     }
-    let mut keys = backend.semaphore_keys(key, n, permits, fair)?;
+    let mut keys = backend.semaphore_keys(sem.key.clone(), n, sem.permits, sem.fair)?;
     if backend.holder_info {
         keys = keys.with_holder(crate::ops::inspect::holder_text(label));
     }

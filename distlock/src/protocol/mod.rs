@@ -370,6 +370,7 @@ mod tests {
             Hold::nested(hold.owner),
             Duration::from_secs(1),
             Duration::ZERO,
+            Publish::Plain,
         );
         assert_eq!(nested.args[2], b"1", "only re-enter");
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);

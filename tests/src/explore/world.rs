@@ -152,7 +152,7 @@ impl World {
         }
         let infos = self.observer.inspect(key, None).await.ok()?;
         let busy = |i: &LockInfo| !i.holders.is_empty() || !i.waiters.is_empty();
-        let rw = |k: LockKind| matches!(k, LockKind::Read | LockKind::Write);
+        let rw = |k: distlock::inspect::Kind| k == LockKind::Read || k == LockKind::Write;
         Some(!infos.iter().any(|i| match kind {
             Kind::Reentrant => i.kind == LockKind::Reentrant && !i.holders.is_empty(),
             Kind::Fair => i.kind == LockKind::Fair && busy(i),
