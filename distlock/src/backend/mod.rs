@@ -641,14 +641,14 @@ impl Backend {
             }
         };
         Some(match q.fenced_set(name, value, token, ttl_ms).await {
-            quorum::FencedSet::Stored => Ok(true),
-            quorum::FencedSet::Stale => Ok(false),
-            quorum::FencedSet::Failed {
+            quorum::fenced::FencedSet::Stored => Ok(true),
+            quorum::fenced::FencedSet::Stale => Ok(false),
+            quorum::fenced::FencedSet::Failed {
                 error: Some(e),
                 nodes: 1,
                 ..
             } => Err(e.into_lock_error(&self.name, Some(key))),
-            quorum::FencedSet::Failed {
+            quorum::fenced::FencedSet::Failed {
                 stored,
                 needed,
                 nodes,

@@ -47,7 +47,7 @@ pub(crate) struct Leases {
     /// lost, revoked) takes the mark "handed to this hold" with it.
     handoffs: Option<Arc<Waiters>>,
     /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
-    pub(crate) heard: Arc<crate::lease::revoke::Heard>,
+    pub(crate) heard: Arc<crate::lease::heard::Heard>,
     /// Set once by a shutdown (`crate::lease::shutdown`): no acquisition starts on this
     /// backend any more, and the waiting ones end.
     closed: AtomicBool,
@@ -56,7 +56,7 @@ pub(crate) struct Leases {
     /// The background work of this backend (releases of dropped guards, undos of
     /// acquisitions cut short, queue cancels, hand-offs) still running: what a shutdown
     /// flushes.
-    pub(crate) background: Arc<crate::lease::shutdown::Background>,
+    pub(crate) background: Arc<crate::lease::background::Background>,
 }
 
 impl Leases {

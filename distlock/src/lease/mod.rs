@@ -3,9 +3,12 @@
 //! revocation checks that find a lease lost at once, and the graceful shutdown that gives
 //! every lease back.
 
+pub(crate) mod background;
 pub(crate) mod context;
+pub(crate) mod heard;
 pub(crate) mod held;
 pub(crate) mod holds;
+pub(crate) mod kind;
 pub(crate) mod owner;
 pub(crate) mod revoke;
 pub(crate) mod shutdown;

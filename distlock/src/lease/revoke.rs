@@ -27,7 +27,7 @@
 //!
 //! A revocation heard while an acquisition of the lock is in flight (the message came
 //! before the acquisition's reply: a slow link, a busy runtime) finds no lease to check
-//! yet. It is remembered ([`Heard`]) until every acquisition in flight when it came has
+//! yet. It is remembered ([`Heard`](crate::lease::heard::Heard)) until every acquisition in flight when it came has
 //! registered its lease or given up: each notes the revocations heard so far before each
 //! attempt ([`InFlight`]), and one whose lease registers after a revocation of its lock
 //! (or of every lock: a reconnect; or one it cannot tell, its record dropped for room)
@@ -39,8 +39,7 @@
 //! fair lock force-unlocked by Redisson itself (it wakes only the queue's head, on a
 //! channel of its own).
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -48,6 +47,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::lease::heard::InFlight;
 use crate::lease::held::{LeaseState, Leases};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::{OnRevoked, Revoked};
@@ -59,140 +59,13 @@ struct Pending {
     all: bool,
 }
 
-/// How many revocations [`Heard`] keeps for the acquisitions in flight; past that the
-/// oldest go, and an acquisition that noted less than they cover checks its lease anyway.
-const HEARD_MAX: usize = 1024;
-
-/// The revocations heard while acquisitions were in flight (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Heard {
-    log: Mutex<HeardLog>,
-    /// `HeardLog::seq`, readable without the lock: an attempt after which nothing was
-    /// heard notes nothing new.
-    seq: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct HeardLog {
-    /// How many revocations were heard so far.
-    seq: u64,
-    /// Those heard while an acquisition was in flight and not yet checked by every one
-    /// of them, by number: the lock's Redis key or channel, `None` for every lock.
-    log: VecDeque<(u64, Option<String>)>,
-    /// The number of the last one dropped for room (see [`HEARD_MAX`]).
-    dropped: u64,
-    /// The acquisitions in flight, by the number they noted.
-    in_flight: BTreeMap<u64, usize>,
-}
-
-impl HeardLog {
-    fn enter(&mut self) -> u64 {
-        *self.in_flight.entry(self.seq).or_default() += 1;
-        self.seq
-    }
-
-    /// The acquisition that noted `at` is done with it: what no acquisition in flight can
-    /// need any more is forgotten.
-    fn leave(&mut self, at: u64) {
-        if let Some(n) = self.in_flight.get_mut(&at) {
-            *n -= 1;
-            if *n == 0 {
-                self.in_flight.remove(&at);
-            }
-        }
-        match self.in_flight.keys().next() {
-            None => self.log.clear(),
-            Some(&oldest) => {
-                while self.log.front().is_some_and(|(n, _)| *n <= oldest) {
-                    self.log.pop_front();
-                }
-            }
-        }
-    }
-}
-
-impl Heard {
-    fn log(&self) -> std::sync::MutexGuard<'_, HeardLog> {
-        // Every change leaves the log consistent: a poisoned lock is still usable.
-        self.log.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A revocation of `key` (`None`: of every lock) was heard.
-    fn record(&self, key: Option<&str>) {
-        let mut log = self.log();
-        log.seq += 1;
-        self.seq.store(log.seq, Ordering::Release);
-        if log.in_flight.is_empty() {
-            return;
-        }
-        let n = log.seq;
-        log.log.push_back((n, key.map(str::to_owned)));
-        if log.log.len() > HEARD_MAX {
-            if let Some((n, _)) = log.log.pop_front() {
-                log.dropped = n;
-            }
-        }
-    }
-
-    /// An acquisition starts: it notes the revocations heard so far (again before each
-    /// attempt: [`InFlight::renew`]) until it is dropped.
-    pub(crate) fn in_flight(self: &Arc<Self>) -> InFlight {
-        let at = self.log().enter();
-        InFlight {
-            heard: self.clone(),
-            at: AtomicU64::new(at),
-        }
-    }
-}
-
-/// An acquisition in flight, as [`Heard`] counts it.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    heard: Arc<Heard>,
-    /// The number of revocations heard when it last noted them.
-    at: AtomicU64,
-}
-
-impl InFlight {
-    /// Before an attempt: what was heard until now cannot concern what it takes.
-    pub(crate) fn renew(&self) {
-        // Nothing heard since it last noted (the common case): nothing to note. (One heard
-        // just now is counted as after: checked once more at worst.)
-        if self.heard.seq.load(Ordering::Acquire) == self.at.load(Ordering::Acquire) {
-            return;
-        }
-        let mut log = self.heard.log();
-        let now = log.enter();
-        log.leave(self.at.swap(now, Ordering::AcqRel));
-    }
-
-    /// Whether a revocation that may concern `lease` (just registered) was heard since
-    /// the attempt that took it was sent: one of its lock, of every lock, or one whose
-    /// record was dropped for room.
-    fn revoked_since(&self, lease: &LeaseState) -> bool {
-        let at = self.at.load(Ordering::Acquire);
-        let log = self.heard.log();
-        log.dropped > at
-            || log
-                .log
-                .iter()
-                .any(|(n, key)| *n > at && key.as_deref().is_none_or(|k| concerns(lease, k)))
-    }
-
-    /// `lease` was just registered by the acquisition this notes: if a revocation that may
-    /// concern it came meanwhile (when no lease could hear it), it is raised again for it.
-    pub(crate) fn registered(&self, backend: &Backend, lease: &LeaseState) {
-        if self.revoked_since(lease) {
-            tracing::debug!(backend = %backend.name, key = %lease.keys.user,
-                "distlock: a revocation came while the acquisition was in flight; checking the lease");
-            backend.hub.revoked(Revoked::Key(&lease.keys.hash));
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.heard.log().leave(*self.at.get_mut());
+/// `lease` was just registered by the acquisition `in_flight` notes: if a revocation that
+/// may concern it came meanwhile (when no lease could hear it), it is raised again for it.
+pub(crate) fn registered(in_flight: &InFlight, backend: &Backend, lease: &LeaseState) {
+    if in_flight.revoked_since(|k| concerns(lease, k)) {
+        tracing::debug!(backend = %backend.name, key = %lease.keys.user,
+            "distlock: a revocation came while the acquisition was in flight; checking the lease");
+        backend.hub.revoked(Revoked::Key(&lease.keys.hash));
     }
 }
 
@@ -368,6 +241,7 @@ async fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::heard::{Heard, HEARD_MAX};
     use crate::lease::held::{Granted, Leases};
     use crate::lease::owner::Hold;
     use crate::protocol::keys::LockKeys;
@@ -391,8 +265,7 @@ mod tests {
     }
 
     fn remembered(heard: &Heard) -> (usize, usize) {
-        let log = heard.log();
-        (log.log.len(), log.in_flight.len())
+        heard.remembered()
     }
 
     #[tokio::test]
@@ -403,17 +276,29 @@ mod tests {
         heard.record(Some("lock:{k}"));
         assert_eq!(remembered(&heard), (0, 0), "nothing in flight: not kept");
         let a = heard.in_flight();
-        assert!(!a.revoked_since(&k), "heard before it noted");
+        assert!(
+            !a.revoked_since(|x| concerns(&k, x)),
+            "heard before it noted"
+        );
         heard.record(Some("lock:{other}"));
-        assert!(!a.revoked_since(&k), "another lock");
+        assert!(!a.revoked_since(|x| concerns(&k, x)), "another lock");
         heard.record(Some("lock:{k}:released"));
-        assert!(a.revoked_since(&k), "its lock (by channel)");
+        assert!(
+            a.revoked_since(|x| concerns(&k, x)),
+            "its lock (by channel)"
+        );
         a.renew();
-        assert!(!a.revoked_since(&k), "before its next attempt");
+        assert!(
+            !a.revoked_since(|x| concerns(&k, x)),
+            "before its next attempt"
+        );
         assert_eq!(remembered(&heard).0, 0, "nothing older is needed");
         let b = heard.in_flight();
         heard.record(None);
-        assert!(a.revoked_since(&k) && b.revoked_since(&k), "every lock");
+        assert!(
+            a.revoked_since(|x| concerns(&k, x)) && b.revoked_since(|x| concerns(&k, x)),
+            "every lock"
+        );
         drop(a);
         assert_eq!(remembered(&heard), (1, 1), "b still needs it");
         drop(b);
@@ -424,7 +309,7 @@ mod tests {
         }
         assert_eq!(remembered(&heard).0, HEARD_MAX, "bounded");
         assert!(
-            c.revoked_since(&k),
+            c.revoked_since(|x| concerns(&k, x)),
             "one dropped for room: not known, checked"
         );
         drop(c);

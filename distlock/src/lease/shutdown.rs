@@ -1,6 +1,6 @@
 //! A graceful shutdown of one backend ([`shut_down`], what `Registry::shutdown` runs on
 //! each of its backends), and the count of the background work it flushes
-//! ([`Background`]).
+//! ([`Background`](crate::lease::background::Background)).
 //!
 //! In order, within one deadline:
 //! 1. the backend is closed ([`Leases::close`](crate::lease::held::Leases::close)): the
@@ -16,82 +16,19 @@
 //! 4. the leases still not released are released here, each with its own hold (a
 //!    semaphore's holder id, a reentrant level, a read or write hold), a leader's with the
 //!    announcement of its resignation;
-//! 5. the background work of the backend is awaited ([`Background::idle`]): the releases
+//! 5. the background work of the backend is awaited (`Background::idle`): the releases
 //!    of dropped guards, undos, queue cancels and hand-offs still in flight.
 //!
 //! A run-once hold (`hold_at_least`) is released as its own release would: the lock stays
 //! taken, without a holder, until its `hold_at_least` has passed since it was taken, so
 //! the job does not run again elsewhere within its window (it ran, or began to, here).
 
-use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::held::LeaseState;
-
-/// Background work of one backend still running (see the module docs): counted from
-/// when it is handed to the runtime until it ends or is dropped.
-#[derive(Debug, Default)]
-pub(crate) struct Background {
-    running: AtomicUsize,
-    idle: Notify,
-}
-
-/// One piece of background work counted in a [`Background`] while it lives.
-#[derive(Debug)]
-pub(crate) struct Running(Arc<Background>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
-impl Background {
-    /// Count one piece of work until the returned token is dropped (for work that is not
-    /// a task of its own, e.g. a release kept in a queue to be sent again).
-    pub(crate) fn start(self: &Arc<Self>) -> Running {
-        self.running.fetch_add(1, Ordering::AcqRel);
-        Running(self.clone())
-    }
-
-    /// Spawn `fut` on `runtime`, counted until it ends (or is dropped: a runtime shutting
-    /// down drops it).
-    pub(crate) fn spawn<F>(self: &Arc<Self>, runtime: &tokio::runtime::Handle, fut: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let running = self.start();
-        drop(runtime.spawn(async move {
-            let _running = running;
-            fut.await;
-        }));
-    }
-
-    /// How many pieces of work run now.
-    pub(crate) fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
-    }
-
-    /// Resolves when no work runs (at once if none does).
-    pub(crate) async fn idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.running() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
 
 /// Shut `backend` down (see the module docs), returning by `deadline` whatever Redis
 /// does. Safe to call again: a second call finds nothing held and nothing in flight.

@@ -209,7 +209,7 @@ async fn acquire_open(req: Request) -> Result<Held, LockError> {
                 site,
             },
         );
-        in_flight.registered(&backend, &state);
+        crate::lease::revoke::registered(&in_flight, &backend, &state);
         Held::new(state, backend.clone(), permit)
     };
     loop {

@@ -69,7 +69,7 @@ if head then
   tidy()
 end
 local token = take(id, n, limit, lease, now, KEYS[5], KEYS[6], ARGV[8])
-if used + n < limit and redis.call('llen', queue) > 0 then
+if used + n < limit and redis.call('lindex', queue, 0) then
   redis.pcall(ARGV[7], ARGV[6], id)
 end
 return {1, token}

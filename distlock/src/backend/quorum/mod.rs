@@ -131,11 +131,9 @@ use super::error::DriverError;
 use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;
-mod fenced;
+pub(crate) mod fenced;
 mod node;
 mod ops;
-
-pub(crate) use fenced::FencedSet;
 
 /// How many nodes must grant a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
