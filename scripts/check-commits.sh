@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 RULE_SINCE=ef6b48dadcaf83764c2976f40ce70b25bee132f9 # the last commit before subjects were held to 72 characters
+RULE_SINCE_TIME=1795778037                         # its commit time (for a shallow clone)
 MAX=72
 
 git rev-parse --git-dir >/dev/null 2>&1 || {
@@ -17,10 +18,12 @@ if (($#)); then
 elif git cat-file -e "${RULE_SINCE}^{commit}" 2>/dev/null; then
     range="${RULE_SINCE}..HEAD"
 else
-    # A shallow clone without that commit: check what it has.
+    # A shallow clone without that commit: the commits it has that are newer than it.
     range="HEAD"
+    since=(--since="@$((RULE_SINCE_TIME + 1))")
 fi
 
+since=()
 bad=0
 while IFS=$'\t' read -r hash subject; do
     if ((${#subject} > MAX)); then
@@ -28,7 +31,7 @@ while IFS=$'\t' read -r hash subject; do
             "$hash" "${#subject}" "$MAX" "$subject" >&2
         bad=$((bad + 1))
     fi
-done < <(git log --no-merges --format='%h%x09%s' "$range")
+done < <(git log --no-merges "${since[@]}" --format='%h%x09%s' "$range")
 
 if ((bad)); then
     echo "check-commits: $bad commit subject(s) over $MAX characters; put details in the body" >&2
