@@ -517,6 +517,9 @@ async fn single_lost_replies_neither_double_count_nor_leak() {
     let proxy = distlock_tests::proxy::Proxy::start(&addr);
     let reg = single_registry(&proxy.url(), "30s").await;
     let name = unique("lost-reply");
+    // the registry's own traffic first (it subscribes the revocation channel when it
+    // connects), so that the one reply lost below is the test's, not the subscriber's
+    wait_subscribers(&addr, "lock:__revoked", 1, false).await;
 
     // an acquire whose reply is lost: its field is released, the retry takes a new one,
     // and exactly one field with one hold is left
