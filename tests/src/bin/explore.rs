@@ -138,6 +138,16 @@ fn merge(total: &mut Summary, s: Summary) {
 }
 
 fn main() {
+    // `EXPLORE_LOG=debug` (or trace, info, warn): the library's logs on stderr, for a replay.
+    if let Some(level) = std::env::var("EXPLORE_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+    {
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = parse();
     let start = Instant::now();
     let mut total = Summary::default();
