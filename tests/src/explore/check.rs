@@ -35,6 +35,10 @@ struct Hold {
     exempt: bool,
     /// Its release (or drop) began: no longer inside.
     ended: bool,
+    /// A `force_unlock` deleted its lock then: from that moment a newcomer may get in
+    /// before the holder hears of it, which is judged by the revocation bound
+    /// ([`REVOKE_BOUND`], [`Checker::revoked`]) instead of the overlap rule.
+    revoked_at: Option<Instant>,
 }
 
 impl Hold {
@@ -192,6 +196,7 @@ impl Checker {
             lost_at: None,
             exempt: false,
             ended: false,
+            revoked_at: None,
         };
         let rivals = rivals(&m, &hold);
         m.holds.insert(id, hold.clone());
@@ -209,10 +214,19 @@ impl Checker {
 
     fn judge_overlap(&self, rivals: &[(u64, Hold)], at: Instant, newcomer: &str, sem: Option<u32>) {
         let m = self.model();
+        // Revoked before the newcomer got in: the revocation bound judges it.
+        let revoked = |id: &u64| {
+            m.holds
+                .get(id)
+                .and_then(|h| h.revoked_at)
+                .is_some_and(|t| t <= at)
+        };
         let untold = |id: &u64, old: &Hold| {
             let h = m.holds.get(id);
             let lost_at = h.and_then(|h| h.lost_at).or(old.lost_at);
-            lost_at.is_none_or(|t| t > at + LOST_SLACK) && !h.is_some_and(|h| h.exempt)
+            lost_at.is_none_or(|t| t > at + LOST_SLACK)
+                && !h.is_some_and(|h| h.exempt)
+                && !revoked(id)
         };
         if let Some(n) = sem {
             let taken: u32 = rivals
@@ -231,7 +245,7 @@ impl Checker {
             let lost_at = m.holds.get(id).and_then(|h| h.lost_at).or(old.lost_at);
             let exempt = m.holds.get(id).is_some_and(|h| h.exempt);
             let told = lost_at.is_some_and(|t| t <= at + LOST_SLACK);
-            if !told && !exempt {
+            if !told && !exempt && !revoked(id) {
                 let when = match lost_at {
                     Some(t) => format!(
                         "its lost() fired {:?} after that",
@@ -295,12 +309,23 @@ impl Checker {
     }
 
     /// A `force_unlock` deleted the lock: each of `ids` (live before it) must hear it
-    /// within [`REVOKE_BOUND`] unless it ended first.
+    /// within [`REVOKE_BOUND`] unless it ended first. A newcomer may get in before the
+    /// message reaches the holder (at once with the subscriber connected; after its
+    /// reconnect when a fault had just cut it), so an overlap with a revoked hold is
+    /// judged by this bound, not by the overlap rule.
     pub fn revoked(self: &Arc<Self>, ids: Vec<u64>) {
         if ids.is_empty() {
             return;
         }
         let at = Instant::now();
+        {
+            let mut m = self.model();
+            for id in &ids {
+                if let Some(h) = m.holds.get_mut(id) {
+                    h.revoked_at.get_or_insert(at);
+                }
+            }
+        }
         self.later(REVOKE_BOUND, move |me| {
             let m = me.model();
             for id in ids {
