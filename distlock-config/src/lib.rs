@@ -364,7 +364,82 @@ pub struct QuorumOptions {
     pub retry_delay: Duration,
 }
 
+/// Which mode a backend runs in, without the mode's fields: what
+/// `LockError::Unsupported` names, and what a caller can match on.
+///
+/// ```
+/// let cfg = distlock_config::Config::from_str(
+///     "[backends.main]\nmode = \"redlock\"\nnodes = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\", \"redis://127.0.0.1:7002\"]",
+/// ).unwrap();
+/// assert_eq!(cfg.backends["main"].mode.kind(), distlock_config::ModeKind::Redlock);
+/// assert_eq!(distlock_config::ModeKind::Redlock.to_string(), "redlock");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModeKind {
+    /// `mode = "single"`.
+    Single,
+    /// `mode = "cluster"`.
+    Cluster,
+    /// `mode = "sentinel"`.
+    Sentinel,
+    /// `mode = "redlock"`.
+    Redlock,
+    /// `mode = "multi"`.
+    Multi,
+    /// `mode = "memory"`.
+    Memory,
+}
+
+impl ModeKind {
+    /// The name used in TOML: `"single"`, `"cluster"`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeKind::Single => "single",
+            ModeKind::Cluster => "cluster",
+            ModeKind::Sentinel => "sentinel",
+            ModeKind::Redlock => "redlock",
+            ModeKind::Multi => "multi",
+            ModeKind::Memory => "memory",
+        }
+    }
+}
+
+impl std::fmt::Display for ModeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Protocol {
+    /// The name used in TOML: `"distlock"` or `"redisson"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Distlock => "distlock",
+            Protocol::Redisson => "redisson",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Mode {
+    /// Which mode this is, without its fields.
+    pub fn kind(&self) -> ModeKind {
+        match self {
+            Mode::Single { .. } => ModeKind::Single,
+            Mode::Cluster { .. } => ModeKind::Cluster,
+            Mode::Sentinel { .. } => ModeKind::Sentinel,
+            Mode::Redlock { .. } => ModeKind::Redlock,
+            Mode::Multi { .. } => ModeKind::Multi,
+            Mode::Memory => ModeKind::Memory,
+        }
+    }
+
     /// The Redis servers the mode names (sentinels for `sentinel`); none for `memory`.
     pub fn urls(&self) -> Vec<&RedisUrl> {
         match self {
@@ -379,14 +454,7 @@ impl Mode {
 
     /// The name used in TOML: `"single"`, `"cluster"`, ...
     pub fn name(&self) -> &'static str {
-        match self {
-            Mode::Single { .. } => "single",
-            Mode::Cluster { .. } => "cluster",
-            Mode::Sentinel { .. } => "sentinel",
-            Mode::Redlock { .. } => "redlock",
-            Mode::Multi { .. } => "multi",
-            Mode::Memory => "memory",
-        }
+        self.kind().name()
     }
 }
 

@@ -12,8 +12,8 @@ use crate::error::Locator;
 use crate::interp::{interpolate, EnvLookup};
 use crate::limits::{check_duration, DurationUse};
 use crate::{
-    BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, Protocol, QuorumOptions,
-    RedisUrl, ShardedSubscriptionMode, Source,
+    BackendConfig, Config, ConfigError, Defaults, LeaseSpec, Mode, ModeKind, Protocol,
+    QuorumOptions, RedisUrl, ShardedSubscriptionMode, Source,
 };
 
 type Key<'i> = Spanned<DeString<'i>>;
@@ -199,16 +199,6 @@ struct RawTls {
     tls_insecure_skip_verify: Option<(bool, usize)>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ModeKind {
-    Single,
-    Cluster,
-    Sentinel,
-    Redlock,
-    Multi,
-    Memory,
-}
-
 impl ModeKind {
     fn from_name(name: &str) -> Option<ModeKind> {
         Some(match name {
@@ -220,17 +210,6 @@ impl ModeKind {
             "memory" => ModeKind::Memory,
             _ => return None,
         })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            ModeKind::Single => "single",
-            ModeKind::Cluster => "cluster",
-            ModeKind::Sentinel => "sentinel",
-            ModeKind::Redlock => "redlock",
-            ModeKind::Multi => "multi",
-            ModeKind::Memory => "memory",
-        }
     }
 
     /// The fields this mode takes besides `mode`.
