@@ -175,14 +175,36 @@ pub enum LockError {
         #[source]
         source: BackendError,
     },
-    /// What was asked is not available on this backend or in this version.
-    #[error("backend `{backend}`: {what}")]
+    /// What was asked is not available on this backend: `kind` on `mode` in `format`
+    /// (typed, to match on), and `reason` (why, and what to use instead).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let registry = distlock::Registry::from_str("[backends.main]\nmode = \"memory\"").await?;
+    /// use distlock::config::{ModeKind, Protocol};
+    /// use distlock::{Feature, LockError};
+    /// match registry.inspect("order:42", None).await {
+    ///     Err(LockError::Unsupported { kind: Feature::Inspect, mode: ModeKind::Memory, format, .. }) => {
+    ///         assert_eq!(format, Protocol::Distlock);
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    #[error("backend `{backend}`: {kind} is not supported on mode = \"{mode}\" with protocol = \"{format}\" ({reason})")]
     #[non_exhaustive]
     Unsupported {
         /// The backend's name.
         backend: String,
-        /// What is not available.
-        what: String,
+        /// What was asked.
+        kind: Feature,
+        /// The backend's on-Redis format (`protocol`).
+        format: distlock_config::Protocol,
+        /// The backend's mode.
+        mode: distlock_config::ModeKind,
+        /// Why it is not available, and what to use instead.
+        reason: String,
     },
     /// The key cannot be used as a lock key.
     #[error("invalid lock key {key:?}: {reason}")]
@@ -436,6 +458,40 @@ fn key_suffix(key: &Option<String>) -> String {
     match key {
         Some(k) => format!(", lock `{k}`"),
         None => String::new(),
+    }
+}
+
+/// What a backend was asked for that it does not offer ([`LockError::Unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Feature {
+    /// A lock of this kind.
+    Lock(crate::LockKind),
+    /// A semaphore ([`crate::Semaphore`]).
+    Semaphore,
+    /// Leader election ([`crate::Leader`]).
+    Leader,
+    /// Fenced values ([`crate::fence`]).
+    Fence,
+    /// Inspecting locks (`Registry::inspect`, `distlock list|show`).
+    Inspect,
+    /// A lock held for at least a while (`Lock::hold_at_least`, run-once jobs).
+    HoldAtLeast,
+    /// Announcing on a channel (a leader's resignation).
+    Announce,
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Feature::Lock(kind) => write!(f, "lock kind `{}`", kind.name()),
+            Feature::Semaphore => f.write_str("semaphores"),
+            Feature::Leader => f.write_str("leader election"),
+            Feature::Fence => f.write_str("fenced values"),
+            Feature::Inspect => f.write_str("inspecting locks"),
+            Feature::HoldAtLeast => f.write_str("hold_at_least"),
+            Feature::Announce => f.write_str("announcing"),
+        }
     }
 }
 

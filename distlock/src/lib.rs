@@ -152,7 +152,7 @@ mod rt;
 // The everyday API: 25 names (the attribute, the primitives and their guards, the lease
 // terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).
 pub use distlock_macros::distributed_lock;
-pub use errors::{InitError, LockError};
+pub use errors::{Feature, InitError, LockError};
 pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
 pub use lease::kind::LockKind;
 pub use lease::terms::{Lease, OnLost};

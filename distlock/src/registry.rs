@@ -97,7 +97,9 @@ impl Slot {
     fn supports(&self, kind: crate::LockKind) -> Result<(), LockError> {
         match (self, self.get()) {
             (_, Some(b)) => b.supports(kind),
-            (Slot::Connecting(p), None) => crate::backend::mode_offers(&p.name, &p.mode, kind),
+            (Slot::Connecting(p), None) => {
+                crate::backend::mode_offers(&p.name, &p.mode, p.protocol, kind)
+            }
             (Slot::Ready(b), None) => b.supports(kind),
         }
     }

@@ -239,11 +239,21 @@ async fn unsupported_cells_are_refused() {
                 let at = format!("{} on {} ({kind:?})", row.scenario, backend.mode());
                 let key = common::unique("matrix");
                 match reg.lock(key.as_str()).kind(*kind).try_acquire().await {
-                    Err(err @ LockError::Unsupported { .. }) => {
+                    Err(
+                        err @ LockError::Unsupported {
+                            kind: distlock::Feature::Lock(refused),
+                            mode,
+                            ..
+                        },
+                    ) => {
                         let text = err.to_string();
                         assert!(
-                            text.contains(kind.name()) && text.contains(backend.mode()),
+                            refused == *kind && mode.name() == backend.mode(),
                             "{at}: the refusal must name the kind and the mode: {text}"
+                        );
+                        assert!(
+                            text.contains(kind.name()) && text.contains(backend.mode()),
+                            "{at}: the refusal must say the kind and the mode: {text}"
                         );
                         checked += 1;
                     }

@@ -379,7 +379,19 @@ async fn every_rule_on_every_kind_format_and_mode() {
                             refused += 1;
                             let key = unique("rules");
                             match take(reg, kind, &key, Duration::ZERO, Lease::Auto).await {
-                                Err(LockError::Unsupported { .. }) => {}
+                                Err(LockError::Unsupported {
+                                    format: f, mode: m, ..
+                                }) => {
+                                    // Typed: the caller can match on the format and mode.
+                                    assert_eq!(
+                                        (f.name(), m.name()),
+                                        (
+                                            format!("{format:?}").to_lowercase().as_str(),
+                                            format!("{mode:?}").to_lowercase().as_str()
+                                        ),
+                                        "{at}: refused naming another format or mode"
+                                    );
+                                }
                                 Err(e) => panic!("{at}: expected Unsupported ({why}), got {e}"),
                                 Ok(_) => panic!(
                                     "{at}: the table says Unsupported ({why}), but it was taken"

@@ -610,8 +610,18 @@ async fn bad_input_and_unsupported_modes() {
         )
         .await;
         match reg.semaphore("x", 2).acquire(1).await {
-            Err(LockError::Unsupported { what, .. }) => {
-                assert!(what.contains(&format!("mode = \"{mode}\"")), "{what}");
+            Err(e @ LockError::Unsupported { .. }) => {
+                let LockError::Unsupported {
+                    kind,
+                    mode: refused_on,
+                    ..
+                } = &e
+                else {
+                    unreachable!()
+                };
+                assert_eq!(*kind, distlock::Feature::Semaphore, "{e}");
+                assert_eq!(refused_on.name(), mode, "{e}");
+                assert!(e.to_string().contains(&format!("mode = \"{mode}\"")), "{e}");
             }
             other => panic!("{mode}: {other:?}"),
         }

@@ -76,6 +76,8 @@ pub(crate) struct Backend {
     check: Option<check::SelfCheck>,
     /// The on-Redis format (`protocol`): distlock's or Redisson's.
     pub(crate) protocol: Protocol,
+    /// Its mode, for what it refuses ([`Backend::unsupported`]).
+    pub(crate) mode: distlock_config::ModeKind,
     /// The local waiters a release hands the lock to (`crate::primitives::handoff`);
     /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
     /// sentinel with `sync_replicas`, Redisson's format).
@@ -214,6 +216,7 @@ impl Backend {
             holder_info: cfg.holder_info && !matches!(cfg.mode, Mode::Memory),
             check,
             protocol: cfg.protocol,
+            mode: cfg.mode.kind(),
             resends: Arc::default(),
             driver,
         };
@@ -270,24 +273,21 @@ impl Backend {
     /// backend (redlock, multi) would have to agree on a queue or a reader set across
     /// independent masters, which this protocol does not do.
     pub(crate) fn supports(&self, kind: LockKind) -> Result<(), LockError> {
-        let quorum = match &self.driver {
-            Driver::Quorum(q) => Some(q.mode_name()),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                None
-            }
-        };
-        offers(&self.name, quorum, kind)
+        offers(&self.name, self.mode, self.protocol, kind)
     }
 
     /// Whether semaphores can be taken here (see [`semaphore_offered`]).
     pub(crate) fn supports_semaphore(&self) -> Result<(), LockError> {
-        let quorum = match &self.driver {
-            Driver::Quorum(q) => Some(q.mode_name()),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                None
-            }
-        };
-        semaphore_offered(&self.name, quorum, self.protocol)
+        semaphore_offered(&self.name, self.mode, self.protocol)
+    }
+
+    /// `kind` refused here, for `reason` (why, and what to use instead).
+    pub(crate) fn unsupported(
+        &self,
+        kind: crate::errors::Feature,
+        reason: impl Into<String>,
+    ) -> LockError {
+        offers::unsupported(&self.name, kind, self.protocol, self.mode, reason)
     }
 
     /// Whether what `shape` lays out can be taken here: [`Backend::supports`] for a lock,
@@ -688,11 +688,11 @@ impl Backend {
                 m.deliver(channel);
                 return Ok(());
             }
-            Driver::Quorum(q) => {
-                return Err(LockError::Unsupported {
-                    backend: self.name.to_string(),
-                    what: format!("announcing on mode = \"{}\"", q.mode_name()),
-                })
+            Driver::Quorum(_) => {
+                return Err(self.unsupported(
+                    crate::errors::Feature::Announce,
+                    "a message goes to one server; a quorum backend has independent masters",
+                ))
             }
             Driver::Cluster(_) => crate::protocol::Publish::Sharded,
             Driver::Single(_) | Driver::Sentinel(_) => crate::protocol::Publish::Plain,

@@ -2,15 +2,38 @@
 //! kinds each mode serves, semaphores, and what `protocol = "redisson"` cannot be combined
 //! with.
 
-use distlock_config::{BackendConfig, Mode, Protocol};
+use distlock_config::{BackendConfig, Mode, ModeKind, Protocol};
 
+use crate::errors::Feature;
 use crate::{InitError, LockError, LockKind};
+
+/// `kind` refused on backend `name` of `mode` in `format`, for `reason`.
+pub(super) fn unsupported(
+    name: &str,
+    kind: Feature,
+    format: Protocol,
+    mode: ModeKind,
+    reason: impl Into<String>,
+) -> LockError {
+    LockError::Unsupported {
+        backend: name.to_owned(),
+        kind,
+        format,
+        mode,
+        reason: reason.into(),
+    }
+}
 
 /// Whether a backend of `mode` offers lock kind `kind` (known before it is connected).
 /// Every kind is offered in both protocols (`protocol = "redisson"` is refused at init on
 /// the modes it cannot serve).
-pub(crate) fn mode_offers(name: &str, mode: &Mode, kind: LockKind) -> Result<(), LockError> {
-    offers(name, quorum_of(mode), kind)
+pub(crate) fn mode_offers(
+    name: &str,
+    mode: &Mode,
+    protocol: Protocol,
+    kind: LockKind,
+) -> Result<(), LockError> {
+    offers(name, mode.kind(), protocol, kind)
 }
 
 /// Whether a backend of `mode` offers semaphores (known before it is connected).
@@ -19,40 +42,34 @@ pub(crate) fn mode_offers_semaphore(
     mode: &Mode,
     protocol: Protocol,
 ) -> Result<(), LockError> {
-    semaphore_offered(name, quorum_of(mode), protocol)
+    semaphore_offered(name, mode.kind(), protocol)
 }
 
-/// The name of `mode` when it is a quorum mode.
-fn quorum_of(mode: &Mode) -> Option<&'static str> {
+/// Whether `mode` is a quorum mode (independent masters).
+fn is_quorum(mode: ModeKind) -> bool {
     match mode {
-        Mode::Redlock { .. } => Some("redlock"),
-        Mode::Multi { .. } => Some("multi"),
-        Mode::Single { .. } | Mode::Cluster { .. } | Mode::Sentinel { .. } | Mode::Memory => None,
+        ModeKind::Redlock | ModeKind::Multi => true,
+        ModeKind::Single | ModeKind::Cluster | ModeKind::Sentinel | ModeKind::Memory => false,
+        // A mode added later: refused until it says otherwise.
+        _ => true,
     }
 }
 
 /// Semaphores need their holders counted in one place (one server, one cluster slot, or
-/// this process), in distlock's format: a quorum backend (`quorum`: its mode's name) or
-/// Redisson's format refuses them.
+/// this process), in distlock's format: a quorum backend or Redisson's format refuses them.
 pub(super) fn semaphore_offered(
     name: &str,
-    quorum: Option<&'static str>,
+    mode: ModeKind,
     protocol: Protocol,
 ) -> Result<(), LockError> {
-    if let Some(mode) = quorum {
-        return Err(LockError::Unsupported {
-            backend: name.to_owned(),
-            what: format!(
-                "semaphores on mode = \"{mode}\" (a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend)"
-            ),
-        });
+    if is_quorum(mode) {
+        return Err(unsupported(name, Feature::Semaphore, protocol, mode,
+            "a semaphore's holders must be counted in one place; use a single, cluster, sentinel or memory backend"));
     }
     match protocol {
         Protocol::Distlock => Ok(()),
-        Protocol::Redisson => Err(LockError::Unsupported {
-            backend: name.to_owned(),
-            what: "semaphores with protocol = \"redisson\" (Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see docs/redisson.md)".to_string(),
-        }),
+        Protocol::Redisson => Err(unsupported(name, Feature::Semaphore, protocol, mode,
+            "Redisson's semaphore formats are not covered: distlock speaks its reentrant, fenced, fair and read-write locks; see docs/redisson.md")),
     }
 }
 
@@ -79,24 +96,22 @@ pub(super) fn protocol_fits(cfg: &BackendConfig) -> Result<(), InitError> {
 }
 
 /// Fair and read-write locks need one master or one cluster slot: a quorum backend
-/// (`quorum`: its mode's name) offers only reentrant locks.
+/// offers only reentrant locks.
 pub(super) fn offers(
     name: &str,
-    quorum: Option<&'static str>,
+    mode: ModeKind,
+    protocol: Protocol,
     kind: LockKind,
 ) -> Result<(), LockError> {
-    match (quorum, kind) {
-        (_, LockKind::Reentrant) | (None, LockKind::Fair | LockKind::Read | LockKind::Write) => {
-            Ok(())
-        }
-        (Some(mode), LockKind::Fair | LockKind::Read | LockKind::Write) => {
-            Err(LockError::Unsupported {
-                backend: name.to_owned(),
-                what: format!(
-                    "lock kind `{}` on mode = \"{mode}\" (fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend)",
-                    kind.name(),
-                ),
-            })
-        }
+    match kind {
+        LockKind::Reentrant => Ok(()),
+        LockKind::Fair | LockKind::Read | LockKind::Write if !is_quorum(mode) => Ok(()),
+        LockKind::Fair | LockKind::Read | LockKind::Write => Err(unsupported(
+            name,
+            Feature::Lock(kind),
+            protocol,
+            mode,
+            "fair and read-write locks need one master or one cluster slot; use a single, cluster, sentinel or memory backend",
+        )),
     }
 }

@@ -536,10 +536,10 @@ pub fn is_stale(rows_affected: u64) -> bool {
 }
 
 fn unsupported(backend: &Backend) -> LockError {
-    LockError::Unsupported {
-        backend: backend.name.to_string(),
-        what: "fenced values on this backend".into(),
-    }
+    backend.unsupported(
+        crate::errors::Feature::Fence,
+        "this backend runs no scripts",
+    )
 }
 
 fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {

@@ -288,7 +288,7 @@ impl Registry {
             let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
             let names = match backend.scan(&scan, SCAN_LIMIT).await {
                 Some(r) => r?,
-                None => return Err(no_inspection(&backend.name)),
+                None => return Err(no_inspection(&backend)),
             };
             let keys: BTreeSet<String> = names
                 .iter()
@@ -305,11 +305,12 @@ impl Registry {
     }
 }
 
-fn no_inspection(backend: &str) -> LockError {
-    LockError::Unsupported {
-        backend: backend.to_owned(),
-        what: "inspecting locks on mode = \"memory\" (its locks live in one process)".into(),
-    }
+/// Inspection on the memory backend, whose locks live in one process.
+fn no_inspection(backend: &crate::backend::Backend) -> LockError {
+    backend.unsupported(
+        crate::errors::Feature::Inspect,
+        "its locks live in one process",
+    )
 }
 
 pub(crate) async fn inspect_on(
@@ -318,7 +319,7 @@ pub(crate) async fn inspect_on(
 ) -> Result<Vec<LockInfo>, LockError> {
     let call = crate::protocol::inspect(&backend.prefix, key, backend.is_cluster())?;
     let Some((replies, _)) = backend.run_script(key, &call).await else {
-        return Err(no_inspection(&backend.name));
+        return Err(no_inspection(backend));
     };
     let addresses = backend.script_addresses();
     let mut first_err = None;
@@ -331,10 +332,10 @@ pub(crate) async fn inspect_on(
         match reply {
             Ok(v) => {
                 let found = parse(key, &backend.name, &address, &v).ok_or_else(|| {
-                    LockError::Unsupported {
-                        backend: backend.name.to_string(),
-                        what: format!("{address}: unexpected reply to the inspect script: {v:?}"),
-                    }
+                    backend.unsupported(
+                        crate::errors::Feature::Inspect,
+                        format!("{address}: unexpected reply to the inspect script: {v:?}"),
+                    )
                 })?;
                 if !found.is_empty() {
                     return Ok(found);
@@ -738,10 +739,10 @@ fn glob_for_scan(glob: &str) -> String {
 /// "nothing held".
 fn redisson_uninspectable(backend: &crate::backend::Backend) -> Result<(), LockError> {
     if backend.is_redisson() {
-        return Err(LockError::Unsupported {
-            backend: backend.name.to_string(),
-            what: "inspecting locks (list/show) with protocol = \"redisson\": inspect Redisson's hashes with redis-cli (HGETALL <name>, PTTL <name>)".into(),
-        });
+        return Err(backend.unsupported(
+            crate::errors::Feature::Inspect,
+            "inspection reads distlock's layout; inspect Redisson's hashes with redis-cli (HGETALL <name>, PTTL <name>)",
+        ));
     }
     Ok(())
 }

@@ -721,7 +721,10 @@ mod tests {
             },
             LockError::Unsupported {
                 backend: "main".into(),
-                what: "lock kind `fair` on mode = \"redlock\"".into(),
+                kind: crate::Feature::Lock(crate::LockKind::Fair),
+                format: distlock_config::Protocol::Distlock,
+                mode: distlock_config::ModeKind::Redlock,
+                reason: "fair locks need one master".into(),
             },
             LockError::InvalidDuration {
                 key: "order:42".into(),

@@ -209,19 +209,17 @@ impl Leader {
                 reason: "the leader election's name is empty".into(),
             });
         }
-        if let Some(mode) = backend.quorum_mode() {
-            return Err(LockError::Unsupported {
-                backend: backend.name.to_string(),
-                what: format!(
-                    "leader election on mode = \"{mode}\" (observers read the leader from one place; use a single, cluster, sentinel or memory backend)"
-                ),
-            });
+        if backend.quorum_mode().is_some() {
+            return Err(backend.unsupported(
+                crate::errors::Feature::Leader,
+                "observers read the leader from one place; use a single, cluster, sentinel or memory backend",
+            ));
         }
         if backend.is_redisson() {
-            return Err(LockError::Unsupported {
-                backend: backend.name.to_string(),
-                what: "leader election with protocol = \"redisson\" (Redisson's lock format has no place for the leader's information)".into(),
-            });
+            return Err(backend.unsupported(
+                crate::errors::Feature::Leader,
+                "Redisson's lock format has no place for the leader's information",
+            ));
         }
         let keys = backend.keys(self.key(), LockKind::Reentrant, backend.watchdog_timeout)?;
         Ok((registry, backend, keys))

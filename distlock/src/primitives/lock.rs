@@ -431,20 +431,14 @@ async fn acquire(
     let mut keys = backend.keys(key, kind, lease_len)?;
     if let Some(hold) = hold_at_least {
         if kind != LockKind::Reentrant || backend.is_redisson() {
-            return Err(LockError::Unsupported {
-                backend: backend.name.to_string(),
-                what: format!(
-                    "hold_at_least (lock `{}`) is for reentrant locks in distlock's format; \
-                     this is a {} lock{}",
+            return Err(backend.unsupported(
+                crate::errors::Feature::HoldAtLeast,
+                format!(
+                    "hold_at_least (lock `{}`) is for reentrant locks in distlock's format; this is a {} lock",
                     keys.user,
                     kind.name(),
-                    if backend.is_redisson() {
-                        " on a protocol = \"redisson\" backend"
-                    } else {
-                        ""
-                    }
                 ),
-            });
+            ));
         }
         if !hold.is_zero() {
             let label = if auto {
