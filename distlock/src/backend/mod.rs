@@ -282,11 +282,7 @@ impl Backend {
     }
 
     /// `kind` refused here, for `reason` (why, and what to use instead).
-    pub(crate) fn unsupported(
-        &self,
-        kind: crate::errors::Feature,
-        reason: impl Into<String>,
-    ) -> LockError {
+    pub(crate) fn unsupported(&self, kind: crate::Feature, reason: impl Into<String>) -> LockError {
         offers::unsupported(&self.name, kind, self.protocol, self.mode, reason)
     }
 
@@ -690,7 +686,7 @@ impl Backend {
             }
             Driver::Quorum(_) => {
                 return Err(self.unsupported(
-                    crate::errors::Feature::Announce,
+                    crate::Feature::Announce,
                     "a message goes to one server; a quorum backend has independent masters",
                 ))
             }

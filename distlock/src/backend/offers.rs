@@ -4,7 +4,7 @@
 
 use distlock_config::{BackendConfig, Mode, ModeKind, Protocol};
 
-use crate::errors::Feature;
+use crate::Feature;
 use crate::{InitError, LockError, LockKind};
 
 /// `kind` refused on backend `name` of `mode` in `format`, for `reason`.

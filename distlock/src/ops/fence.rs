@@ -536,10 +536,7 @@ pub fn is_stale(rows_affected: u64) -> bool {
 }
 
 fn unsupported(backend: &Backend) -> LockError {
-    backend.unsupported(
-        crate::errors::Feature::Fence,
-        "this backend runs no scripts",
-    )
+    backend.unsupported(crate::Feature::Fence, "this backend runs no scripts")
 }
 
 fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {

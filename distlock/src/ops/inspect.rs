@@ -307,10 +307,7 @@ impl Registry {
 
 /// Inspection on the memory backend, whose locks live in one process.
 fn no_inspection(backend: &crate::backend::Backend) -> LockError {
-    backend.unsupported(
-        crate::errors::Feature::Inspect,
-        "its locks live in one process",
-    )
+    backend.unsupported(crate::Feature::Inspect, "its locks live in one process")
 }
 
 pub(crate) async fn inspect_on(
@@ -333,7 +330,7 @@ pub(crate) async fn inspect_on(
             Ok(v) => {
                 let found = parse(key, &backend.name, &address, &v).ok_or_else(|| {
                     backend.unsupported(
-                        crate::errors::Feature::Inspect,
+                        crate::Feature::Inspect,
                         format!("{address}: unexpected reply to the inspect script: {v:?}"),
                     )
                 })?;
@@ -740,7 +737,7 @@ fn glob_for_scan(glob: &str) -> String {
 fn redisson_uninspectable(backend: &crate::backend::Backend) -> Result<(), LockError> {
     if backend.is_redisson() {
         return Err(backend.unsupported(
-            crate::errors::Feature::Inspect,
+            crate::Feature::Inspect,
             "inspection reads distlock's layout; inspect Redisson's hashes with redis-cli (HGETALL <name>, PTTL <name>)",
         ));
     }

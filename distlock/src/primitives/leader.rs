@@ -211,13 +211,13 @@ impl Leader {
         }
         if backend.quorum_mode().is_some() {
             return Err(backend.unsupported(
-                crate::errors::Feature::Leader,
+                crate::Feature::Leader,
                 "observers read the leader from one place; use a single, cluster, sentinel or memory backend",
             ));
         }
         if backend.is_redisson() {
             return Err(backend.unsupported(
-                crate::errors::Feature::Leader,
+                crate::Feature::Leader,
                 "Redisson's lock format has no place for the leader's information",
             ));
         }

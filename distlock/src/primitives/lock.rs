@@ -432,7 +432,7 @@ async fn acquire(
     if let Some(hold) = hold_at_least {
         if kind != LockKind::Reentrant || backend.is_redisson() {
             return Err(backend.unsupported(
-                crate::errors::Feature::HoldAtLeast,
+                crate::Feature::HoldAtLeast,
                 format!(
                     "hold_at_least (lock `{}`) is for reentrant locks in distlock's format; this is a {} lock",
                     keys.user,
