@@ -576,3 +576,69 @@ async fn a_waiter_whose_subscription_is_not_confirmed_is_counted_and_hears_the_r
     println!("redlock: unconfirmed subscription (3 of 5 nodes silent): the waiter holds the lock {took:?} after the release");
     guard.release().await.expect("release");
 }
+
+/// A partial grant whose undo fails in a blip (the node's reply lost and its connection
+/// refused for a moment) is sent again once the node answers: the node's part of the
+/// lock goes within a second of that, not at the end of its 20 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_that_failed_in_a_blip_is_sent_again() {
+    for mode in ["redlock", "multi"] {
+        undo_sent_again(mode).await;
+    }
+}
+
+async fn undo_sent_again(mode: &str) {
+    let servers = private_servers(3);
+    let urls = urls_of(&servers);
+    let proxy = Proxy::start(&addr_of(&urls[0]));
+    let reg = Registry::from_str(&format!(
+        "[backends.main]\nmode = \"{mode}\"\nnodes = [\"{}\", \"{}\", \"{}\"]\nnode_timeout = \"200ms\"\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n",
+        proxy.url(),
+        urls[1],
+        urls[2]
+    ))
+    .await
+    .expect("connect");
+    // The subscribers first (one per node): the one reply lost below is the acquire's.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reg.subscriber_connections("main").unwrap_or(0) < 3 {
+        assert!(Instant::now() < deadline, "the subscribers did not connect");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let key = unique("undo-blip");
+    for url in &urls[1..] {
+        hold_as_other(url, &key, 30_000);
+    }
+    // Node 0 grants, its reply is lost and its connection reset; reconnecting is refused
+    // until the blip ends, so the undo cannot reach it at once.
+    proxy.set_refuse_from(Some(proxy.accepted() + 1));
+    proxy.reset_after_replies(1);
+    let got = reg
+        .lock(key.as_str())
+        .lease(Lease::Fixed(Duration::from_secs(20)))
+        .try_acquire()
+        .await;
+    assert!(
+        matches!(got, Ok(None) | Err(_)),
+        "2 of 3 held by another owner: {got:?}"
+    );
+    assert_eq!(proxy.pending_reply_resets(), 0, "the fault happened");
+    assert!(
+        holds(&urls[0], &key),
+        "node 0 granted, and its undo did not arrive"
+    );
+    proxy.set_refuse_from(None);
+    let back = Instant::now();
+    while holds(&urls[0], &key) {
+        assert!(
+            back.elapsed() < Duration::from_secs(3),
+            "{mode}: node 0 still holds its part {:?} after it answers again",
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "{mode}: the undo reached node 0 {:?} after it answered again",
+        back.elapsed()
+    );
+}

@@ -196,27 +196,35 @@ impl QuorumDriver {
     }
 
     /// Release on the nodes `which` after a failed attempt. Waits at most `node_timeout`;
-    /// releases still under way then finish in the background.
+    /// releases still under way then finish in the background. An undo that fails for a
+    /// transient reason is sent again to its node alone until it answers (its part of
+    /// the lock would otherwise stay until its lease: on `multi` enough to refuse every
+    /// acquirer).
     async fn undo(&self, keys: &LockKeys, hold: Hold, which: &[usize]) {
         if which.is_empty() {
             return;
         }
         let keys = Arc::new(keys.clone());
+        let undoing = hold.undoing();
+        let again = Arc::new(self.resender(keys.clone(), undoing));
         let node_timeout = self.options.node_timeout;
         let deadline = Instant::now() + node_timeout;
         let (_, rest) = self
             .on_nodes(
                 which.iter().copied(),
                 move |node| {
-                    let keys = keys.clone();
+                    let (keys, again) = (keys.clone(), again.clone());
                     async move {
-                        let server = node.server()?;
-                        let r = node
-                            .ask(node_timeout, server.release(&keys, hold.undoing()))
-                            .await;
+                        let r = match node.server() {
+                            Ok(server) => node.ask(node_timeout, server.release(&keys, undoing)).await,
+                            Err(e) => Err(e),
+                        };
                         if let Err(e) = &r {
                             tracing::debug!(node = %node.address, key = %keys.user, error = %e,
-                                "distlock: undoing a partial grant failed; it expires with its lease");
+                                "distlock: undoing a partial grant failed; sending it again when the node answers");
+                            if e.is_transient() {
+                                again(node.clone());
+                            }
                         }
                         r
                     }
