@@ -1474,6 +1474,63 @@ fn semaphores_are_shown_and_unlocked_holder_by_holder() {
     assert!(!exists(&format!("{}{{quota}}:sem:n", setup.prefix)));
 }
 
+/// A fair semaphore's queue is shown: `show` lists each queued waiter (its holder id and
+/// the wait it has left), in the order they are served, and the WAITERS cell counts them.
+#[test]
+fn a_fair_semaphores_queue_is_shown() {
+    let setup = Setup::new("fairsem");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = rt.block_on(Registry::from_str(&setup.toml)).unwrap();
+    let held = rt
+        .block_on(registry.semaphore("pool", 2).fair().acquire(2))
+        .unwrap();
+    let waiters: Vec<_> = [1u32, 1]
+        .into_iter()
+        .map(|n| {
+            let registry = registry.clone();
+            rt.spawn(async move {
+                registry
+                    .semaphore("pool", 2)
+                    .fair()
+                    .wait(Duration::from_secs(60))
+                    .acquire(n)
+                    .await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = loop {
+        let shown = setup.json(&["show", "pool", "--json"]);
+        let s = shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["kind"] == "semaphore")
+            .cloned()
+            .unwrap_or_else(|| panic!("a fair semaphore with its permits taken: {shown:#}"));
+        if s["waiters"].as_array().is_some_and(|w| w.len() == 2) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the two queued waiters are not shown: {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for w in shown["waiters"].as_array().unwrap() {
+        assert!(!w["owner"].as_str().unwrap().is_empty(), "{w:#}");
+        assert!(w["wait_left_ms"].as_u64().unwrap() > 30_000, "{w:#}");
+    }
+    rt.block_on(held.release()).unwrap();
+    for w in waiters {
+        let g = rt
+            .block_on(w)
+            .unwrap()
+            .expect("served once the permits are back");
+        rt.block_on(g.release()).unwrap();
+    }
+}
+
 /// A semaphore on `backend` (the TOML lines of `[backends.c]`) is shown and `unlock` frees
 /// it, heard by its holder at once; on a cluster (`master_address`) the address shown is the
 /// master that holds it.

@@ -467,9 +467,28 @@ fn info_of(fields: &[(String, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The waiters of a queue (`queue`: the list, in the order they are served; `deadlines`:
+/// the zset of their deadlines, server ms) still within their wait at `now`.
+fn queued(queue: &Value, deadlines: &Value, now: i64) -> Option<Vec<Waiter>> {
+    let queue: Vec<String> = array(queue)?.iter().filter_map(text).collect();
+    let deadlines = pairs(deadlines)?;
+    Some(
+        queue
+            .iter()
+            .filter_map(|o| {
+                let d: i64 = deadlines.iter().find(|(w, _)| w == o)?.1.parse().ok()?;
+                Some(Waiter {
+                    owner: o.clone(),
+                    wait_left: positive_ms(d - now)?,
+                })
+            })
+            .collect(),
+    )
+}
+
 fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockInfo>> {
     let a = array(v)?;
-    if a.len() != 13 {
+    if a.len() != 15 {
         return None;
     }
     // On a cluster, the node that answered (the master holding the key).
@@ -513,19 +532,8 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
     }
     // Fair.
     let (pttl, fields) = hash(&a[3])?;
-    let queue: Vec<String> = array(&a[4])?.iter().filter_map(text).collect();
-    let deadlines = pairs(&a[5])?;
     let finfo = info_of(&fields);
-    let waiters: Vec<Waiter> = queue
-        .iter()
-        .filter_map(|o| {
-            let d: i64 = deadlines.iter().find(|(w, _)| w == o)?.1.parse().ok()?;
-            Some(Waiter {
-                owner: o.clone(),
-                wait_left: positive_ms(d - now)?,
-            })
-        })
-        .collect();
+    let waiters = queued(&a[4], &a[5], now)?;
     if !fields.is_empty() || !waiters.is_empty() {
         let holders = fields
             .iter()
@@ -635,17 +643,14 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             })
         })
         .collect();
-    if !holders.is_empty() || waiting_on(3).is_some_and(|n| n > 0) {
+    // A fair semaphore's queue (empty for another semaphore).
+    let waiters = queued(&a[13], &a[14], now)?;
+    if !holders.is_empty() || !waiters.is_empty() || waiting_on(3).is_some_and(|n| n > 0) {
         out.push(LockInfo {
             waiting_processes: waiting_on(3),
             token: last_token(token, tokens),
             permits: entry("limit").and_then(|p| p.parse().ok()),
-            ..info(
-                Kind::Semaphore,
-                positive_ms(last - now),
-                holders,
-                Vec::new(),
-            )
+            ..info(Kind::Semaphore, positive_ms(last - now), holders, waiters)
         });
     }
     Some(out)
@@ -656,7 +661,15 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
 /// a semaphore's `PREFIX{KEY}:sem`; the `PREFIX{#HASH}KEY` form of keys with braces too),
 /// checked by computing the names back.
 fn user_key(prefix: &str, name: &str) -> Option<String> {
-    const SUFFIXES: [&str; 6] = [":fair:queue", ":rw:writers", ":fair", ":rw", ":sem", ""];
+    const SUFFIXES: [&str; 7] = [
+        ":fair:queue",
+        ":rw:writers",
+        ":sem:queue",
+        ":fair",
+        ":rw",
+        ":sem",
+        "",
+    ];
     let rest = name.strip_prefix(prefix)?.strip_prefix('{')?;
     for suffix in SUFFIXES {
         let Some(base) = name.strip_suffix(suffix) else {

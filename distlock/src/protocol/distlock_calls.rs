@@ -261,6 +261,7 @@ pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, cr
     };
     let [queue, waiters] = fair.extra();
     let [readers, writers] = rw.extra();
+    let [sem_queue, sem_waiters] = LockKeys::semaphore(prefix, key.to_owned(), 1, 1, true)?.extra();
     let keys = vec![
         r.hash.clone(),
         fair.hash.clone(),
@@ -272,6 +273,8 @@ pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, cr
         r.fence.clone(),
         sem.hash.clone(),
         counts,
+        sem_queue,
+        sem_waiters,
     ];
     let mut args = [&r.channel, &fair.channel, &rw.channel, &sem.channel]
         .map(|c| c.as_bytes().to_vec())

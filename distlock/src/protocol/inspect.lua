@@ -5,6 +5,7 @@
 -- KEYS[4] fair waiters zset        KEYS[5] rw hash           KEYS[6] rw readers zset
 -- KEYS[7] rw waiting writers zset  KEYS[8] fencing counter
 -- KEYS[9] semaphore holders zset   KEYS[10] semaphore counts hash (see sem_prologue.lua)
+-- KEYS[11] fair semaphore queue list KEYS[12] fair semaphore waiters zset
 -- ARGV[1], ARGV[2], ARGV[3], ARGV[4] the release channels of the reentrant, fair and
 --   read-write locks and of the semaphore
 -- ARGV[5] '1': this server is a cluster node; its own address is asked (CLUSTER NODES,
@@ -15,7 +16,8 @@
 --   {pttl, hgetall rw}, zrange readers withscores, zrange writers withscores,
 --   {waiting processes on each channel of ARGV[1..4]},
 --   zrange semaphore holders withscores, hgetall semaphore counts,
---   this node's address (`host:port`) or false}
+--   this node's address (`host:port`) or false,
+--   lrange semaphore queue, zrange semaphore waiters withscores}
 -- The holders' information is in their lock's hash (`i:<owner id>`, see acquire.lua).
 -- A waiting process is a subscriber connection to the lock's release channel (PUBSUB NUMSUB
 -- plus SHARDNUMSUB on this server): every process with a task waiting for the lock has
@@ -61,4 +63,5 @@ return {
   {waiting(ARGV[1]), waiting(ARGV[2]), waiting(ARGV[3]), waiting(ARGV[4])},
   redis.call('zrange', KEYS[9], 0, -1, 'withscores'), redis.call('hgetall', KEYS[10]),
   myself(),
+  redis.call('lrange', KEYS[11], 0, -1), redis.call('zrange', KEYS[12], 0, -1, 'withscores'),
 }
