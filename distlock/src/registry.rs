@@ -257,6 +257,28 @@ impl Registry {
         names
     }
 
+    /// The mode and the on-Redis format of backend `name` (`None`: no such backend), e.g.
+    /// to tell what [`LockError::Unsupported`] will refuse before asking.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use distlock::config::{ModeKind, Protocol};
+    /// let registry = distlock::Registry::from_str("[backends.main]\nmode = \"memory\"").await?;
+    /// assert_eq!(registry.mode("main"), Some((ModeKind::Memory, Protocol::Distlock)));
+    /// assert_eq!(registry.mode("other"), None);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn mode(
+        &self,
+        name: &str,
+    ) -> Option<(distlock_config::ModeKind, distlock_config::Protocol)> {
+        match self.inner.backends.get(name)? {
+            Slot::Ready(b) => Some((b.mode, b.protocol)),
+            Slot::Connecting(p) => Some((p.mode.kind(), p.protocol)),
+        }
+    }
+
     /// The `[defaults]` in force.
     pub fn defaults(&self) -> &Defaults {
         &self.inner.defaults

@@ -124,7 +124,9 @@ pub async fn auto_lease_outlives_watchdog(reg: &Registry) {
 }
 
 /// A fixed 500 ms lease expires; the old holder's late release is `NotHeld` and does not
-/// free the next holder's lock.
+/// free the next holder's lock. (On redlock and multi it may answer `Ok`: its part on a
+/// node that expires it a moment later than the others is still there, and is freed;
+/// the next holder, granted on the other nodes, keeps the lock either way.)
 pub async fn fixed_lease_expires(reg: &Registry) {
     let key = unique("fixed");
     let first = reg
@@ -150,8 +152,17 @@ pub async fn fixed_lease_expires(reg: &Registry) {
         "acquired late: {took:?}"
     );
     assert!(!first.is_held());
-    let err = first.release().await.expect_err("late release");
-    assert!(matches!(err, LockError::NotHeld { .. }), "{err}");
+    match first.release().await {
+        Err(LockError::NotHeld { .. }) => {}
+        Ok(())
+            if reg.mode("main").is_some_and(|(m, _)| {
+                matches!(
+                    m,
+                    distlock::config::ModeKind::Redlock | distlock::config::ModeKind::Multi
+                )
+            }) => {}
+        other => panic!("late release: {other:?}"),
+    }
     assert!(second.is_held());
     assert!(
         reg.lock(key.as_str())
