@@ -425,6 +425,24 @@ async fn next_elected(
     }
 }
 
+/// The event `what` of worker `id`: from the log, or the next events read (within 3 s).
+async fn logged(
+    rx: &mut mpsc::UnboundedReceiver<Event>,
+    log: &mut Vec<Event>,
+    what: &str,
+    id: &str,
+) -> Event {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Some(e) = log.iter().find(|e| e.what == what && e.id == id) {
+            return e.clone();
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let e = next_event(rx, left, what).await;
+        log.push(e);
+    }
+}
+
 /// The leadership intervals [elected, end] (end: `LOST` or `RESIGNING` of that epoch, else
 /// the worker's kill time) are disjoint, and the epochs grow strictly in election order.
 fn check_intervals(mode: &str, log: &[Event], killed: &[(String, u64)]) {
@@ -499,11 +517,13 @@ async fn three_processes(mode: &str, nodes: &str, reg: Registry) {
         .expect("worker");
     writeln!(workers[j].stdin, "resign").expect("write");
     let third = next_elected(&mut rx, &mut log, Duration::from_secs(10), "after resign").await;
-    let resigning = log
-        .iter()
-        .find(|e| e.what == "RESIGNING" && e.id == second.id)
-        .expect("RESIGNING before the next ELECTED")
-        .t;
+    // Each worker's lines come through a pipe of their own: the resigning worker's may
+    // arrive after the new leader's, though it happened first (their times tell).
+    let resigning = logged(&mut rx, &mut log, "RESIGNING", &second.id).await.t;
+    assert!(
+        resigning <= third.t,
+        "{mode}: RESIGNING after the next ELECTED"
+    );
     let gap = Duration::from_nanos(third.t.saturating_sub(resigning));
     println!("{mode}: leader resigned -> next leader elected in {gap:?}");
     assert!(gap < Duration::from_millis(500), "{mode}: {gap:?}");
