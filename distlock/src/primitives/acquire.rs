@@ -28,10 +28,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::lease::heard::InFlight;
 use crate::lease::held::{Granted, LeaseState};
-use crate::lease::owner::{Hold, OwnerId, Under};
+use crate::lease::owner::{Hold, OwnerId};
 use crate::primitives::guard::{Held, ReleaseOnDrop};
-use crate::primitives::handoff::{Outcome, Place};
+use crate::primitives::handoff::{Outcome, Place, Waiters};
+use crate::primitives::nesting;
 use crate::protocol::keys::{Format, LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
@@ -82,29 +84,235 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
     Ok(held)
 }
 
-/// [`acquire`] on a backend that is not shut down.
+/// [`acquire`] on a backend that is not shut down: the terms checked and the enclosing
+/// hold entered (the first phase), then attempts — each sent ([`Attempts::try_once`]), its
+/// reply judged ([`Attempts::on_reply`]), and a refusal waited out
+/// ([`Attempts::wait_for_turn`]) — until one is granted, the wait ends or an error is
+/// final.
 async fn acquire_open(req: Request) -> Result<Held, LockError> {
-    let Request {
-        backend,
-        mut keys,
-        wait,
-        lease,
-        site,
-    } = req;
+    let (t, mut a) = Terms::begin(req).await?;
+    // The release channel this waiter listens on, once refused: a wake-up is enabled from
+    // it before each attempt, so that a release during the attempt is not missed.
+    let mut watch: Option<Watch> = None;
+    loop {
+        if let Some((token, sent)) = a.take_place_back(&t).await? {
+            return Ok(a.grant(&t, token, true, sent));
+        }
+        if a.leave_stale_queue(&t).await? {
+            continue;
+        }
+        let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
+        if let Some(n) = notified.as_mut() {
+            n.as_mut().enable();
+        }
+        // Before the first attempt: how many releases the lock's channel has seen, if it
+        // is live already (see the wait below).
+        let seen = match (&watch, &a.keys.format, &a.keys.shape) {
+            (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
+            (None, _, _) => t.backend.hub.messages(&a.keys.channel),
+        };
+        let (sent, result) = a.try_once(&t, watch.is_some()).await;
+        let ttl = match a.on_reply(&t, result)? {
+            Reply::Granted { token, outermost } => return Ok(a.grant(&t, token, outermost, sent)),
+            Reply::Refused { ttl } => ttl,
+            Reply::Again { at, new_field } => {
+                drop(notified);
+                if new_field {
+                    watch = None;
+                }
+                tokio::time::sleep_until(at).await;
+                continue;
+            }
+        };
+        let until = a.refused(&t, ttl, sent)?;
+        let fresh = watch.is_none();
+        let notified = if fresh {
+            drop(notified);
+            tracing::debug!(backend = %t.backend.name, key = %a.keys.user, ?ttl, "distlock: waiting");
+            // Its first subscription is waited for a first pause only.
+            a.poll.reset();
+            watch = Some(
+                t.backend
+                    .hub
+                    .watch_with(&a.keys.wait_channel(a.hold.owner), one_wakes(&a.keys)),
+            );
+            watch.as_ref().map(|w| {
+                let mut n = Box::pin(w.notified());
+                n.as_mut().enable();
+                n
+            })
+        } else {
+            notified
+        };
+        // Both are set by now (a watch made above comes with its wake-up enabled).
+        let (Some(w), Some(n)) = (watch.as_ref(), notified) else {
+            continue;
+        };
+        if let Some((token, sent)) = a.wait_for_turn(&t, w, n, fresh, seen, until).await {
+            return Ok(a.grant(&t, token, true, sent));
+        }
+    }
+}
+
+/// What stays fixed through one acquisition.
+struct Terms {
+    backend: Arc<Backend>,
+    site: &'static str,
+    /// The lease's length, and whether the watchdog renews it.
+    lease_len: Duration,
+    auto: bool,
+    start: Instant,
+    deadline: Instant,
+    /// The task's enclosing hold a nested acquisition goes under ([`nesting::enter`]).
+    outer: Option<Arc<LeaseState>>,
+    redisson: bool,
+    /// Redisson's format counts a re-entry on the owner's field, shared with the outer
+    /// hold, and has no level marks: a nested acquisition whose outcome is unknown (an
+    /// error, or this future dropped in flight) must not be "released" — that could take
+    /// the outer hold's count instead. Its possible extra count ends with the lease
+    /// (documented). (Also for a read or write acquisition inside a hold of the other
+    /// kind: it counts on the same owner's field, so a "release to be safe" could take the
+    /// outer's count.)
+    ambiguous_is_kept: bool,
+    /// A fresh acquisition of a lock that hands off waits as a local waiter too: a release
+    /// in this process grants it the lock directly (`crate::primitives::handoff`).
+    handoffs: Option<Arc<Waiters>>,
+    /// The revocations heard so far, noted again before each attempt: one heard before the
+    /// lease registers (its message came before the attempt's reply) is raised again for
+    /// it then (`crate::lease::revoke::Heard`).
+    in_flight: InFlight,
+}
+
+/// What changes from one attempt to the next.
+struct Attempts {
+    keys: LockKeys,
+    hold: Hold,
+    /// A nested hold's turn on its enclosing hold (given back with the guard).
+    permit: Option<OwnedSemaphorePermit>,
+    /// The error to answer when the first attempt finds the lock held (a write inside the
+    /// task's own read hold; [`nesting::enter`]).
+    upgrade: Option<LockError>,
+    /// From the moment a script is sent until an answer says it took nothing, the level
+    /// (the semaphore's holder id) may be held: if this future is dropped, or ends in an
+    /// error, it is released in the background.
+    pending: Option<ReleaseOnDrop>,
+    /// A fair or write waiter is queued in the backend once refused: on every way out but
+    /// acquiring (timeout, error, this future dropped) it leaves the queue again.
+    queued: Option<Queued>,
+    /// A place left under an old field (Redisson's format, after a transient error): left
+    /// before the next attempt, which queues under the new field — else that attempt would
+    /// queue behind it, and wait until its deadline (the whole allowance) to be served.
+    stale: Option<Queued>,
+    /// Its place among the local waiters (`crate::primitives::handoff`), and its rank.
+    place: Option<Place>,
+    rank: Option<u64>,
+    backend_retry: Backoff,
+    /// The pauses of a waiter that polls while its release channel is not confirmed.
+    poll: Backoff,
+}
+
+/// What an attempt's reply means for the acquisition.
+enum Reply {
+    /// Granted (a fresh hold, `outermost`, or a re-entry).
+    Granted { token: u64, outermost: bool },
+    /// Refused: the holder's lease (a semaphore: the earliest holder's) ends within `ttl`.
+    Refused { ttl: Option<Duration> },
+    /// Try again at `at` (a transient failure, a quorum not reached), under a new field
+    /// when `new_field` (Redisson's format: the release channel changes with it).
+    Again { at: Instant, new_field: bool },
+}
+
+impl Terms {
+    /// The first phase: the terms checked before anything is sent, and the task's
+    /// enclosing hold entered.
+    async fn begin(req: Request) -> Result<(Terms, Attempts), LockError> {
+        let Request {
+            backend,
+            mut keys,
+            wait,
+            lease,
+            site,
+        } = req;
+        let (lease_len, auto) = check_terms(&backend, &keys, lease)?;
+        let start = Instant::now();
+        let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
+        if let Format::Redisson(r) = &mut keys.format {
+            // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
+            // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
+            if !wait.is_zero() {
+                r.allowance = wait.min(crate::lease::terms::MAX_WAIT);
+            }
+        }
+        let entered = match nesting::enter(&backend, &keys, deadline).await {
+            Ok(e) => e,
+            Err(Some(e)) => return Err(e),
+            Err(None) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
+        };
+        let redisson = keys.format.is_redisson();
+        let ambiguous_is_kept = redisson && (entered.hold.nested || entered.outer.is_some());
+        let handoffs = match &backend.handoffs {
+            Some(w) if !entered.hold.nested && crate::primitives::handoff::eligible(&keys) => {
+                Some(w.clone())
+            }
+            _ => None,
+        };
+        // Its refused attempts tell the holder's process that a waiter of another process
+        // is there: it lets the lock go free for it at its next release instead of handing
+        // it to one of its own once it has waited a turn (`acquire.lua`, `handoff.lua`).
+        if let Some(w) = &handoffs {
+            keys.handoff_tag = Some(w.tag().clone());
+        }
+        let in_flight = backend.leases.heard.in_flight();
+        let attempts = Attempts {
+            keys,
+            hold: entered.hold,
+            permit: entered.permit,
+            upgrade: entered.upgrade,
+            pending: None,
+            queued: None,
+            stale: None,
+            place: None,
+            rank: None,
+            backend_retry: Backoff::retry(),
+            poll: Backoff::poll(),
+        };
+        let terms = Terms {
+            backend,
+            site,
+            lease_len,
+            auto,
+            start,
+            deadline,
+            outer: entered.outer,
+            redisson,
+            ambiguous_is_kept,
+            handoffs,
+            in_flight,
+        };
+        Ok((terms, attempts))
+    }
+}
+
+/// The lease's length and whether it is renewed, once checked: the backend offers the
+/// shape; Redis cannot expire a key that far out, a lock held for longer than a day
+/// without renewal is a wedge waiting to happen, and a lease under a millisecond is over
+/// before its grant arrives; a Redisson-format reader shares its hash's expiry with Java
+/// readers, whose watchdog sets it to their own lease: a longer lease than theirs could be
+/// cut short unheard.
+fn check_terms(
+    backend: &Backend,
+    keys: &LockKeys,
+    lease: Lease,
+) -> Result<(Duration, bool), LockError> {
     backend.supports_shape(&keys.shape)?;
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
-    // Checked before anything is sent: Redis cannot expire a key that far out, a lock held
-    // for longer than a day without renewal is a wedge waiting to happen, and a lease under
-    // a millisecond is over before its grant arrives.
     crate::lease::terms::check_lease(lease, lease_len, &keys.user, &backend.name)?;
-    // A Redisson-format reader shares its hash's expiry with Java readers, whose watchdog
-    // sets it to their own lease: a longer lease than theirs could be cut short unheard.
     if let Some(limit) = keys.lease_limit().filter(|l| lease_len > *l) {
         return Err(LockError::InvalidDuration {
-            key: keys.user,
+            key: keys.user.clone(),
             backend: backend.name.to_string(),
             what: if auto {
                 "lease (watchdog_timeout) of a Redisson-format read lock (Redisson's lockWatchdogTimeout)"
@@ -116,263 +324,165 @@ async fn acquire_open(req: Request) -> Result<Held, LockError> {
             limit,
         });
     }
-    let start = Instant::now();
-    let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
-    if let Format::Redisson(r) = &mut keys.format {
-        // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
-        // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
-        if !wait.is_zero() {
-            r.allowance = wait.min(crate::lease::terms::MAX_WAIT);
-        }
-    }
-    let kind = keys.shape.lock_kind();
-    // An enclosing hold of this lock in this task: a nested acquisition re-enters it, of
-    // every kind alike (`enclosing`: the rule for every pair of kinds). It counts a level
-    // of that hold (the scripts answer "outer lost", creating nothing, when the hold is
-    // gone), and sibling futures of the task take turns (the hold's one permit, within
-    // `wait`). A semaphore has no enclosing hold: each acquisition is a holder of its own.
-    let (outer, under, mut upgrade) = match kind {
-        Some(kind) => enclosing(&backend, &keys, kind)?,
-        None => (None, None, None),
-    };
-    let mut permit: Option<OwnedSemaphorePermit> = None;
-    let base = match (&outer, under) {
-        (Some(o), Some(under)) => {
-            match tokio::time::timeout_at(deadline, o.nested().acquire_owned()).await {
-                Ok(Ok(p)) => permit = Some(p),
-                _ => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
-            }
-            if o.is_lost() {
-                return Err(o.lost_error());
-            }
-            Hold::nested_under(o.owner, under)
-        }
-        (Some(o), None) => Hold {
-            nested: false,
-            ..Hold::nested(o.owner)
-        },
-        (None, _) => Hold::fresh(),
-    };
-    let mut hold = base;
-    // Redisson's format counts a re-entry on the owner's field, shared with the outer hold,
-    // and has no level marks: a nested acquisition whose outcome is unknown (an error, or
-    // this future dropped in flight) must not be "released" — that could take the outer
-    // hold's count instead. Its possible extra count ends with the lease (documented).
-    // (Also for a read or write acquisition inside a hold of the other kind: it counts on
-    // the same owner's field, so a "release to be safe" could take the outer's count.)
-    let redisson = keys.format.is_redisson();
-    let ambiguous_is_kept = redisson && (hold.nested || outer.is_some());
-    let outer_token = outer.as_ref().map(|o| o.token);
-    let mut pending: Option<ReleaseOnDrop> = None;
-    let mut watch: Option<Watch> = None;
-    let mut backend_retry = Backoff::retry();
-    // The pauses of a waiter that polls while its release channel is not confirmed.
-    let mut poll = Backoff::poll();
-    // A fair or write waiter is queued in the backend once refused: on every way out but
-    // acquiring (timeout, error, this future dropped) it leaves the queue again.
-    let mut queued: Option<Queued> = None;
-    // A place left under an old field (Redisson's format, after a transient error): left
-    // before the next attempt, which queues under the new field — else that attempt would
-    // queue behind it, and wait until its deadline (the whole allowance) to be served.
-    let mut stale: Option<Queued> = None;
-    // A fresh acquisition of a lock that hands off waits as a local waiter too: a release
-    // in this process grants it the lock directly (`crate::primitives::handoff`).
-    let handoffs = match &backend.handoffs {
-        Some(w) if !hold.nested && crate::primitives::handoff::eligible(&keys) => Some(w.clone()),
-        _ => None,
-    };
-    // Its refused attempts tell the holder's process that a waiter of another process is
-    // there: it lets the lock go free for it at its next release instead of handing it to
-    // one of its own once it has waited a turn (`acquire.lua`, `handoff.lua`).
-    if let Some(w) = &handoffs {
-        keys.handoff_tag = Some(w.tag().clone());
-    }
-    let mut place: Option<Place> = None;
-    let mut rank: Option<u64> = None;
-    // The revocations heard so far, noted again before each attempt: one heard before the
-    // lease below registers (its message came before the attempt's reply) is raised again
-    // for it then (`crate::lease::revoke::Heard`).
-    let in_flight = backend.leases.heard.in_flight();
-    let grant = |keys: LockKeys, hold: Hold, token: u64, outermost: bool, sent: Instant, permit| {
-        tracing::debug!(backend = %backend.name, key = %keys.user, token, outermost, waited = ?start.elapsed(), "distlock: acquired");
+    Ok((lease_len, auto))
+}
+
+impl Attempts {
+    /// The lease granted (`sent`: when the granting attempt was sent), registered, and
+    /// handed to a guard.
+    fn grant(self, t: &Terms, token: u64, outermost: bool, sent: Instant) -> Held {
+        let backend = &t.backend;
+        tracing::debug!(backend = %backend.name, key = %self.keys.user, token, outermost, waited = ?t.start.elapsed(), "distlock: acquired");
         let state = LeaseState::new(
             backend.name.clone(),
             &backend.leases,
-            keys,
+            self.keys,
             Granted {
-                hold,
+                hold: self.hold,
                 token,
                 outermost,
-                lease: lease_len,
-                auto,
-                expires_at: sent + backend.validity(lease_len),
-                site,
+                lease: t.lease_len,
+                auto: t.auto,
+                expires_at: sent + backend.validity(t.lease_len),
+                site: t.site,
             },
         );
-        crate::lease::revoke::registered(&in_flight, &backend, &state);
-        Held::new(state, backend.clone(), permit)
-    };
-    loop {
-        // A local waiter takes its place back before an attempt of its own; a releaser
-        // that claimed it meanwhile decides for it (its level may be granted already).
-        if let Some(mut p) = place.take() {
-            if !p.withdraw() {
-                match tokio::time::timeout_at(deadline, p.outcome()).await {
-                    Ok(Outcome::Granted { token, sent, undo }) => {
-                        undo.disarm();
-                        return Ok(grant(keys, hold, token, true, sent, permit));
-                    }
-                    Ok(Outcome::Retry) => {}
-                    // Its grant, should one come, is released by the releaser.
-                    Err(_) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
-                }
-            }
-        }
-        if let Some(q) = stale.as_mut() {
-            match crate::rt::runtime::entered(backend.cancel(&q.keys, q.owner)).await {
-                Ok(_) => {
-                    q.armed = false;
-                    stale = None;
-                }
-                // Not through yet: the same backoff as the attempts, within the wait.
-                Err(e) if e.is_transient() && Instant::now() < deadline => {
-                    let pause = backend_retry.pause();
-                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
-                        "distlock: leaving the wait queue under an old field failed; retrying within the wait");
-                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
-                    continue;
-                }
-                // Left to the background (the place expires at its deadline at the latest).
-                Err(_) => drop(stale.take()),
-            }
-        }
-        let mut notified = watch.as_ref().map(|w| Box::pin(w.notified()));
-        if let Some(n) = notified.as_mut() {
-            n.as_mut().enable();
-        }
-        // Before the first attempt: how many releases the lock's channel has seen, if it
-        // is live already (see the wait below).
-        let seen = match (&watch, &keys.format, &keys.shape) {
-            (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
-            (None, _, _) => backend.hub.messages(&keys.channel),
+        crate::lease::revoke::registered(&t.in_flight, backend, &state);
+        Held::new(state, backend.clone(), self.permit)
+    }
+
+    /// A local waiter takes its place back before an attempt of its own; a releaser that
+    /// claimed it meanwhile decides for it (its level may be granted already): the token
+    /// and send time of a grant handed over.
+    async fn take_place_back(&mut self, t: &Terms) -> Result<Option<(u64, Instant)>, LockError> {
+        let Some(mut p) = self.place.take() else {
+            return Ok(None);
         };
+        if p.withdraw() {
+            return Ok(None);
+        }
+        match tokio::time::timeout_at(t.deadline, p.outcome()).await {
+            Ok(Outcome::Granted { token, sent, undo }) => {
+                undo.disarm();
+                Ok(Some((token, sent)))
+            }
+            Ok(Outcome::Retry) => Ok(None),
+            // Its grant, should one come, is released by the releaser.
+            Err(_) => Err(timeout(
+                &t.backend,
+                self.keys.user.clone(),
+                t.start.elapsed(),
+                None,
+            )),
+        }
+    }
+
+    /// Leave a queue place under an old field ([`Attempts::stale`]). `true`: not through
+    /// yet, paused; try again (the same backoff as the attempts, within the wait).
+    async fn leave_stale_queue(&mut self, t: &Terms) -> Result<bool, LockError> {
+        let Some(q) = self.stale.as_mut() else {
+            return Ok(false);
+        };
+        match crate::rt::runtime::entered(t.backend.cancel(&q.keys, q.owner)).await {
+            Ok(_) => {
+                q.armed = false;
+                self.stale = None;
+            }
+            Err(e) if e.is_transient() && Instant::now() < t.deadline => {
+                let pause = self.backend_retry.pause();
+                tracing::debug!(backend = %t.backend.name, key = %self.keys.user, error = %e, retry_in = ?pause,
+                    "distlock: leaving the wait queue under an old field failed; retrying within the wait");
+                tokio::time::sleep_until(t.deadline.min(Instant::now() + pause)).await;
+                return Ok(true);
+            }
+            // Left to the background (the place expires at its deadline at the latest).
+            Err(_) => drop(self.stale.take()),
+        }
+        Ok(false)
+    }
+
+    /// One attempt (`watching`: refused before, listening for a release): when it was
+    /// sent, and the backend's answer.
+    async fn try_once(
+        &mut self,
+        t: &Terms,
+        watching: bool,
+    ) -> (Instant, Result<Attempt, LockError>) {
         // A lock this process was handed and holds: a first attempt could only be refused,
-        // so it is skipped, and this acquirer waits as a local waiter. So does a waiter woken
-        // by a release that let the lock go free for a waiter of another process
+        // so it is skipped, and this acquirer waits as a local waiter. So does a waiter
+        // woken by a release that let the lock go free for a waiter of another process
         // (`Waiters::yield_to_remote`): else, on a warm runtime, it takes the lock back
         // before that waiter's process has woken, and the other process starves.
         // Only while the wait outlasts the mark: a mark is a hint (its hold may have lost
         // the lock unheard), so the last attempt before the deadline — a try-once's only
         // one — asks the server, and "busy" is never answered from a mark alone.
-        let local = match (&watch, &handoffs) {
-            (None, Some(w)) => w.handed_until(&keys.hash),
-            (Some(_), Some(w)) => w.yielded_until(&keys.hash),
+        let local = match (watching, &t.handoffs) {
+            (false, Some(w)) => w.handed_until(&self.keys.hash),
+            (true, Some(w)) => w.yielded_until(&self.keys.hash),
             (_, None) => None,
         }
-        .filter(|until| *until < deadline);
+        .filter(|until| *until < t.deadline);
         if local.is_none() {
-            in_flight.renew();
+            t.in_flight.renew();
         }
         let sent = Instant::now();
-        let left = deadline.saturating_duration_since(sent);
-        if queued.is_none() && !left.is_zero() && queues(&keys.shape) {
-            queued = Some(Queued {
-                backend: backend.clone(),
-                keys: keys.clone(),
-                owner: hold.owner,
+        let left = t.deadline.saturating_duration_since(sent);
+        if self.queued.is_none() && !left.is_zero() && queues(&self.keys.shape) {
+            self.queued = Some(Queued {
+                backend: t.backend.clone(),
+                keys: self.keys.clone(),
+                owner: self.hold.owner,
                 armed: true,
             });
         }
-        // From the moment a script is sent until an answer says it took nothing, the level
-        // (the semaphore's holder id) may be held: if this future is dropped, or ends in an
-        // error, it is released in the background. A retry after an error sends the same
-        // level, so a first run whose reply was lost is found, not counted again.
-        if pending.is_none() && !ambiguous_is_kept && local.is_none() {
-            pending = Some(ReleaseOnDrop::undo(&backend, &keys, hold));
+        // A retry after an error sends the same level, so a first run whose reply was lost
+        // is found, not counted again ([`Attempts::pending`]).
+        if self.pending.is_none() && !t.ambiguous_is_kept && local.is_none() {
+            self.pending = Some(ReleaseOnDrop::undo(&t.backend, &self.keys, self.hold));
         }
         let result = match local {
             Some(until) => Ok(Attempt::Held {
                 ttl: Some(until.saturating_duration_since(sent)),
             }),
             None => {
-                crate::rt::runtime::entered(backend.acquire(&keys, hold, lease_len, left)).await
+                let acquire = t.backend.acquire(&self.keys, self.hold, t.lease_len, left);
+                crate::rt::runtime::entered(acquire).await
             }
         };
+        (sent, result)
+    }
+
+    /// What the attempt's answer means: granted, refused, or to be tried again; an error
+    /// that is final.
+    fn on_reply(
+        &mut self,
+        t: &Terms,
+        result: Result<Attempt, LockError>,
+    ) -> Result<Reply, LockError> {
         let attempt = match result {
-            Ok(a) => {
-                if !matches!(a, Attempt::Acquired { .. } | Attempt::Reentered) {
-                    if let Some(p) = pending.take() {
-                        p.disarm();
-                    }
-                }
-                backend_retry.reset();
-                a
-            }
-            // A transient failure (connection refused or reset, a time-out, a failover under
-            // way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried with
-            // backoff until the wait ends; then the last error is returned.
-            Err(e) if e.is_transient() && !ambiguous_is_kept => {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(e);
-                }
-                drop(notified);
-                if redisson {
-                    // Redisson's format cannot tell a retry from a re-entry: the field
-                    // this attempt may have taken is released in the background (a field
-                    // of this acquisition alone, so nothing else is touched), and the
-                    // retry is a fresh acquisition with a field of its own.
-                    drop(pending.take());
-                    hold = Hold::fresh();
-                    // A queued fair waiter leaves the queue under its old field before it
-                    // queues again (below), and listens on the new field's channel.
-                    stale = queued.take();
-                    watch = None;
-                }
-                let pause = backend_retry.pause();
-                tracing::debug!(backend = %backend.name, key = %keys.user, error = %e, retry_in = ?pause,
-                    "distlock: backend failed while waiting; retrying within the wait");
-                tokio::time::sleep_until(deadline.min(now + pause)).await;
-                continue;
-            }
+            Ok(a) => a,
+            // A transient failure (connection refused or reset, a time-out, a failover
+            // under way: READONLY, LOADING, MASTERDOWN, TRYAGAIN, CLUSTERDOWN) is retried
+            // with backoff until the wait ends; then the last error is returned.
+            Err(e) if e.is_transient() && !t.ambiguous_is_kept => return self.on_transient(t, e),
             Err(e) => return Err(e),
         };
-        let ttl = match attempt {
-            Attempt::Acquired { .. } | Attempt::Reentered => {
-                if let Some(p) = pending.take() {
-                    p.disarm();
-                }
-                if let Some(mut q) = queued.take() {
-                    q.armed = false;
-                }
-                let outermost = matches!(attempt, Attempt::Acquired { .. });
-                let token = match attempt {
-                    Attempt::Acquired { token } => token,
-                    _ => outer_token.unwrap_or(0),
-                };
-                return Ok(grant(keys, hold, token, outermost, sent, permit));
-            }
+        self.backend_retry.reset();
+        match attempt {
+            Attempt::Acquired { token } => Ok(self.granted(token, true)),
+            Attempt::Reentered => Ok(self.granted(t.outer.as_ref().map_or(0, |o| o.token), false)),
             // A write inside the task's own read hold: refused by that hold (the script
             // found it there; had it vanished, the answer was "outer lost").
-            Attempt::Held { ttl } => match upgrade.take() {
-                Some(refused) => return Err(refused),
-                None => ttl,
-            },
+            Attempt::Held { ttl } => {
+                self.took_nothing();
+                match self.upgrade.take() {
+                    Some(refused) => Err(refused),
+                    None => Ok(Reply::Refused { ttl }),
+                }
+            }
             Attempt::OuterLost => {
-                // The enclosing hold's lock is gone: the outer guard hears of it now, and
-                // this acquisition fails instead of re-creating the lock under it.
-                let reason = "a nested acquisition found the lock gone (expired, deleted or lost in a failover)";
-                return Err(match &outer {
-                    Some(o) => {
-                        o.mark_lost(reason.into());
-                        o.lost_error()
-                    }
-                    None => LockError::LeaseLost {
-                        key: keys.user,
-                        backend: backend.name.to_string(),
-                        reason: reason.into(),
-                    },
-                });
+                self.took_nothing();
+                Err(self.outer_lost(t))
             }
             Attempt::NoQuorum {
                 granted,
@@ -381,79 +491,155 @@ async fn acquire_open(req: Request) -> Result<Held, LockError> {
                 busy,
                 retry_in,
             } => {
+                self.took_nothing();
                 // redlock/multi: everything granted was released again; retry after a
                 // random pause, within `wait`.
                 let now = Instant::now();
-                if now >= deadline {
-                    return Err(if busy {
-                        timeout(&backend, keys.user, now - start, None)
-                    } else {
-                        LockError::QuorumNotReached {
-                            key: keys.user,
-                            backend: backend.name.to_string(),
-                            granted,
-                            needed,
-                            nodes,
-                        }
+                if now < t.deadline {
+                    return Ok(Reply::Again {
+                        at: t.deadline.min(now + retry_in),
+                        new_field: false,
                     });
                 }
-                drop(notified);
-                tokio::time::sleep_until(deadline.min(now + retry_in)).await;
-                continue;
+                Err(if busy {
+                    timeout(&t.backend, self.keys.user.clone(), now - t.start, None)
+                } else {
+                    LockError::QuorumNotReached {
+                        key: self.keys.user.clone(),
+                        backend: t.backend.name.to_string(),
+                        granted,
+                        needed,
+                        nodes,
+                    }
+                })
             }
-        };
+        }
+    }
+
+    /// Granted: nothing to undo, and no queue place to leave.
+    fn granted(&mut self, token: u64, outermost: bool) -> Reply {
+        if let Some(p) = self.pending.take() {
+            p.disarm();
+        }
+        if let Some(mut q) = self.queued.take() {
+            q.armed = false;
+        }
+        Reply::Granted { token, outermost }
+    }
+
+    /// The answer says the attempt took nothing: nothing to undo.
+    fn took_nothing(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.disarm();
+        }
+    }
+
+    /// A transient failure of an attempt: tried again after a pause, within the wait.
+    fn on_transient(&mut self, t: &Terms, e: LockError) -> Result<Reply, LockError> {
         let now = Instant::now();
-        if now >= deadline {
+        if now >= t.deadline {
+            return Err(e);
+        }
+        let new_field = t.redisson;
+        if new_field {
+            // Redisson's format cannot tell a retry from a re-entry: the field this
+            // attempt may have taken is released in the background (a field of this
+            // acquisition alone, so nothing else is touched), and the retry is a fresh
+            // acquisition with a field of its own.
+            drop(self.pending.take());
+            self.hold = Hold::fresh();
+            // A queued fair waiter leaves the queue under its old field before it queues
+            // again, and listens on the new field's channel.
+            self.stale = self.queued.take();
+        }
+        let pause = self.backend_retry.pause();
+        tracing::debug!(backend = %t.backend.name, key = %self.keys.user, error = %e, retry_in = ?pause,
+            "distlock: backend failed while waiting; retrying within the wait");
+        Ok(Reply::Again {
+            at: t.deadline.min(now + pause),
+            new_field,
+        })
+    }
+
+    /// The enclosing hold's lock is gone: the outer guard hears of it now, and this
+    /// acquisition fails instead of re-creating the lock under it.
+    fn outer_lost(&self, t: &Terms) -> LockError {
+        let reason =
+            "a nested acquisition found the lock gone (expired, deleted or lost in a failover)";
+        match &t.outer {
+            Some(o) => {
+                o.mark_lost(reason.into());
+                o.lost_error()
+            }
+            None => LockError::LeaseLost {
+                key: self.keys.user.clone(),
+                backend: t.backend.name.to_string(),
+                reason: reason.into(),
+            },
+        }
+    }
+
+    /// Refused: `Timeout` when the wait is over; else until when to wait (the holder's
+    /// lease end, `ttl` after the attempt, or the deadline), with a place among the local
+    /// waiters where the lock hands off.
+    fn refused(
+        &mut self,
+        t: &Terms,
+        ttl: Option<Duration>,
+        sent: Instant,
+    ) -> Result<Instant, LockError> {
+        let now = Instant::now();
+        if now >= t.deadline {
             // The holder's remaining lease as this attempt reported it.
-            let holder = ttl.map(|t| (t, sent));
-            return Err(timeout(&backend, keys.user, now - start, holder));
+            let holder = ttl.map(|d| (d, sent));
+            return Err(timeout(
+                &t.backend,
+                self.keys.user.clone(),
+                now - t.start,
+                holder,
+            ));
         }
-        // The holder's (a semaphore: the earliest holder's) lease end: the lock or a permit
-        // comes back then at the latest.
-        let until = ttl.map_or(deadline, |t| deadline.min(now + t));
-        if let Some(w) = &handoffs {
-            let holder = keys.holder.clone();
-            let p = w.enter(&keys.hash, rank, hold, lease_len, holder);
-            rank = Some(p.rank());
-            place = Some(p);
+        if let Some(w) = &t.handoffs {
+            let holder = self.keys.holder.clone();
+            let p = w.enter(&self.keys.hash, self.rank, self.hold, t.lease_len, holder);
+            self.rank = Some(p.rank());
+            self.place = Some(p);
         }
-        let fresh = watch.is_none();
-        if fresh {
-            tracing::debug!(backend = %backend.name, key = %keys.user, ?ttl, "distlock: waiting");
-            drop(notified);
-            // Its first subscription is waited for a first pause only.
-            poll.reset();
-            watch = Some(
-                backend
-                    .hub
-                    .watch_with(&keys.wait_channel(hold.owner), one_wakes(&keys)),
-            );
-            notified = watch.as_ref().map(|w| {
-                let mut n = Box::pin(w.notified());
-                n.as_mut().enable();
-                n
-            });
-        }
-        // Both are set by now (a watch made above comes with its wake-up enabled).
-        let (Some(w), Some(n)) = (watch.as_ref(), notified) else {
-            continue;
-        };
+        // The holder's (a semaphore: the earliest holder's) lease end: the lock or a
+        // permit comes back then at the latest.
+        Ok(ttl.map_or(t.deadline, |d| t.deadline.min(now + d)))
+    }
+
+    /// Wait for a turn on the release channel `w` (`n`: its wake-up, enabled before the
+    /// attempt; `fresh`: just subscribed; `seen`: the channel's releases before the
+    /// attempt) until `until`: `Some` with a grant handed over by a local releaser, `None`
+    /// to try again.
+    async fn wait_for_turn(
+        &mut self,
+        t: &Terms,
+        w: &Watch,
+        n: std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>,
+        fresh: bool,
+        seen: Option<u64>,
+        until: Instant,
+    ) -> Option<(u64, Instant)> {
+        let backend = &t.backend;
         let heard = if w.is_live() {
-            poll.reset();
+            self.poll.reset();
             // Just subscribed (here or by another waiter of this process) after the refused
             // attempt: try again at once, as a release in between was not heard — unless
             // the channel was live before that attempt (other waiters of this process keep
             // it subscribed) and has seen no release since, counted after this wake-up was
             // enabled: nothing was missed, so sleep now.
             if fresh && !matches!(seen, Some(before) if w.messages() == Some(before)) {
-                continue;
+                return None;
             }
             let _asleep = Asleep::new(&backend.waiting);
-            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, site);
+            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, t.site);
             tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
-                o = handed(place.as_mut()) => Some(o),
+                o = handed(self.place.as_mut()) => Some(o),
             }
         } else {
             // Releases may not reach this process: the channel is not subscribed yet, its
@@ -465,23 +651,26 @@ async fn acquire_open(req: Request) -> Result<Held, LockError> {
             // never asleep until the lease's end without hearing a release. It counts as a
             // waiter then, but for its first subscription (a few ms at most).
             let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
-            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, site));
-            let wake = until.min(Instant::now() + poll.pause());
+            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, t.site));
+            let wake = until.min(Instant::now() + self.poll.pause());
             tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(wake) => None,
                 true = w.subscribe(wake) => None,
-                o = handed(place.as_mut()) => Some(o),
+                o = handed(self.place.as_mut()) => Some(o),
             }
         };
         match heard {
             Some(Outcome::Granted { token, sent, undo }) => {
                 undo.disarm();
-                return Ok(grant(keys, hold, token, true, sent, permit));
+                Some((token, sent))
             }
             // Claimed, not handed over: the place is gone; try as usual.
-            Some(Outcome::Retry) => place = None,
-            None => {}
+            Some(Outcome::Retry) => {
+                self.place = None;
+                None
+            }
+            None => None,
         }
     }
 }
@@ -493,88 +682,6 @@ async fn handed(place: Option<&mut Place>) -> Outcome {
         None => std::future::pending().await,
     }
 }
-
-/// The task's enclosing hold a nested acquisition of `kind` (lock `keys`) goes under, and
-/// how: the rule of re-entry across kinds (docs/design.md, "Reentrancy"). Among the task's
-/// holds of this name on this backend, innermost first:
-///
-/// 1. a reentrant or fair lock: the innermost hold of the same kind, re-entered
-///    (`Under::Same`) wherever it is in the nesting — holds of other kinds in between are
-///    other locks, and do not hide it;
-/// 2. a read or write lock: the innermost hold of the read-write lock, in either mode
-///    (holds of other kinds in between do not hide it): of the same mode, re-entered; a
-///    write hold for a read, which goes under it (`Under::Write`, a downgrade); a read
-///    hold for a write: under it (`Under::Read`) when the task holds the write lock
-///    further out, else refused after one attempt (`NestedKind`; `LeaseLost` if that
-///    attempt finds the read hold gone): there is no upgrade, and the writer would wait
-///    for its own task's read hold to leave;
-/// 3. in Redisson's format, a hold of the other layout on the same hash (a reentrant or
-///    fair lock and a read-write lock of one name): refused at once (`NestedKind`);
-/// 4. else (holds of other kinds only, which are other locks): a fresh acquisition, under
-///    the innermost hold's owner (in Redisson's format a reentrant and a fair lock of one
-///    name are one hash, where that owner's field re-enters).
-///
-/// `(None, None, None)` when the task holds nothing of this name. The third is the error
-/// to answer when the first attempt finds the lock held (the write inside the task's own
-/// read hold).
-fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Enclosing, LockError> {
-    let holds = crate::lease::context::holds(&backend.name, &keys.user);
-    let Some(innermost) = holds.first() else {
-        return Ok((None, None, None));
-    };
-    let refused = |held: &LeaseState, reason: &'static str| LockError::NestedKind {
-        key: keys.user.clone(),
-        backend: backend.name.to_string(),
-        held: held.keys.shape.lock_kind().unwrap_or(kind),
-        asked: kind,
-        reason,
-    };
-    let of = |k: LockKind| holds.iter().find(|h| h.keys.shape.is(k));
-    match kind {
-        LockKind::Reentrant | LockKind::Fair => {
-            if let Some(same) = of(kind) {
-                return Ok((Some(same.clone()), Some(Under::Same), None));
-            }
-        }
-        // A read-write lock is one lock in two modes: the innermost hold of either mode.
-        LockKind::Read | LockKind::Write => {
-            if let Some(rw) = holds.iter().find(|h| h.keys.shape.is_rw()) {
-                let under = match (rw.keys.shape.lock_kind(), kind) {
-                    (Some(held), asked) if held == asked => Under::Same,
-                    (_, LockKind::Read) => Under::Write,
-                    // A write inside the task's read hold re-enters only when the task
-                    // holds the write lock further out (the script finds the owner
-                    // writing); else it could only wait for its own read hold.
-                    _ if of(LockKind::Write).is_some() => Under::Read,
-                    // Else one attempt finds whether the read hold is still there
-                    // ("outer lost" if not); refused by it, the call fails at once.
-                    _ => {
-                        let e = refused(
-                            rw,
-                            "a read hold is not upgraded: the write lock waits until every reader has left, this task's own read hold included (take the write lock first: a read inside it re-enters)",
-                        );
-                        return Ok((Some(rw.clone()), Some(Under::Read), Some(e)));
-                    }
-                };
-                return Ok((Some(rw.clone()), Some(under), None));
-            }
-        }
-    }
-    if keys.format.is_redisson() {
-        let rw = keys.shape.is_rw();
-        if let Some(other) = holds.iter().find(|h| h.keys.shape.is_rw() != rw) {
-            return Err(refused(
-                other,
-                "in Redisson's format a reentrant or fair lock and a read-write lock of one name are one Redis hash in two layouts (give one of them another name)",
-            ));
-        }
-    }
-    Ok((Some(innermost.clone()), None, None))
-}
-
-/// The hold a nested acquisition goes under (or takes its owner from), how, and the error
-/// to answer should the first attempt find the lock held (see [`enclosing`]).
-type Enclosing = (Option<Arc<LeaseState>>, Option<Under>, Option<LockError>);
 
 /// Whether a waiter of this shape queues in the backend (and must leave the queue).
 fn queues(shape: &Shape) -> bool {

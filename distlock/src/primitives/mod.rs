@@ -8,4 +8,5 @@ pub(crate) mod handoff;
 pub(crate) mod leader;
 pub(crate) mod lock;
 pub(crate) mod multi;
+mod nesting;
 pub(crate) mod semaphore;
