@@ -471,7 +471,7 @@ pub enum Feature {
     Semaphore,
     /// Leader election ([`crate::Leader`]).
     Leader,
-    /// Fenced values ([`crate::fence`]).
+    /// Fenced values ([`crate::fence()`]).
     Fence,
     /// Inspecting locks (`Registry::inspect`, `distlock list|show`).
     Inspect,

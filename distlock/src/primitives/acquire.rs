@@ -34,7 +34,7 @@ use crate::lease::owner::{Hold, OwnerId};
 use crate::primitives::guard::{Held, ReleaseOnDrop};
 use crate::primitives::handoff::{Outcome, Place, Waiters};
 use crate::primitives::nesting;
-use crate::protocol::keys::{Format, LockKeys, Shape};
+use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Watch;
@@ -107,9 +107,10 @@ async fn acquire_open(req: Request) -> Result<Held, LockError> {
         }
         // Before the first attempt: how many releases the lock's channel has seen, if it
         // is live already (see the wait below).
-        let seen = match (&watch, &a.keys.format, &a.keys.shape) {
-            (Some(_), _, _) | (None, Format::Redisson(_), Shape::Fair) => None,
-            (None, _, _) => t.backend.hub.messages(&a.keys.channel),
+        let seen = match &watch {
+            Some(_) => None,
+            None if a.keys.waits_on_its_own_channel() => None,
+            None => t.backend.hub.messages(&a.keys.channel),
         };
         let (sent, result) = a.try_once(&t, watch.is_some()).await;
         let ttl = match a.on_reply(&t, result)? {
@@ -165,14 +166,13 @@ struct Terms {
     deadline: Instant,
     /// The task's enclosing hold a nested acquisition goes under ([`nesting::enter`]).
     outer: Option<Arc<LeaseState>>,
-    redisson: bool,
-    /// Redisson's format counts a re-entry on the owner's field, shared with the outer
-    /// hold, and has no level marks: a nested acquisition whose outcome is unknown (an
-    /// error, or this future dropped in flight) must not be "released" — that could take
-    /// the outer hold's count instead. Its possible extra count ends with the lease
-    /// (documented). (Also for a read or write acquisition inside a hold of the other
-    /// kind: it counts on the same owner's field, so a "release to be safe" could take the
-    /// outer's count.)
+    /// An attempt whose outcome is unknown is retried under a new owner field
+    /// ([`crate::protocol::keys::Format::retries_under_a_new_field`]).
+    new_field_on_retry: bool,
+    /// A nested acquisition whose outcome is unknown (an error, or this future dropped in
+    /// flight) is left as it is, not released ([`crate::protocol::keys::Format::keeps_an_unknown_nested_outcome`];
+    /// also for a read or write acquisition inside a hold of the other kind: it counts on
+    /// the same owner's field). Its possible extra count ends with the lease (documented).
     ambiguous_is_kept: bool,
     /// A fresh acquisition of a lock that hands off waits as a local waiter too: a release
     /// in this process grants it the lock directly (`crate::primitives::handoff`).
@@ -236,20 +236,16 @@ impl Terms {
         let (lease_len, auto) = check_terms(&backend, &keys, lease)?;
         let start = Instant::now();
         let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
-        if let Format::Redisson(r) = &mut keys.format {
-            // A Redisson fair waiter's place in the queue lasts its allowance: its wait, as
-            // Redisson's `tryLock(waitTime, ...)` passes it (try-once: fairLockWaitTimeout).
-            if !wait.is_zero() {
-                r.allowance = wait.min(crate::lease::terms::MAX_WAIT);
-            }
-        }
+        keys.set_allowance(wait.min(crate::lease::terms::MAX_WAIT));
         let entered = match nesting::enter(&backend, &keys, deadline).await {
             Ok(e) => e,
             Err(Some(e)) => return Err(e),
             Err(None) => return Err(timeout(&backend, keys.user, start.elapsed(), None)),
         };
-        let redisson = keys.format.is_redisson();
-        let ambiguous_is_kept = redisson && (entered.hold.nested || entered.outer.is_some());
+        let new_field_on_retry = keys.format.retries_under_a_new_field();
+        let ambiguous_is_kept = keys
+            .format
+            .keeps_an_unknown_nested_outcome(entered.hold.nested || entered.outer.is_some());
         let handoffs = match &backend.handoffs {
             Some(w) if !entered.hold.nested && crate::primitives::handoff::eligible(&keys) => {
                 Some(w.clone())
@@ -284,7 +280,7 @@ impl Terms {
             start,
             deadline,
             outer: entered.outer,
-            redisson,
+            new_field_on_retry,
             ambiguous_is_kept,
             handoffs,
             in_flight,
@@ -540,12 +536,11 @@ impl Attempts {
         if now >= t.deadline {
             return Err(e);
         }
-        let new_field = t.redisson;
+        let new_field = t.new_field_on_retry;
         if new_field {
-            // Redisson's format cannot tell a retry from a re-entry: the field this
-            // attempt may have taken is released in the background (a field of this
-            // acquisition alone, so nothing else is touched), and the retry is a fresh
-            // acquisition with a field of its own.
+            // The field this attempt may have taken is released in the background (a
+            // field of this acquisition alone, so nothing else is touched), and the retry
+            // is a fresh acquisition with a field of its own.
             drop(self.pending.take());
             self.hold = Hold::fresh();
             // A queued fair waiter leaves the queue under its old field before it queues
@@ -698,11 +693,12 @@ fn queues(shape: &Shape) -> bool {
 /// channel), wake one; a read-write lock (several readers may enter) and a semaphore (a
 /// release may free enough permits for several) wake all.
 fn one_wakes(keys: &LockKeys) -> bool {
-    match (&keys.shape, &keys.format) {
-        (Shape::Reentrant, _) | (Shape::Fair, Format::Redisson(_)) => true,
-        (Shape::Fair, Format::Distlock)
-        | (Shape::Read | Shape::Write, _)
-        | (Shape::Semaphore(_), _) => false,
+    if keys.waits_on_its_own_channel() {
+        return true;
+    }
+    match &keys.shape {
+        Shape::Reentrant => true,
+        Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => false,
     }
 }
 

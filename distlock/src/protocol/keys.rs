@@ -121,6 +121,28 @@ impl Format {
     pub(crate) fn is_redisson(&self) -> bool {
         matches!(self, Format::Redisson(_))
     }
+
+    /// Whether an attempt whose outcome is unknown (an error) is retried under a new owner
+    /// field: Redisson's format cannot tell a retry from a re-entry (no level marks), so
+    /// the field the attempt may have taken is released and the retry takes its own;
+    /// distlock's sends the same level again, which a first run is found by.
+    pub(crate) fn retries_under_a_new_field(&self) -> bool {
+        match self {
+            Format::Distlock => false,
+            Format::Redisson(_) => true,
+        }
+    }
+
+    /// Whether a nested acquisition (`nested`: under a hold of this task) whose outcome is
+    /// unknown must be left as it is rather than released: in Redisson's format it counts
+    /// on the owner's field shared with the outer hold, and a "release to be safe" could
+    /// take the outer hold's count instead (its possible extra count ends with the lease).
+    pub(crate) fn keeps_an_unknown_nested_outcome(&self, nested: bool) -> bool {
+        match self {
+            Format::Distlock => false,
+            Format::Redisson(_) => nested,
+        }
+    }
 }
 
 /// Redisson's default `lockWatchdogTimeout`: the longest lease a reader may have in
@@ -305,11 +327,30 @@ impl LockKeys {
     /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
     /// only), every other waiter on [`LockKeys::channel`].
     pub(crate) fn wait_channel(&self, owner: crate::lease::owner::OwnerId) -> String {
-        match (&self.format, &self.shape) {
-            (Format::Redisson(_), Shape::Fair) => {
-                format!("{}:{}", self.channel, owner.redisson_field())
+        if self.waits_on_its_own_channel() {
+            format!("{}:{}", self.channel, owner.redisson_field())
+        } else {
+            self.channel.clone()
+        }
+    }
+
+    /// Whether each waiter listens on a channel of its own (a Redisson fair lock's: a
+    /// release wakes the queue's head only), not on the lock's [`LockKeys::channel`].
+    pub(crate) fn waits_on_its_own_channel(&self) -> bool {
+        matches!(
+            (&self.format, &self.shape),
+            (Format::Redisson(_), Shape::Fair)
+        )
+    }
+
+    /// A waiter that waits `wait` (capped at `MAX_WAIT`; zero: tries once): a Redisson fair
+    /// waiter's place in the queue lasts that long, as Redisson's `tryLock(waitTime, ...)`
+    /// passes it (a try-once keeps `fairLockWaitTimeout`). Nothing for another format.
+    pub(crate) fn set_allowance(&mut self, wait: std::time::Duration) {
+        if let Format::Redisson(r) = &mut self.format {
+            if !wait.is_zero() {
+                r.allowance = wait;
             }
-            _ => self.channel.clone(),
         }
     }
 
