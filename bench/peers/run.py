@@ -274,6 +274,13 @@ def run_xhotkey(args, contender, runner, cpu, key):
         s0 = server_stats(args.url)
         for k in kids:
             k.say(f"go {XHOT_SECS} {XTASKS}")
+        # Read every process's output at once: one blocked on a full pipe would not exit,
+        # and its waiters would go on asking the server for the key.
+        readers = [threading.Thread(target=k.finish) for k in kids]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
         outs = [k.finish() for k in kids]
     except (RuntimeError, OSError) as e:
         for k in kids:
