@@ -11,7 +11,7 @@ Called by `scripts/bench.sh peers` (which installs the peers and starts the pinn
 Standard library only. Every contender is a fresh process (or set of processes, on the
 cross-process workloads) per (placement, run, workload); each prints one JSON line (see
 bench/peers/README.md). run.py reaps each with `os.wait4` (the process's whole CPU, start-up
-included, is kept in the JSON as `process_cpu_us`) and kills what is left of its process
+included, `process_cpu_us` in the JSON, shown beside the window's CPU) and kills what is left of its process
 group before the next one starts.
 """
 
@@ -253,6 +253,7 @@ class Child:
             return {"error": f"exit {self.p.returncode}: {self.tail()}"}
         r = json.loads(lines[-1])
         r["process_cpu_us"] = (ru.ru_utime + ru.ru_stime) * 1e6
+        r["process_cpu_us_per_op"] = r["process_cpu_us"] / max(r.get("ops", 0), 1)
         return r
 
 
@@ -308,6 +309,7 @@ def run_xhotkey(args, contender, runner, cpu, key):
         "per_process": [o["ops"] for o in outs],
         "client_cpu_us_per_op": sum(o["client_cpu_us"] for o in outs) / max(ops, 1),
         "process_cpu_us": sum(o["process_cpu_us"] for o in outs),
+        "process_cpu_us_per_op": sum(o["process_cpu_us"] for o in outs) / max(ops, 1),
         **server_counted(s0, s1, ops),
     }
 
@@ -370,6 +372,7 @@ def run_xhandoff(args, contender, runner, cpu, key):
         "secs": secs,
         "client_cpu_us_per_op": sum(o["client_cpu_us"] for o in outs) / len(lat),
         "process_cpu_us": sum(o["process_cpu_us"] for o in outs),
+        "process_cpu_us_per_op": sum(o["process_cpu_us"] for o in outs) / len(lat),
         **server_counted(s0, s1, len(lat)),
     }
 
@@ -465,8 +468,8 @@ def summary(res, placements, runs, contenders):
 def full_table(res, pl, runs, contenders):
     """Every contender on every workload in one placement."""
     out = [
-        "| workload | contender | value | ÷ best peer | client µs CPU/op | server µs CPU/op "
-        "(in commands) | commands/op |",
+        "| workload | contender | value | ÷ best peer | client µs CPU/op (whole process) | "
+        "server µs CPU/op | commands/op |",
         "|---|---|---|---|---|---|---|",
     ]
     for w, _, _, higher in WORKLOADS:
@@ -481,10 +484,10 @@ def full_table(res, pl, runs, contenders):
                 vals.append(fmt(w, r))
                 q = ratio(r, b)
                 rats.append("—" if q is None else f"{q:.2f}" + ("★" if b and b[1] == c else ""))
-                ccpu.append(fmt_cpu(r, "client_cpu_us_per_op"))
-                scpu.append(
-                    f"{fmt_cpu(r, 'server_cpu_us_per_op')} ({fmt_cpu(r, 'server_cmd_us_per_op')})"
+                ccpu.append(
+                    f"{fmt_cpu(r, 'client_cpu_us_per_op')} ({fmt_cpu(r, 'process_cpu_us_per_op')})"
                 )
+                scpu.append(fmt_cpu(r, "server_cpu_us_per_op"))
                 cmds.append("—" if "error" in r else f"{r['cmds_per_op']:.1f}")
             out.append(
                 f"| {w} ({unit_of(w)}) | {label} | {' · '.join(vals)} | {' · '.join(rats)} | "
@@ -494,8 +497,9 @@ def full_table(res, pl, runs, contenders):
     out.append(
         "Each cell: run 1 · run 2. ★ the best peer of that run. client µs CPU/op: the contender's "
         "processes' user + system CPU over the measured window (getrusage / process.cpuUsage) ÷ "
-        "operations. server µs CPU/op: redis-server's `used_cpu_user` + `used_cpu_sys` over the window "
-        "÷ operations; in brackets the part spent executing commands (`usec` of `INFO commandstats`). "
+        "operations; in brackets the whole processes' (`os.wait4`: start-up and warm-up included) ÷ "
+        "the same operations. server µs CPU/op: redis-server's `used_cpu_user` + `used_cpu_sys` over the window "
+        "÷ operations (its I/O included; the server runs nothing else). "
         "commands/op: `INFO commandstats` calls over the window (commands run inside scripts "
         "included, INFO left out) ÷ operations (pairs; hand-off rounds; hot-key acquisitions). "
         "Hot key: every acquisition counts (a release followed by the same task's next acquisition "
