@@ -262,7 +262,7 @@ async def xhotkey(peer, key):
     """On `go <secs> <tasks>`: tasks take and release the key; every acquisition's instant
     (CLOCK_MONOTONIC ns, taken while holding)."""
     await ready(peer, key)
-    _, secs, tasks = (await step()).split()
+    _, secs, n_tasks = (await step()).split()
     cpu0 = own_cpu_us()
     start = time.monotonic_ns()
     acquired = []
@@ -276,10 +276,11 @@ async def xhotkey(peer, key):
             acquired.append(time.monotonic_ns())
             await peer.unlock(h)
 
-    tasks = [asyncio.create_task(task()) for _ in range(int(tasks))]
+    tasks = [asyncio.create_task(task()) for _ in range(int(n_tasks))]
     await asyncio.sleep(float(secs))
     state["stop"] = True
     end = time.monotonic_ns()
+    del tasks  # abandoned: the process exits
     return {
         "start_ns": start,
         "end_ns": end,
