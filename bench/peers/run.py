@@ -659,7 +659,9 @@ def main():
     # holders (30 s leases) must not hold them.
     invocation = f"{os.getpid()}-{int(started)}"
     for k in range(args.runs):
-        for p, pl in enumerate(args.placements):
+        # The placements' order turns every run too (same, split; split, same; …).
+        placements = args.placements if k % 2 == 0 else list(reversed(args.placements))
+        for p, pl in enumerate(placements):
             for i, (w, *_rest) in enumerate(WORKLOADS):
                 # A B A B: the order turns every workload, placement and run (and repeat).
                 order = contenders if (k + p + i) % 2 == 0 else list(reversed(contenders))
