@@ -703,6 +703,7 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        repeated = f"the median of {args.repeats} processes" if args.repeats > 1 else "one process"
         doc = [
             "# distlock and its peers, one Redis",
             "",
@@ -711,8 +712,8 @@ def main():
             f"too, in each placement ({', '.join(f'`{pl}`: CPU {c}' for pl, c in cpus.items())}). "
             f"{args.runs} runs, the contenders' order turned every workload, placement and run; every "
             f"contender a fresh process (or set of processes) per workload, {args.pause:g} s of quiet "
-            f"between contenders, the median of {args.repeats} processes on the sequential and 64-task "
-            "workloads. How each workload is measured: [bench/peers/README.md](../../bench/peers/README.md). "
+            f"between contenders, {repeated} on the sequential and 64-task workloads. How each "
+            "workload is measured: [bench/peers/README.md](../../bench/peers/README.md). "
             f"Chart: [peers.svg](peers.svg). Load average (1 min) {load0:.1f} at the start, "
             f"{load1:.1f} at the end, {took:.0f} s in all.",
             "",
