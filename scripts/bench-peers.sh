@@ -5,16 +5,19 @@
 # bench/peers/node/package-lock.json (`npm ci`; the first install writes the lock file back
 # into bench/peers/node), redis-py with pip into a venv from bench/peers/python/requirements.txt.
 # Builds the Rust side (tests/benches/peers.rs, release), starts a redis-server of its own on
-# the first free port in 17400-17449 (stopped on exit), and runs bench/peers/run.py, which
-# alternates the contenders over two runs and writes docs/bench/peers.{md,json,svg}.
-# Arguments go to run.py (`--runs N`, `--only ID..`, `--out DIR`; `--out ''` writes nothing).
+# the first free port in 17400-17449 (stopped on exit), pinned with taskset to one CPU
+# (BENCH_SERVER_CPU, default 0), and runs bench/peers/run.py, which pins every client process
+# to that CPU (placement `same`) and to another (`split`), alternates the contenders over two
+# runs and writes docs/bench/peers.{md,json,svg}. Arguments go to run.py (`--runs N`,
+# `--only ID..`, `--workloads ID..`, `--placements same|split`, `--out DIR`; `--out ''`
+# writes nothing).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 work="$root/target/peers"
 mkdir -p "$work/node"
 
-for tool in node npm python3 redis-server redis-cli cargo; do
+for tool in node npm python3 redis-server redis-cli cargo taskset; do
   command -v "$tool" >/dev/null || { echo "bench peers: $tool is not installed" >&2; exit 1; }
 done
 
@@ -65,8 +68,9 @@ for p in $(seq 17400 17449); do
   fi
 done
 [[ -n "$port" ]] || { echo "bench peers: no free port in 17400-17449" >&2; exit 1; }
+server_cpu=${BENCH_SERVER_CPU:-0}
 data=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$data" \
+taskset -c "$server_cpu" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$data" \
   --logfile "$data/redis.log" &
 server=$!
 cleanup() {
@@ -79,7 +83,8 @@ for _ in $(seq 100); do
   redis-cli -p "$port" ping >/dev/null 2>&1 && break
   sleep 0.05
 done
-echo "bench peers: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port"
+echo "bench peers: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port, CPU $server_cpu"
 
 python3 "$root/bench/peers/run.py" --url "redis://127.0.0.1:$port" --rust "$exe" \
-  --node-dir "$work/node" --python "$work/venv/bin/python" --out "$root/docs/bench" "$@"
+  --node-dir "$work/node" --python "$work/venv/bin/python" --server-cpu "$server_cpu" \
+  --out "$root/docs/bench" "$@"

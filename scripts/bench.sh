@@ -10,11 +10,13 @@
 #                             latency per topology, throughput against tasks
 #   (--all and --plot combine; arguments after them go to the benches, e.g.
 #   `scripts/bench.sh -- handoff` runs only that row group)
-#   scripts/bench.sh peers    distlock against node-redlock, redis-semaphore and redis-py
-#                             (installed here under target/peers: npm, pip in a venv) on
-#                             four workloads, on ONE private redis-server (port 17400-17449,
-#                             started here, stopped on exit), two runs in alternating order;
-#                             prints the table and writes docs/bench/peers.{md,json,svg}.
+#   scripts/bench.sh peers    distlock against node-redlock, redis-semaphore, redis-py and a
+#                             floor without a library (installed here under target/peers:
+#                             npm, pip in a venv) on six workloads (two across processes), on
+#                             ONE private redis-server (port 17400-17449, started here,
+#                             stopped on exit) pinned to a CPU, every client pinned on the
+#                             server's CPU and on the other; two runs in alternating order;
+#                             prints the tables and writes docs/bench/peers.{md,json,svg}.
 #                             Arguments after `peers` go to bench/peers/run.py (e.g.
 #                             `--runs 1`, `--only distlock semaphore-tuned`, `--out ''`).
 set -euo pipefail

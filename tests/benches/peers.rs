@@ -2,7 +2,7 @@
 //! workload, one JSON line, like the Node.js and Python peers in `bench/peers/`.
 //!
 //! ```text
-//! cargo bench -p distlock-tests --bench peers -- <redis-url> <workload> <contender>
+//! cargo bench -p distlock-tests --bench peers -- <redis-url> <workload> <contender> [key]
 //! ```
 //!
 //! workload: `sequential | concurrent | handoff | hotkey`, with the parameters of
@@ -17,8 +17,13 @@
 //!   `targets.rs`): its lock and unlock scripts by EVALSHA on one multiplexed connection;
 //!   a refused lock waits for the lock channel's message (one subscriber per process,
 //!   subscribed before the window; each message wakes one waiter) or the holder's TTL.
+//! - `bare`: no library, the floor: `SET key token NX PX 30000` and a compare-and-delete
+//!   script by EVALSHA on one multiplexed connection; a refused lock polls every 1 ms.
 //!
 //! Asserts nothing; prints `{"contender": .., "workload": .., "value": .., ...}`.
+//!
+//! The cross-process roles (`xhotkey`, `xholder`, `xwaiter`, on `key`) are driven by
+//! `bench/peers/run.py` over stdin and stdout, one line per step (see `cross_process`).
 
 mod support;
 
@@ -43,6 +48,12 @@ const HANDOFF_SETTLE: Duration = Duration::from_millis(5);
 const HOT_TASKS: usize = 16;
 const HOT_SECS: f64 = 2.0;
 const WAIT: Duration = Duration::from_secs(30);
+const LEASE_MS: u64 = 30_000;
+/// The bare floor's poll interval while the key is held.
+const BARE_POLL: Duration = Duration::from_millis(1);
+/// Compare-and-delete: the bare floor's unlock.
+const COMPARE_AND_DELETE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 
 // ------------------------------------------------------------------ the contenders
 
@@ -54,15 +65,24 @@ struct Raw {
     listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
+/// No library: SET NX PX and a compare-and-delete script, polling while the key is held.
+#[derive(Clone)]
+struct Bare {
+    conn: MultiplexedConnection,
+    unlock_sha: String,
+}
+
 #[derive(Clone)]
 enum Peer {
     Distlock(Registry),
     Raw(Arc<Raw>),
+    Bare(Bare),
 }
 
 enum Held {
     Distlock(LockGuard),
     Raw { key: String, owner: String },
+    Bare { key: String, token: String },
 }
 
 impl Peer {
@@ -120,6 +140,28 @@ impl Peer {
                         tokio::time::timeout(Duration::from_millis(ttl), raw.wake.notified()).await;
                 }
             }
+            Peer::Bare(bare) => {
+                let token = format!("{:032x}", rand::random::<u128>());
+                let mut conn = bare.conn.clone();
+                loop {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(LEASE_MS)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("bare lock");
+                    if set.is_some() {
+                        return Held::Bare {
+                            key: key.to_owned(),
+                            token,
+                        };
+                    }
+                    tokio::time::sleep(BARE_POLL).await;
+                }
+            }
         }
     }
 
@@ -135,6 +177,17 @@ impl Peer {
                     .await
                     .expect("floor unlock");
             }
+            (Peer::Bare(bare), Held::Bare { key, token }) => {
+                let mut conn = bare.conn.clone();
+                let _: i64 = redis::cmd("EVALSHA")
+                    .arg(&bare.unlock_sha)
+                    .arg(1)
+                    .arg(&key)
+                    .arg(&token)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("bare unlock");
+            }
             _ => unreachable!("a handle of another contender"),
         }
     }
@@ -142,6 +195,15 @@ impl Peer {
     async fn pair(&self, key: &str) {
         let h = self.lock(key).await;
         self.unlock(h).await;
+    }
+
+    /// The poll interval of a contender that polls (the hand-off releases at a random point
+    /// of it), zero for one woken by the release.
+    fn poll(&self) -> Duration {
+        match self {
+            Peer::Bare(_) => BARE_POLL,
+            _ => Duration::ZERO,
+        }
     }
 
     /// Waits until the hand-off's waiter is known to wait, where the contender says so.
@@ -156,47 +218,98 @@ impl Peer {
 
 // ------------------------------------------------------------------ commands counted
 
-/// Calls per command and the server's read events, from `INFO commandstats stats`.
+/// Calls per command, the server's read events and CPU (`INFO commandstats stats cpu`),
+/// and this process's CPU.
 struct Snapshot {
     calls: BTreeMap<String, u64>,
+    /// µs spent in each command (`usec` of `INFO commandstats`).
+    usec: BTreeMap<String, u64>,
     reads: u64,
+    /// The server's user + system CPU, µs (`used_cpu_user` + `used_cpu_sys`).
+    server_cpu_us: f64,
+    client_cpu_us: f64,
+}
+
+/// This process's user + system CPU, µs (`getrusage(RUSAGE_SELF)`: every thread).
+fn own_cpu_us() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let ru = unsafe {
+        let mut ru = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the host (Node.js's
+/// `process.hrtime`, Python's `time.monotonic_ns`), unlike `Instant`'s opaque origin.
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime only writes the struct it is given.
+    let ts = unsafe {
+        let mut ts = std::mem::zeroed::<libc::timespec>();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 async fn snapshot(conn: &mut MultiplexedConnection) -> Snapshot {
+    let client_cpu_us = own_cpu_us();
     let text: String = redis::cmd("INFO")
         .arg("commandstats")
         .arg("stats")
+        .arg("cpu")
         .query_async(conn)
         .await
         .expect("info");
     let mut calls = BTreeMap::new();
+    let mut usec = BTreeMap::new();
     let mut reads = 0;
+    let mut server_cpu_us = 0.0;
+    let field = |stats: &str, name: &str| -> u64 {
+        stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("cmdstat_") {
             if let Some((name, stats)) = rest.split_once(':') {
-                let n = stats
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                calls.insert(name.to_owned(), n);
+                calls.insert(name.to_owned(), field(stats, "calls"));
+                usec.insert(name.to_owned(), field(stats, "usec"));
             }
         } else if let Some(v) = line.strip_prefix("total_reads_processed:") {
             reads = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = line
+            .strip_prefix("used_cpu_user:")
+            .or_else(|| line.strip_prefix("used_cpu_sys:"))
+        {
+            server_cpu_us += v.trim().parse::<f64>().unwrap_or(0.0) * 1e6;
         }
     }
-    Snapshot { calls, reads }
+    Snapshot {
+        calls,
+        usec,
+        reads,
+        server_cpu_us,
+        client_cpu_us,
+    }
 }
 
-/// The JSON fields of the commands Redis ran between `a` and `b` (INFO left out), per op.
+/// The JSON fields of the commands Redis ran between `a` and `b` (INFO left out), and of
+/// the CPU the server and this process spent, per op.
 fn counted(a: &Snapshot, b: &Snapshot, ops: u64) -> String {
     let mut total = 0;
+    let mut usec = 0;
     let mut parts = Vec::new();
     for (name, n) in &b.calls {
         if name == "info" {
             continue;
         }
         let d = n.saturating_sub(a.calls.get(name).copied().unwrap_or(0));
+        usec += b.usec[name].saturating_sub(a.usec.get(name).copied().unwrap_or(0));
         if d > 0 {
             total += d;
             parts.push(format!("\"{name}\":{d}"));
@@ -206,9 +319,12 @@ fn counted(a: &Snapshot, b: &Snapshot, ops: u64) -> String {
     let reads = b.reads.saturating_sub(a.reads + 1);
     let ops = ops.max(1) as f64;
     format!(
-        "\"cmds\":{total},\"cmds_per_op\":{},\"reads_per_op\":{},\"breakdown\":{{{}}}",
+        "\"cmds\":{total},\"cmds_per_op\":{},\"reads_per_op\":{},\"client_cpu_us_per_op\":{},\"server_cpu_us_per_op\":{},\"server_cmd_us_per_op\":{},\"breakdown\":{{{}}}",
         total as f64 / ops,
         reads as f64 / ops,
+        (b.client_cpu_us - a.client_cpu_us) / ops,
+        (b.server_cpu_us - a.server_cpu_us) / ops,
+        usec as f64 / ops,
         parts.join(",")
     )
 }
@@ -283,8 +399,29 @@ async fn concurrent(peer: &Peer, info: &mut MultiplexedConnection, prefix: &str)
     )
 }
 
-/// One hand-off: the time from the holder's release call to the waiter holding the key.
-async fn handoff_round(peer: &Peer, key: &str) -> Duration {
+/// Waits until a hand-off's release point: 5 ms after the waiter started, plus a random
+/// point of a poller's cycle (the bare floor's; the others do not poll). Tokio's timer ticks
+/// by the millisecond, as the poller's own sleep does, so the last millisecond is spent
+/// yielding (as the Node.js and Python peers spend it), or the release would line up with
+/// the poll. Returns the CPU (µs) that cost: the harness's, left out of the counts.
+async fn release_pause(peer: &Peer) -> f64 {
+    let poll = peer.poll();
+    if poll.is_zero() {
+        tokio::time::sleep(HANDOFF_SETTLE).await;
+        return 0.0;
+    }
+    let target = Instant::now() + HANDOFF_SETTLE + poll.mul_f64(rand::random::<f64>());
+    tokio::time::sleep(HANDOFF_SETTLE - Duration::from_millis(1)).await;
+    let cpu0 = own_cpu_us();
+    while Instant::now() < target {
+        tokio::task::yield_now().await;
+    }
+    own_cpu_us() - cpu0
+}
+
+/// One hand-off: the time from the holder's release call to the waiter holding the key,
+/// and the CPU (µs) the release pause cost.
+async fn handoff_round(peer: &Peer, key: &str) -> (Duration, f64) {
     let held = peer.lock(key).await;
     let (p2, k2) = (peer.clone(), key.to_owned());
     let waiter = tokio::spawn(async move {
@@ -293,15 +430,15 @@ async fn handoff_round(peer: &Peer, key: &str) -> Duration {
         p2.unlock(h).await;
         at
     });
-    // The contenders here do not poll: the release falls 5 ms after the waiter started.
-    tokio::time::sleep(HANDOFF_SETTLE).await;
+    let spun = release_pause(peer).await;
     peer.until_waiting().await;
     let released = Instant::now();
     peer.unlock(held).await;
-    waiter
+    let latency = waiter
         .await
         .expect("waiter")
-        .saturating_duration_since(released)
+        .saturating_duration_since(released);
+    (latency, spun)
 }
 
 /// Hand-off p50 / p90 / max in ms over up to 200 rounds or 3 s.
@@ -314,13 +451,17 @@ async fn handoff(peer: &Peer, info: &mut MultiplexedConnection, prefix: &str) ->
     let s0 = snapshot(info).await;
     let t0 = Instant::now();
     let mut lat = Vec::new();
+    let mut spun = 0.0;
     while lat.len() < HANDOFF_MIN
         || (lat.len() < HANDOFF_MAX && t0.elapsed().as_secs_f64() < HANDOFF_SECS)
     {
-        lat.push(handoff_round(peer, &key).await.as_secs_f64() * 1e3);
+        let (latency, cpu) = handoff_round(peer, &key).await;
+        lat.push(latency.as_secs_f64() * 1e3);
+        spun += cpu;
     }
     let secs = t0.elapsed().as_secs_f64();
-    let s1 = snapshot(info).await;
+    let mut s1 = snapshot(info).await;
+    s1.client_cpu_us -= spun;
     lat.sort_by(f64::total_cmp);
     let pct = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];
     format!(
@@ -378,6 +519,136 @@ async fn hotkey(peer: &Peer, info: &mut MultiplexedConnection, prefix: &str) -> 
     )
 }
 
+// ------------------------------------------------------------------ cross-process roles
+
+/// run.py's steps: the lines of stdin, read on a thread of their own.
+fn steps() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Warms the contender up on a key of this process's own (uncontended), then says `ready`.
+async fn ready(peer: &Peer, key: &str) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    peer.prepare(key).await;
+    peer.pair(&format!("{key}:warm:{}", std::process::id()))
+        .await;
+    let steps = steps();
+    println!("ready");
+    steps
+}
+
+/// One process of the cross-process hot key. On `go <secs> <tasks>` its tasks take and
+/// release `key` for `secs`; then the window's ends and every acquisition's instant
+/// (CLOCK_MONOTONIC ns, taken while holding), from which run.py counts the acquisitions in
+/// the window every process was in and the owner changes between processes.
+async fn xhotkey(peer: &Peer, key: &str) -> String {
+    let mut steps = ready(peer, key).await;
+    let go = steps.recv().await.expect("go <secs> <tasks>");
+    let mut words = go.split_whitespace().skip(1);
+    let secs: f64 = words.next().and_then(|w| w.parse().ok()).expect("secs");
+    let tasks: usize = words.next().and_then(|w| w.parse().ok()).expect("tasks");
+    let cpu0 = own_cpu_us();
+    let start = monotonic_ns();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acquired = Arc::new(std::sync::Mutex::new(Vec::with_capacity(1 << 16)));
+    for _ in 0..tasks {
+        let (peer, key) = (peer.clone(), key.to_owned());
+        let (stop, acquired) = (stop.clone(), acquired.clone());
+        tokio::spawn(async move {
+            loop {
+                let h = peer.lock(&key).await;
+                if stop.load(Ordering::Relaxed) {
+                    // After the window: left to expire, the process exits.
+                    std::mem::forget(h);
+                    break;
+                }
+                acquired.lock().expect("acquired").push(monotonic_ns());
+                peer.unlock(h).await;
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let end = monotonic_ns();
+    let cpu = own_cpu_us() - cpu0;
+    let acquired = acquired.lock().expect("acquired").clone();
+    let list: Vec<String> = acquired.iter().map(u64::to_string).collect();
+    format!(
+        "\"start_ns\":{start},\"end_ns\":{end},\"client_cpu_us\":{cpu},\"ops\":{},\"acquired\":[{}]",
+        acquired.len(),
+        list.join(",")
+    )
+}
+
+/// The holder of the cross-process hand-off: `hold` takes `key` (says `held`); `release`
+/// waits 5 ms (plus a random point of a poller's cycle), notes the instant
+/// (CLOCK_MONOTONIC ns) and releases (says `released <ns>`); `mark` starts the CPU count;
+/// `end` reports it.
+async fn xholder(peer: &Peer, key: &str) -> String {
+    let mut steps = ready(peer, key).await;
+    let mut held = None;
+    let mut cpu0 = own_cpu_us();
+    let mut spun = 0.0;
+    while let Some(step) = steps.recv().await {
+        match step.as_str() {
+            "mark" => {
+                cpu0 = own_cpu_us();
+                spun = 0.0;
+                println!("marked");
+            }
+            "hold" => {
+                held = Some(peer.lock(key).await);
+                println!("held");
+            }
+            "release" => {
+                spun += release_pause(peer).await;
+                let at = monotonic_ns();
+                peer.unlock(held.take().expect("release without hold"))
+                    .await;
+                println!("released {at}");
+            }
+            _ => break,
+        }
+    }
+    format!("\"client_cpu_us\":{}", own_cpu_us() - cpu0 - spun)
+}
+
+/// The waiter of the cross-process hand-off: `wait` starts a task that takes `key`, notes
+/// the instant it holds it (CLOCK_MONOTONIC ns), releases it and says `acquired <ns>`; the
+/// process says `waiting` once the task is started. `mark` and `end` as the holder's.
+async fn xwaiter(peer: &Peer, key: &str) -> String {
+    let mut steps = ready(peer, key).await;
+    let mut cpu0 = own_cpu_us();
+    while let Some(step) = steps.recv().await {
+        match step.as_str() {
+            "mark" => {
+                cpu0 = own_cpu_us();
+                println!("marked");
+            }
+            "wait" => {
+                let (peer, key) = (peer.clone(), key.to_owned());
+                tokio::spawn(async move {
+                    let h = peer.lock(&key).await;
+                    let at = monotonic_ns();
+                    peer.unlock(h).await;
+                    println!("acquired {at}");
+                });
+                println!("waiting");
+            }
+            _ => break,
+        }
+    }
+    format!("\"client_cpu_us\":{}", own_cpu_us() - cpu0)
+}
+
 // ------------------------------------------------------------------ main
 
 /// A tokio runtime with 2 workers, as `targets.rs`, with the workload in a task spawned on
@@ -410,15 +681,15 @@ async fn run() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let [url, workload, contender] = match <[String; 3]>::try_from(args) {
-        Ok(a) => a,
-        Err(_) => {
-            eprintln!(
-                "usage: peers <redis-url> <sequential|concurrent|handoff|hotkey> <distlock|distlock-barging|redisson-raw>"
-            );
-            std::process::exit(2);
-        }
-    };
+    if !(3..=4).contains(&args.len()) {
+        eprintln!(
+            "usage: peers <redis-url> <sequential|concurrent|handoff|hotkey|xhotkey|xholder|xwaiter> \
+             <distlock|distlock-barging|redisson-raw|bare> [key (the cross-process roles)]"
+        );
+        std::process::exit(2);
+    }
+    let (url, workload, contender) = (args[0].clone(), args[1].clone(), args[2].clone());
+    let shared_key = args.get(3).cloned().unwrap_or_default();
     let peer = match contender.as_str() {
         "distlock" | "distlock-barging" => Peer::Distlock(
             Registry::from_str(&format!(
@@ -434,8 +705,18 @@ async fn run() {
             client: redis::Client::open(url.as_str()).expect("url"),
             listeners: std::sync::Mutex::new(Vec::new()),
         })),
+        "bare" => {
+            let mut conn = connect(&url).await;
+            let unlock_sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(COMPARE_AND_DELETE)
+                .query_async(&mut conn)
+                .await
+                .expect("load");
+            Peer::Bare(Bare { conn, unlock_sha })
+        }
         other => {
-            eprintln!("unknown contender {other}: distlock, distlock-barging, redisson-raw");
+            eprintln!("unknown contender {other}: distlock, distlock-barging, redisson-raw, bare");
             std::process::exit(2);
         }
     };
@@ -446,6 +727,9 @@ async fn run() {
         "concurrent" => concurrent(&peer, &mut info, &prefix).await,
         "handoff" => handoff(&peer, &mut info, &prefix).await,
         "hotkey" => hotkey(&peer, &mut info, &prefix).await,
+        "xhotkey" => xhotkey(&peer, &shared_key).await,
+        "xholder" => xholder(&peer, &shared_key).await,
+        "xwaiter" => xwaiter(&peer, &shared_key).await,
         other => {
             eprintln!("unknown workload {other}");
             std::process::exit(2);

@@ -1,8 +1,9 @@
 // The Node.js peers of distlock's peer benchmark: one contender, one workload, one JSON line.
 //
-//   node peer.mjs <redis-url> <workload> <contender>
+//   node peer.mjs <redis-url> <workload> <contender> [key]
 //
-// workload:  sequential | concurrent | handoff | hotkey   (see bench/peers/README.md)
+// workload:  sequential | concurrent | handoff | hotkey   (see bench/peers/README.md), or a
+//            cross-process role on `key` (xhotkey | xholder | xwaiter), driven by run.py
 // contender: redlock          node-redlock 5, retryDelay 200 ms, retryJitter 100 ms (its defaults)
 //            redlock-tuned    node-redlock 5, retryDelay 10 ms, retryJitter 5 ms
 //            semaphore        redis-semaphore Mutex, retryInterval 10 ms (its default)
@@ -13,11 +14,13 @@ import { performance } from "node:perf_hooks";
 import Redis from "ioredis";
 import Redlock from "redlock";
 import { Mutex } from "redis-semaphore";
-import { workloads } from "./workloads.mjs";
+import { roles, workloads } from "./workloads.mjs";
 
-const [url, workload, contender] = process.argv.slice(2);
-if (!url || !workloads[workload]) {
-  console.error("usage: node peer.mjs <redis-url> <sequential|concurrent|handoff|hotkey> <contender>");
+const [url, workload, contender, key] = process.argv.slice(2);
+if (!url || !(workloads[workload] || (roles[workload] && key))) {
+  console.error(
+    "usage: node peer.mjs <redis-url> <sequential|concurrent|handoff|hotkey|xhotkey|xholder|xwaiter> <contender> [key]",
+  );
   process.exit(2);
 }
 
@@ -62,12 +65,14 @@ if (!peers[contender]) {
   process.exit(2);
 }
 
-const result = await workloads[workload]({
-  client,
-  peer: peers[contender](),
-  prefix: `bench:${contender}:${process.pid}:${workload}`,
-  now: () => performance.now(),
-});
+const result = roles[workload]
+  ? await roles[workload]({ peer: peers[contender](), key })
+  : await workloads[workload]({
+      client,
+      peer: peers[contender](),
+      prefix: `bench:${contender}:${process.pid}:${workload}`,
+      now: () => performance.now(),
+    });
 console.log(JSON.stringify({ contender, workload, ...result }));
 // Tasks still polling after the window are abandoned: their keys are unique to this run.
 process.exit(0);
