@@ -1372,10 +1372,14 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 std::thread::sleep(Duration::from_millis(2500));
             }
             "latency" => {
-                let ms = [0u64, 150, 700][*rounds as usize % 3];
+                const STEPS: [u64; 3] = [0, 150, 700];
+                let ms = STEPS[*rounds as usize % 3];
                 run.proxies[0].set_latency(Duration::from_millis(ms));
                 if ms == 0 && *rounds > 1 {
-                    run.fault_over(Duration::ZERO);
+                    // What the proxy queued under the last latency is still delivered at
+                    // its due time: a request sent just before, and its reply, take up
+                    // to twice that latency; the fault ends when they have drained.
+                    run.fault_over(Duration::from_millis(2 * STEPS[2]));
                 }
                 std::thread::sleep(Duration::from_millis(2000));
             }
