@@ -13,7 +13,7 @@ use crate::rt::hub::Hub;
 use crate::LockKind;
 
 #[derive(Debug)]
-struct Held {
+struct HeldLock {
     owners: HashMap<OwnerId, u32>,
     expires_at: Instant,
     /// A run-once job's `hold_at_least` (as `hold:until` in `protocol/acquire.lua`): a
@@ -80,7 +80,7 @@ impl FairQueue {
 
 #[derive(Debug, Default)]
 struct State {
-    locks: HashMap<String, Held>,
+    locks: HashMap<String, HeldLock>,
     /// Fencing counters (and id sequences): value and last use. Like the Redis counters
     /// (`protocol/fence_prologue.lua`) they are forgotten after `FENCE_RETENTION` unused,
     /// and a new one starts from the clock (in µs, + 1), above every token it gave before.
@@ -200,7 +200,7 @@ impl MemoryDriver {
     }
 
     /// The lock's entry, if it exists and has not expired (an expired one is removed).
-    fn live<'a>(state: &'a mut State, hash: &str, now: Instant) -> Option<&'a mut Held> {
+    fn live<'a>(state: &'a mut State, hash: &str, now: Instant) -> Option<&'a mut HeldLock> {
         if state.locks.get(hash).is_some_and(|h| h.expires_at <= now) {
             state.locks.remove(hash);
         }
@@ -285,7 +285,7 @@ impl MemoryDriver {
                 let token = st.next_token(&keys.fence);
                 st.locks.insert(
                     keys.hash.clone(),
-                    Held {
+                    HeldLock {
                         owners: HashMap::from([(owner, 1)]),
                         expires_at: later(now, lease),
                         hold_until: keys.hold_at_least.map(|h| later(now, h)),

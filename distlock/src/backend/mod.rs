@@ -9,6 +9,7 @@
 
 mod auth;
 pub(crate) use auth::explain as explain_auth;
+mod capabilities;
 mod check;
 mod cluster;
 mod cluster_slots;
@@ -17,7 +18,6 @@ mod direct;
 pub(crate) mod error;
 mod link;
 mod memory;
-mod offers;
 mod quorum;
 mod redisson_once;
 pub(crate) mod resend;
@@ -33,12 +33,12 @@ use std::time::Duration;
 
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
+pub(crate) use self::capabilities::{mode_offers, mode_offers_semaphore};
+use self::capabilities::{offers, protocol_fits, semaphore_offered};
 pub(crate) use self::error::DriverError;
 pub use self::error::{BackendError, BackendErrorKind};
-pub(crate) use self::offers::{mode_offers, mode_offers_semaphore};
-use self::offers::{offers, protocol_fits, semaphore_offered};
-use crate::lease::held::Leases;
 use crate::lease::owner::{Hold, OwnerId};
+use crate::lease::state::Leases;
 use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
@@ -283,7 +283,7 @@ impl Backend {
 
     /// `kind` refused here, for `reason` (why, and what to use instead).
     pub(crate) fn unsupported(&self, kind: crate::Feature, reason: impl Into<String>) -> LockError {
-        offers::unsupported(&self.name, kind, self.protocol, self.mode, reason)
+        capabilities::unsupported(&self.name, kind, self.protocol, self.mode, reason)
     }
 
     /// Whether what `shape` lays out can be taken here: [`Backend::supports`] for a lock,
@@ -509,7 +509,7 @@ impl Backend {
                     Shape::Semaphore(sem) => sem.only_holder.as_deref(),
                     Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => None,
                 };
-                let concerned = |l: &crate::lease::held::LeaseState| {
+                let concerned = |l: &crate::lease::state::LeaseState| {
                     l.keys.hash == keys.hash
                         && only.is_none_or(|o| l.owner.hex().as_slice() == o.as_bytes())
                 };

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::lease::held::LeaseState;
+use crate::lease::state::LeaseState;
 use crate::LockError;
 
 #[derive(Debug)]
@@ -298,7 +298,7 @@ impl Future for LeaseLost {
         }
         let waiting = this.waiting.get_or_insert_with(|| {
             let leases = this.leases.clone();
-            Box::pin(crate::lease::held::lost_any(leases))
+            Box::pin(crate::lease::state::lost_any(leases))
         });
         waiting.as_mut().poll(cx)
     }

@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::heard::InFlight;
-use crate::lease::held::{LeaseState, Leases};
+use crate::lease::state::{LeaseState, Leases};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::{OnRevoked, Revoked};
 
@@ -242,8 +242,8 @@ async fn check(
 mod tests {
     use super::*;
     use crate::lease::heard::{Heard, HEARD_MAX};
-    use crate::lease::held::{Granted, Leases};
     use crate::lease::owner::Hold;
+    use crate::lease::state::{Granted, Leases};
     use crate::protocol::keys::LockKeys;
 
     fn lease(leases: &Arc<Leases>, key: &str) -> Arc<LeaseState> {

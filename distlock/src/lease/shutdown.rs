@@ -3,7 +3,7 @@
 //! ([`Background`](crate::lease::background::Background)).
 //!
 //! In order, within one deadline:
-//! 1. the backend is closed ([`Leases::close`](crate::lease::held::Leases::close)): the
+//! 1. the backend is closed ([`Leases::close`](crate::lease::state::Leases::close)): the
 //!    acquire engine refuses new acquisitions and ends the waiting ones with
 //!    `LockError::ShuttingDown` (what they may have taken is undone in the background, as
 //!    for any dropped acquisition);
@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::lease::held::LeaseState;
+use crate::lease::state::LeaseState;
 
 /// Shut `backend` down (see the module docs), returning by `deadline` whatever Redis
 /// does. Safe to call again: a second call finds nothing held and nothing in flight.

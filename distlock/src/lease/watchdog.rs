@@ -1,5 +1,5 @@
 //! The watchdog: one task per backend renews every held auto lease (the backend's
-//! [`Leases`](crate::lease::held::Leases)), every third of `watchdog_timeout`. Not one timer per
+//! [`Leases`](crate::lease::state::Leases)), every third of `watchdog_timeout`. Not one timer per
 //! lock; the backend's driver batches the renewals (pipelines of 512 on one server).
 
 use std::sync::{Arc, Weak};

@@ -29,9 +29,9 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::heard::InFlight;
-use crate::lease::held::{Granted, LeaseState};
 use crate::lease::owner::{Hold, OwnerId};
-use crate::primitives::guard::{Held, ReleaseOnDrop};
+use crate::lease::state::{Granted, LeaseState};
+use crate::primitives::guard::{GuardCore, ReleaseOnDrop};
 use crate::primitives::handoff::{Outcome, Place, Waiters};
 use crate::primitives::nesting;
 use crate::protocol::keys::{LockKeys, Shape};
@@ -60,7 +60,7 @@ pub(crate) struct Request {
 /// at once when the shutdown began before, and a waiting acquisition as soon as it begins
 /// (dropping the attempt undoes what it may have taken, as for any dropped acquisition).
 /// A grant that raced with the shutdown is given back at once.
-pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
+pub(crate) async fn acquire(req: Request) -> Result<GuardCore, LockError> {
     let backend = req.backend.clone();
     let shutting_down = |key: &str| LockError::ShuttingDown {
         key: key.to_owned(),
@@ -89,7 +89,7 @@ pub(crate) async fn acquire(req: Request) -> Result<Held, LockError> {
 /// reply judged ([`Attempts::on_reply`]), and a refusal waited out
 /// ([`Attempts::wait_for_turn`]) — until one is granted, the wait ends or an error is
 /// final.
-async fn acquire_open(req: Request) -> Result<Held, LockError> {
+async fn acquire_open(req: Request) -> Result<GuardCore, LockError> {
     let (t, mut a) = Terms::begin(req).await?;
     // The release channel this waiter listens on, once refused: a wake-up is enabled from
     // it before each attempt, so that a release during the attempt is not missed.
@@ -326,7 +326,7 @@ fn check_terms(
 impl Attempts {
     /// The lease granted (`sent`: when the granting attempt was sent), registered, and
     /// handed to a guard.
-    fn grant(self, t: &Terms, token: u64, outermost: bool, sent: Instant) -> Held {
+    fn grant(self, t: &Terms, token: u64, outermost: bool, sent: Instant) -> GuardCore {
         let backend = &t.backend;
         tracing::debug!(backend = %backend.name, key = %self.keys.user, token, outermost, waited = ?t.start.elapsed(), "distlock: acquired");
         let state = LeaseState::new(
@@ -344,7 +344,7 @@ impl Attempts {
             },
         );
         crate::lease::revoke::registered(&t.in_flight, backend, &state);
-        Held::new(state, backend.clone(), self.permit)
+        GuardCore::new(state, backend.clone(), self.permit)
     }
 
     /// A local waiter takes its place back before an attempt of its own; a releaser that
@@ -715,7 +715,7 @@ pub(crate) fn timeout(
         backend: backend.name.to_string(),
         waited,
         holder_lease: holder.map(|(ttl, seen)| ttl.saturating_sub(seen.elapsed())),
-        recent_hold: crate::lease::holds::typical(&backend.name),
+        recent_hold: crate::lease::hold_times::typical(&backend.name),
         held_by: crate::errors::HeldBy::Unknown,
     }
 }

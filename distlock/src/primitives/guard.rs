@@ -1,4 +1,4 @@
-//! The guards: the held-lease core every guard wraps ([`Held`]), the lock's guard, and the
+//! The guards: the held-lease core every guard wraps ([`GuardCore`]), the lock's guard, and the
 //! release paths (on drop, on `release()`, and of an attempt in flight).
 
 use std::future::Future;
@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Backend;
-use crate::lease::held::LeaseState;
 use crate::lease::owner::Hold;
+use crate::lease::state::LeaseState;
 use crate::primitives::handoff::{Claimed, Undo};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{HandedOff, Released};
@@ -31,7 +31,7 @@ use crate::LockError;
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    pub(crate) held: Held,
+    pub(crate) held: GuardCore,
 }
 
 impl LockGuard {
@@ -98,9 +98,9 @@ impl LockGuard {
 
 /// The held-lease core every guard wraps (a lock's, a semaphore's, and through them a
 /// multi-key lock's and a leader's): the lease's state, the backend it is held on, and a
-/// nested hold's permit. It releases on [`Held::release`] or, in the background, on drop.
+/// nested hold's permit. It releases on [`GuardCore::release`] or, in the background, on drop.
 #[derive(Debug)]
-pub(crate) struct Held {
+pub(crate) struct GuardCore {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) backend: Arc<Backend>,
     /// A nested hold: the enclosing hold's permit (see `LeaseState::nested`), given back
@@ -108,13 +108,13 @@ pub(crate) struct Held {
     _permit: Option<OwnedSemaphorePermit>,
 }
 
-impl Held {
+impl GuardCore {
     pub(crate) fn new(
         state: Arc<LeaseState>,
         backend: Arc<Backend>,
         permit: Option<OwnedSemaphorePermit>,
-    ) -> Held {
-        Held {
+    ) -> GuardCore {
+        GuardCore {
             state,
             backend,
             _permit: permit,
@@ -165,7 +165,7 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for GuardCore {
     fn drop(&mut self) {
         if self.state.begin_release() {
             let s = &self.state;

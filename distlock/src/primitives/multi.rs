@@ -392,7 +392,7 @@ impl MultiLockGuard {
     /// Resolves when any of the leases is lost, with that key's `LeaseLost` error. Never
     /// resolves after the guard is released.
     pub async fn lost(&self) -> LockError {
-        crate::lease::held::lost_any(self.guards.iter().map(|g| g.held.state.clone()).collect())
+        crate::lease::state::lost_any(self.guards.iter().map(|g| g.held.state.clone()).collect())
             .await
     }
 

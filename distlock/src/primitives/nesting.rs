@@ -8,8 +8,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::lease::held::LeaseState;
 use crate::lease::owner::{Hold, Under};
+use crate::lease::state::LeaseState;
 use crate::protocol::keys::LockKeys;
 use crate::{LockError, LockKind};
 

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::ops::sites::LockSite;
 use crate::primitives::acquire::Request;
-use crate::primitives::guard::Held;
+use crate::primitives::guard::GuardCore;
 use crate::registry::Registry;
 use crate::{Lease, LockError};
 
@@ -527,7 +527,7 @@ async fn acquire(
 #[derive(Debug)]
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct SemaphoreGuard {
-    held: Held,
+    held: GuardCore,
     permits: u32,
 }
 

@@ -357,7 +357,7 @@ impl LeaseState {
         }
         if was == HELD && self.outermost {
             let held = self.acquired_at.elapsed();
-            crate::lease::holds::record(&self.backend, held);
+            crate::lease::hold_times::record(&self.backend, held);
             crate::ops::metrics::held(&self.backend, self.site, held);
         }
         self.leases.map().remove(&self.id);
