@@ -375,7 +375,6 @@ pub struct QuorumOptions {
 /// assert_eq!(distlock_config::ModeKind::Redlock.to_string(), "redlock");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum ModeKind {
     /// `mode = "single"`.
     Single,

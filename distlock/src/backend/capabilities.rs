@@ -50,8 +50,6 @@ fn is_quorum(mode: ModeKind) -> bool {
     match mode {
         ModeKind::Redlock | ModeKind::Multi => true,
         ModeKind::Single | ModeKind::Cluster | ModeKind::Sentinel | ModeKind::Memory => false,
-        // A mode added later: refused until it says otherwise.
-        _ => true,
     }
 }
 
