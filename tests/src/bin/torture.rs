@@ -474,6 +474,8 @@ struct Run {
     /// Each fault's end (when the server answers again, or the holder was killed), with
     /// the bound on the time until the next section starts.
     fault_ends: Vec<(u64, Duration)>,
+    /// When the last worker stops taking sections (each runs for the time it was given).
+    sections_until: u64,
 }
 
 impl Drop for Run {
@@ -687,6 +689,7 @@ impl Run {
             duration,
             spawned: 0,
             fault_ends: Vec::new(),
+            sections_until: 0,
         };
         for _ in 0..WORKERS {
             run.spawn_worker(duration);
@@ -750,6 +753,8 @@ fn write_config(
 
 impl Run {
     fn spawn_worker(&mut self, duration: Duration) {
+        let until = now_ns() + u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        self.sections_until = self.sections_until.max(until);
         let exe = std::env::current_exe().expect("current_exe");
         let bin = exe.with_file_name("torture-worker");
         let history = self.dir.join(format!("worker-{}.log", self.spawned));
@@ -968,7 +973,10 @@ impl Run {
                 }
             }
         }
-        let end = now_ns();
+        // No section starts once the workers' time is up: a fault that ended less than its
+        // bound before that is not judged (the driver's last fault may end up to 500 ms
+        // before the deadline).
+        let end = now_ns().min(self.sections_until);
         let _ = started;
         let mut sections: Vec<Section> = Vec::new();
         let mut errors: HashMap<String, u64> = HashMap::new();
