@@ -148,13 +148,13 @@ mod primitives;
 mod protocol;
 mod registry;
 mod rt;
+mod terms;
 
 // The everyday API: 25 names (the attribute, the primitives and their guards, the lease
 // terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).
 pub use distlock_macros::distributed_lock;
 pub use errors::{Feature, InitError, LockError};
 pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
-pub use lease::kind::LockKind;
 pub use lease::terms::{Lease, OnLost};
 pub use ops::fence::fence;
 pub use primitives::call_wait::with_wait;
@@ -164,6 +164,7 @@ pub use primitives::lock::Lock;
 pub use primitives::multi::{MultiLock, MultiLockGuard};
 pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, shutdown, Registry};
+pub use terms::kind::LockKind;
 
 // Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
 #[doc(inline)]

@@ -13,11 +13,11 @@ use redis::Value;
 
 use super::direct::Direct;
 use super::error::{bounded, redirected, DriverError};
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::reply::UnexpectedReply;
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
+use crate::terms::owner::{Hold, OwnerId};
 
 /// A connection speaking the lock protocol.
 #[derive(Clone)]

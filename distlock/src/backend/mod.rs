@@ -37,11 +37,11 @@ pub(crate) use self::capabilities::{mode_offers, mode_offers_semaphore};
 use self::capabilities::{offers, protocol_fits, semaphore_offered};
 pub(crate) use self::error::DriverError;
 pub use self::error::{BackendError, BackendErrorKind};
-use crate::lease::owner::{Hold, OwnerId};
 use crate::lease::state::Leases;
 use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
+use crate::terms::owner::{Hold, OwnerId};
 use crate::{InitError, LockError, LockKind};
 
 /// The store behind a backend.

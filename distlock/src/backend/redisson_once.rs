@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use super::conn::Settings;
 use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::lease::owner::OwnerId;
 use crate::protocol::Publish;
+use crate::terms::owner::OwnerId;
 
 /// The cluster connection that never sends a command twice, for Redisson's acquire
 /// scripts.

@@ -38,11 +38,11 @@ use super::error::{bounded, DriverError};
 use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Call, Publish, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
+use crate::terms::owner::{Hold, OwnerId};
 
 /// How often the master is resolved again without any other reason.
 const CHECK_EVERY: Duration = Duration::from_secs(5);

@@ -7,8 +7,6 @@ pub(crate) mod background;
 pub(crate) mod context;
 pub(crate) mod heard;
 pub(crate) mod hold_times;
-pub(crate) mod kind;
-pub(crate) mod owner;
 pub(crate) mod revoke;
 pub(crate) mod shutdown;
 pub(crate) mod state;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::primitives::handoff::Waiters;
 use crate::protocol::keys::LockKeys;
 use crate::rt::clock::{from_nanos, to_nanos};
 use crate::rt::hub::{Hub, Watch};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockError;
 
 /// How long before a lease can run out on the server its loss is signalled (`is_held()`

@@ -29,7 +29,6 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::lease::heard::InFlight;
-use crate::lease::owner::{Hold, OwnerId};
 use crate::lease::state::{Granted, LeaseState};
 use crate::primitives::guard::{GuardCore, ReleaseOnDrop};
 use crate::primitives::handoff::{Outcome, Place, Waiters};
@@ -38,6 +37,7 @@ use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Watch;
+use crate::terms::owner::{Hold, OwnerId};
 use crate::{Lease, LockError, LockKind};
 
 /// One acquisition: what to take, where, and on which terms.

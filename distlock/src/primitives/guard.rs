@@ -7,11 +7,11 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Backend;
-use crate::lease::owner::Hold;
 use crate::lease::state::LeaseState;
 use crate::primitives::handoff::{Claimed, Undo};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{HandedOff, Released};
+use crate::terms::owner::Hold;
 use crate::LockError;
 
 /// A held lock. Dropping it releases the lock in the background (never blocking, never

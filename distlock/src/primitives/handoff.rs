@@ -40,8 +40,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, Shape};
+use crate::terms::owner::{Hold, OwnerId};
 
 /// Whether acquisitions and releases of `keys` hand off (see the module docs for why the
 /// other shapes, formats and run-once jobs do not).

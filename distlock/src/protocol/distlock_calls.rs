@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::call::Call;
 use crate::protocol::keys::{LockKeys, SemKeys, Shape};
 use crate::protocol::script::{millis, Publish, Script};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// The acquire call. `wait`: how long the caller may still wait (fair and write locks and

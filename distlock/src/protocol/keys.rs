@@ -326,7 +326,7 @@ impl LockKeys {
     /// The channel a waiter for this lock listens on: a Redisson fair waiter on its own
     /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
     /// only), every other waiter on [`LockKeys::channel`].
-    pub(crate) fn wait_channel(&self, owner: crate::lease::owner::OwnerId) -> String {
+    pub(crate) fn wait_channel(&self, owner: crate::terms::owner::OwnerId) -> String {
         if self.waits_on_its_own_channel() {
             format!("{}:{}", self.channel, owner.redisson_field())
         } else {
@@ -596,7 +596,7 @@ mod tests {
                 "redisson_lock_timeout:{order:42}".to_string()
             ]
         );
-        let o = crate::lease::owner::OwnerId::random();
+        let o = crate::terms::owner::OwnerId::random();
         assert_eq!(
             f.wait_channel(o),
             format!("redisson_lock__channel:{{order:42}}:{}", o.redisson_field())

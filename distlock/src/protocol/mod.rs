@@ -28,8 +28,8 @@ use std::time::Duration;
 pub(crate) use call::Call;
 pub(crate) use script::{Attempt, HandedOff, Publish, Released, Script};
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, RedissonKeys, Shape};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// Which builder serves `keys`: Redisson's, with its lock kind, or distlock's. A semaphore
@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(r.redisson_latch(), Some(latch.as_str()));
         assert!(cancel(&write, hold.owner, Publish::Plain).is_none());
         // nested acquisitions name the enclosing hold they require (reply 3 without it)
-        use crate::lease::owner::Under;
+        use crate::terms::owner::Under;
         let nested = |under| Hold::nested_under(hold.owner, under);
         assert_eq!(
             acquire(&write, hold, d, Duration::ZERO, Publish::Plain)

@@ -474,7 +474,7 @@ fn redisson_samples(name: &str) -> (Vec<String>, Vec<String>) {
         // (not for the fixed sample name; the bare name still gets checked)
         return (vec![name.to_owned()], Vec::new());
     };
-    let field = format!("{}:0", crate::lease::owner::redisson_client_id());
+    let field = format!("{}:0", crate::terms::owner::redisson_client_id());
     let [queue, deadlines] = r.extra();
     let keys = vec![
         r.hash.clone(),
