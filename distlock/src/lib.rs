@@ -188,7 +188,7 @@ pub mod error {
     //! }
     //! assert!(!retry_later(&LockError::NotInitialized));
     //! ```
-    pub use crate::backend::{BackendError, BackendErrorKind};
+    pub use crate::errors::backend::{BackendError, BackendErrorKind};
     pub use crate::errors::{HeldBy, InitError, LockError, LockResult};
     pub use crate::lease::context::LeaseLost;
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use distlock_config::{Config, Defaults};
 
 use crate::backend::Backend;
-use crate::backend::BackendError;
+use crate::errors::backend::BackendError;
 use crate::{InitError, LockError};
 
 /// Connected backends by name, with the configuration's defaults.

@@ -29,7 +29,7 @@
 use distlock_config::{BackendConfig, Mode, Protocol, ShardedSubscriptionMode};
 use redis::IntoConnectionInfo;
 
-use super::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::ops::report::ServerReport;
 use crate::protocol::probe::{Needs, Probe};
 use crate::protocol::Publish;

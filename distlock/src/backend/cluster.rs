@@ -38,9 +38,9 @@ use tokio::sync::mpsc;
 
 use super::cluster_slots::Routed;
 use super::conn::{addresses, Settings};
-use super::error::{bounded, DriverError};
 use super::link::Link;
 use super::redisson_once::{self, InFlight};
+use crate::errors::backend::{bounded, DriverError};
 use crate::ops::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::{Format, LockKeys};

@@ -21,7 +21,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use super::error::{bounded, DriverError};
+use crate::errors::backend::{bounded, DriverError};
 
 /// Idle time before the first keepalive probe.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);

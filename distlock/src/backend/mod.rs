@@ -5,7 +5,7 @@
 //! [`memory`]. The Redis ones speak the protocol of `crate::protocol`; `server.rs` is the
 //! protocol on one server connection (single, the sentinel master, each quorum node), and
 //! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
-//! turned into a public error in one place (`error.rs`). This file only dispatches.
+//! turned into a public error in one place (`errors/backend.rs`). This file only dispatches.
 
 mod auth;
 pub(crate) use auth::explain as explain_auth;
@@ -15,7 +15,6 @@ mod cluster;
 mod cluster_slots;
 mod conn;
 mod direct;
-pub(crate) mod error;
 mod link;
 mod memory;
 mod quorum;
@@ -35,8 +34,7 @@ use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::capabilities::{mode_offers, mode_offers_semaphore};
 use self::capabilities::{offers, protocol_fits, semaphore_offered};
-pub(crate) use self::error::DriverError;
-pub use self::error::{BackendError, BackendErrorKind};
+use crate::errors::backend::DriverError;
 use crate::lease::state::Leases;
 use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::{Attempt, Released};

@@ -22,8 +22,8 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::Notify;
 
 use super::conn::Settings;
-use super::error::{bounded, DriverError};
 use super::link::Link;
+use crate::errors::backend::{bounded, DriverError};
 use crate::protocol::Publish;
 use crate::terms::owner::OwnerId;
 

@@ -34,10 +34,10 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::conn::Settings;
-use super::error::{bounded, DriverError};
 use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
+use crate::errors::backend::{bounded, DriverError};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Call, Publish, Released};
 use crate::rt::backoff::Backoff;

@@ -11,8 +11,8 @@ use redis::Value;
 
 use super::conn::Settings;
 use super::direct::Direct;
-use super::error::{bounded, DriverError};
 use super::link::Link;
+use crate::errors::backend::{bounded, DriverError};
 use crate::ops::report::ServerReport;
 use crate::protocol::exec::{eval_pipelined, load_all};
 use crate::protocol::keys::LockKeys;

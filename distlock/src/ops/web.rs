@@ -549,7 +549,7 @@ mod tests {
     }
 
     fn redis_error() -> crate::error::BackendError {
-        crate::error::BackendError::new(crate::backend::DriverError::redis(
+        crate::error::BackendError::new(crate::errors::backend::DriverError::redis(
             "10.1.2.3:6379",
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,

@@ -18,7 +18,6 @@ pub(crate) mod exec;
 pub(crate) mod keys;
 pub(crate) mod probe;
 mod redisson_calls;
-pub(crate) mod reply;
 pub(crate) mod script;
 pub(crate) mod slot;
 pub(crate) mod version;

@@ -127,7 +127,7 @@ use tokio::time::Instant;
 
 use self::node::Node;
 use super::conn::Settings;
-use super::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;

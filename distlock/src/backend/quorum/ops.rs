@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::node::Node;
 use super::{finish_in_background, QuorumDriver, Replies, Settle};
-use crate::backend::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Released};
 use crate::terms::owner::{Hold, OwnerId};
