@@ -143,6 +143,7 @@
 mod backend;
 mod errors;
 mod lease;
+mod obs;
 mod ops;
 mod primitives;
 mod protocol;
@@ -169,11 +170,12 @@ pub use terms::kind::LockKind;
 // Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
 #[doc(inline)]
 pub use distlock_config as config;
+pub use obs::metrics;
 #[cfg(feature = "tower")]
 pub use ops::tower;
 #[cfg(feature = "axum")]
 pub use ops::web;
-pub use ops::{fence, ids, metrics};
+pub use ops::{fence, ids};
 
 pub mod error {
     //! The errors in full: [`LockError`] and [`InitError`] (also at the crate root), the
@@ -213,9 +215,9 @@ pub mod inspect {
     //! }
     //! # Ok(()) }
     //! ```
+    pub use crate::obs::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+    pub use crate::obs::sites::{sites, Site};
     pub use crate::ops::inspect::{Holder, Kind, LockInfo, Waiter};
-    pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
-    pub use crate::ops::sites::{sites, Site};
     pub use crate::primitives::leader::LeaderInfo;
 }
 

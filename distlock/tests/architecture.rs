@@ -371,7 +371,7 @@ fn find_word(text: &str, word: &str) -> Option<usize> {
     None
 }
 
-/// Inline paths such as `crate::ops::metrics::lost(..)` or `super::Node`.
+/// Inline paths such as `crate::obs::metrics::lost(..)` or `super::Node`.
 fn inline_paths(code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for start in ["crate::", "super::", "self::"] {

@@ -41,7 +41,7 @@ use super::conn::{addresses, Settings};
 use super::link::Link;
 use super::redisson_once::{self, InFlight};
 use crate::errors::backend::{bounded, DriverError};
-use crate::ops::report::ServerReport;
+use crate::obs::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::{Format, LockKeys};
 use crate::protocol::probe::Probe;

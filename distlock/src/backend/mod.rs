@@ -229,7 +229,7 @@ impl Backend {
     /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
     async fn probe_servers(
         &self,
-    ) -> Option<Vec<Result<crate::ops::report::ServerReport, DriverError>>> {
+    ) -> Option<Vec<Result<crate::obs::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
         let probe = &check.probe;
         let reports = match &self.driver {
@@ -557,7 +557,7 @@ impl Backend {
     /// or why it could not be asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
-    ) -> Option<Vec<Result<crate::ops::report::ServerReport, LockError>>> {
+    ) -> Option<Vec<Result<crate::obs::report::ServerReport, LockError>>> {
         let r = self.probe_servers().await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }

@@ -336,7 +336,7 @@ impl SentinelMaster {
     pub(crate) async fn probe(
         &self,
         probe: &crate::protocol::probe::Probe,
-    ) -> Result<crate::ops::report::ServerReport, DriverError> {
+    ) -> Result<crate::obs::report::ServerReport, DriverError> {
         self.checked(self.current().server.probe(probe).await)
     }
 

@@ -13,7 +13,7 @@ use super::conn::Settings;
 use super::direct::Direct;
 use super::link::Link;
 use crate::errors::backend::{bounded, DriverError};
-use crate::ops::report::ServerReport;
+use crate::obs::report::ServerReport;
 use crate::protocol::exec::{eval_pipelined, load_all};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;

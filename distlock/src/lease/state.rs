@@ -336,7 +336,7 @@ impl LeaseState {
         }
         if loud {
             tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
-            crate::ops::metrics::lost(&self.backend, self.site);
+            crate::obs::metrics::lost(&self.backend, self.site);
         } else {
             tracing::info!(backend = %self.backend, key = %self.keys.user, site = self.site, "distlock: shutting down; signalling the holder and giving the lock back");
         }
@@ -358,7 +358,7 @@ impl LeaseState {
         if was == HELD && self.outermost {
             let held = self.acquired_at.elapsed();
             crate::lease::hold_times::record(&self.backend, held);
-            crate::ops::metrics::held(&self.backend, self.site, held);
+            crate::obs::metrics::held(&self.backend, self.site, held);
         }
         self.leases.map().remove(&self.id);
         self.ended();

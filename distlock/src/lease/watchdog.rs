@@ -77,7 +77,7 @@ async fn renew_all(backend: &Backend) -> bool {
                 }
             }
         }
-        crate::ops::metrics::renewals(&backend.name, renewed, failures as u64);
+        crate::obs::metrics::renewals(&backend.name, renewed, failures as u64);
         if let Some(e) = last_error {
             failed = true;
             tracing::warn!(backend = %backend.name, leases = chunk.len(), failures, error = %e,

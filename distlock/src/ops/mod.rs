@@ -4,9 +4,6 @@
 pub mod fence;
 pub mod ids;
 pub(crate) mod inspect;
-pub mod metrics;
-pub(crate) mod report;
-pub(crate) mod sites;
 #[cfg(feature = "tower")]
 pub mod tower;
 #[cfg(feature = "axum")]

@@ -490,7 +490,7 @@ fn held_by<'a>(
     let mut kind = HeldBy::Unknown;
     for h in holders {
         let this = match (h.site.as_deref(), own_site) {
-            (Some(crate::ops::sites::RUN_SITE), _) => HeldBy::Command,
+            (Some(crate::obs::sites::RUN_SITE), _) => HeldBy::Command,
             (Some(site), Some(own)) if site == own => HeldBy::Request,
             (Some(_), Some(_)) => HeldBy::OtherSite,
             (Some(_), None) | (None, _) => HeldBy::Unknown,

@@ -630,7 +630,7 @@ impl Attempts {
                 return None;
             }
             let _asleep = Asleep::new(&backend.waiting);
-            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, t.site);
+            let _gauge = crate::obs::metrics::Waiting::new(&backend.name, t.site);
             tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
@@ -646,7 +646,7 @@ impl Attempts {
             // never asleep until the lease's end without hearing a release. It counts as a
             // waiter then, but for its first subscription (a few ms at most).
             let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
-            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, t.site));
+            let _gauge = (!fresh).then(|| crate::obs::metrics::Waiting::new(&backend.name, t.site));
             let wake = until.min(Instant::now() + self.poll.pause());
             tokio::select! {
                 _ = n => None,

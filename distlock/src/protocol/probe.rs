@@ -11,7 +11,7 @@
 
 use redis::{RedisResult, Value};
 
-use crate::ops::report::ServerReport;
+use crate::obs::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
 use crate::LockKind;
 
