@@ -192,7 +192,7 @@ pub(crate) fn handoff(
     call = call
         .arg(holder.unwrap_or(""))
         .arg(keys.handoff_tag.as_deref().unwrap_or(""))
-        .arg(millis(crate::primitives::handoff::TURN));
+        .arg(millis(super::TURN));
     Some(call)
 }
 
