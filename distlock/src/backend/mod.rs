@@ -76,10 +76,10 @@ pub(crate) struct Backend {
     pub(crate) protocol: Protocol,
     /// Its mode, for what it refuses ([`Backend::unsupported`]).
     pub(crate) mode: distlock_config::ModeKind,
-    /// The local waiters a release hands the lock to (`crate::primitives::handoff`);
+    /// The local waiters a release hands the lock to (`crate::lease::handoff`);
     /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
     /// sentinel with `sync_replicas`, Redisson's format).
-    pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
+    pub(crate) handoffs: Option<Arc<crate::lease::handoff::Waiters>>,
     /// The releases, undos and queue cancels being sent again until the server answers
     /// (`resend.rs`).
     resends: Arc<resend::Resends>,
@@ -198,7 +198,7 @@ impl Backend {
                 Driver::Sentinel(m) => m.hands_off(),
                 Driver::Memory(_) | Driver::Quorum(_) => false,
             };
-        let handoffs: Option<Arc<crate::primitives::handoff::Waiters>> =
+        let handoffs: Option<Arc<crate::lease::handoff::Waiters>> =
             hands_off.then(Default::default);
         let leases = Arc::new(leases.handing_off(handoffs.clone()));
         let backend = Backend {
@@ -455,7 +455,7 @@ impl Backend {
     }
 
     /// Release `hold` and, when that frees the lock, hand it to the local waiter's
-    /// acquisition `to` (`crate::primitives::handoff`); `Ok(None)`: not offered here.
+    /// acquisition `to` (`crate::lease::handoff`); `Ok(None)`: not offered here.
     pub(crate) async fn hand_off(
         &self,
         keys: &LockKeys,

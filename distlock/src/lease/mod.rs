@@ -5,6 +5,7 @@
 
 pub(crate) mod background;
 pub(crate) mod context;
+pub(crate) mod handoff;
 pub(crate) mod heard;
 pub(crate) mod hold_times;
 pub(crate) mod revoke;

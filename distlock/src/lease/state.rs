@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::primitives::handoff::Waiters;
+use crate::lease::handoff::Waiters;
 use crate::protocol::keys::LockKeys;
 use crate::rt::clock::{from_nanos, to_nanos};
 use crate::rt::hub::{Hub, Watch};

@@ -28,10 +28,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::lease::handoff::{Outcome, Place, Waiters};
 use crate::lease::heard::InFlight;
 use crate::lease::state::{Granted, LeaseState};
 use crate::primitives::guard::{GuardCore, ReleaseOnDrop};
-use crate::primitives::handoff::{Outcome, Place, Waiters};
 use crate::primitives::nesting;
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::Attempt;
@@ -175,7 +175,7 @@ struct Terms {
     /// the same owner's field). Its possible extra count ends with the lease (documented).
     ambiguous_is_kept: bool,
     /// A fresh acquisition of a lock that hands off waits as a local waiter too: a release
-    /// in this process grants it the lock directly (`crate::primitives::handoff`).
+    /// in this process grants it the lock directly (`crate::lease::handoff`).
     handoffs: Option<Arc<Waiters>>,
     /// The revocations heard so far, noted again before each attempt: one heard before the
     /// lease registers (its message came before the attempt's reply) is raised again for
@@ -203,7 +203,7 @@ struct Attempts {
     /// before the next attempt, which queues under the new field — else that attempt would
     /// queue behind it, and wait until its deadline (the whole allowance) to be served.
     stale: Option<Queued>,
-    /// Its place among the local waiters (`crate::primitives::handoff`), and its rank.
+    /// Its place among the local waiters (`crate::lease::handoff`), and its rank.
     place: Option<Place>,
     rank: Option<u64>,
     backend_retry: Backoff,
@@ -247,7 +247,7 @@ impl Terms {
             .format
             .keeps_an_unknown_nested_outcome(entered.hold.nested || entered.outer.is_some());
         let handoffs = match &backend.handoffs {
-            Some(w) if !entered.hold.nested && crate::primitives::handoff::eligible(&keys) => {
+            Some(w) if !entered.hold.nested && crate::lease::handoff::eligible(&keys) => {
                 Some(w.clone())
             }
             _ => None,

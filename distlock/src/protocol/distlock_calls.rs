@@ -162,7 +162,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
 /// The hand-off call: release `hold` (an outermost hold of a reentrant lock) and, when that
 /// frees the lock, grant it to the waiter's fresh acquisition `to` with `lease`, recording
 /// `holder` (its `host\tpid\tsite`) when it records holder information. `None` for the shapes
-/// that do not hand off (see `crate::primitives::handoff`).
+/// that do not hand off (see `crate::lease::handoff`).
 pub(crate) fn handoff(
     keys: &LockKeys,
     hold: Hold,

@@ -49,7 +49,7 @@ pub(crate) struct LockKeys {
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
     /// The tag of this process's hand-off waiters (its backend's
-    /// `crate::primitives::handoff::Waiters`), set on a fresh acquisition of a lock that
+    /// `crate::lease::handoff::Waiters`), set on a fresh acquisition of a lock that
     /// hands off: its refused attempts tell the holder's process that a waiter of another
     /// process is there (`acquire.lua`).
     pub handoff_tag: Option<std::sync::Arc<str>>,

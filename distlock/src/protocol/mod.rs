@@ -72,7 +72,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
 /// (its own clients take the lock on the PUBLISH of a release, and must keep seeing one),
 /// and every shape but the reentrant lock (a fair lock's order is kept in Redis across
 /// processes; read-write locks and semaphores admit several holders). The other rules —
-/// quorum backends, run-once jobs — are `crate::primitives::handoff::eligible`'s and the
+/// quorum backends, run-once jobs — are `crate::lease::handoff::eligible`'s and the
 /// backend's.
 pub(crate) fn handoff(
     keys: &LockKeys,
