@@ -150,6 +150,7 @@ mod protocol;
 mod registry;
 mod rt;
 mod terms;
+mod upkeep;
 
 // The everyday API: 25 names (the attribute, the primitives and their guards, the lease
 // terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).

@@ -401,7 +401,7 @@ impl Registry {
         }
         let each = backends
             .iter()
-            .map(|b| crate::lease::shutdown::shut_down(b, deadline));
+            .map(|b| crate::upkeep::shutdown::shut_down(b, deadline));
         futures_util::future::join_all(each).await;
     }
 
@@ -486,7 +486,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
         };
         let slot = match backend {
             Ok(backend) => {
-                crate::lease::watchdog::spawn(&backend);
+                crate::upkeep::watchdog::spawn(&backend);
                 tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
                 Slot::Ready(backend)
             }
@@ -549,7 +549,7 @@ fn keep_connecting(
             {
                 Ok(backend) => {
                     let Some(slot) = slot.upgrade() else { return };
-                    crate::lease::watchdog::spawn(&backend);
+                    crate::upkeep::watchdog::spawn(&backend);
                     tracing::info!(backend = %backend.name, address = %backend.address,
                         "distlock: backend connected (it was unreachable at init)");
                     let _ = slot.backend.set(backend.clone());

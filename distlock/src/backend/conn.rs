@@ -43,7 +43,7 @@ pub(crate) struct Settings {
     /// client) send each request at once; the others always do ([`Settings::tcp`]).
     nodelay: bool,
     /// The backend-wide revocation channel its subscribers listen on
-    /// (`crate::lease::revoke`); set by the backend before it connects.
+    /// (`crate::upkeep::revoke`); set by the backend before it connects.
     pub(crate) revocation: Option<String>,
 }
 

@@ -496,7 +496,7 @@ impl Backend {
 
     /// Delete a lock whoever holds it; its holders are told at once (on a Redis backend by
     /// the revocation message the script publishes, in memory directly), and their
-    /// processes check their leases (`crate::lease::revoke`).
+    /// processes check their leases (`crate::upkeep::revoke`).
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
         let to = crate::protocol::revocation_channel(&self.prefix);
         let r = match &self.driver {
@@ -755,7 +755,7 @@ impl Backend {
     /// Resolves when this backend has no background release in flight: every release of
     /// a dropped guard, undo of an acquisition cut short, queue cancel and background
     /// hand-off started so far (through [`Backend::spawn_background`]) has ended. A
-    /// graceful shutdown (`crate::lease::shutdown`) awaits it, bounded by its deadline.
+    /// graceful shutdown (`crate::upkeep::shutdown`) awaits it, bounded by its deadline.
     ///
     /// This is the one place a shutdown learns of pending releases: the releases, undos
     /// and queue cancels being sent again until the server answers ([`Backend::resend`])

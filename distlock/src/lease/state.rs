@@ -34,7 +34,7 @@ pub(crate) fn lost_margin(lease: Duration) -> Duration {
 }
 
 /// The leases held on one backend, by id: the auto ones are what its watchdog renews;
-/// all of them are what a revocation checks (`crate::lease::revoke`).
+/// all of them are what a revocation checks (`crate::upkeep::revoke`).
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     map: Mutex<HashMap<u64, Arc<LeaseState>>>,
@@ -46,9 +46,9 @@ pub(crate) struct Leases {
     /// The backend's local waiters, where it hands off: a lease that ends (released,
     /// lost, revoked) takes the mark "handed to this hold" with it.
     handoffs: Option<Arc<Waiters>>,
-    /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
+    /// The revocations heard while acquisitions were in flight (`crate::upkeep::revoke`).
     pub(crate) heard: Arc<crate::lease::heard::Heard>,
-    /// Set once by a shutdown (`crate::lease::shutdown`): no acquisition starts on this
+    /// Set once by a shutdown (`crate::upkeep::shutdown`): no acquisition starts on this
     /// backend any more, and the waiting ones end.
     closed: AtomicBool,
     /// Woken when `closed` is set.

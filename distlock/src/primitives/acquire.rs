@@ -56,7 +56,7 @@ pub(crate) struct Request {
 
 /// Acquire what `req` names, or fail. See the module docs for what this owns.
 ///
-/// On a backend being shut down (`crate::lease::shutdown`) it fails with `ShuttingDown`:
+/// On a backend being shut down (`crate::upkeep::shutdown`) it fails with `ShuttingDown`:
 /// at once when the shutdown began before, and a waiting acquisition as soon as it begins
 /// (dropping the attempt undoes what it may have taken, as for any dropped acquisition).
 /// A grant that raced with the shutdown is given back at once.
@@ -179,7 +179,7 @@ struct Terms {
     handoffs: Option<Arc<Waiters>>,
     /// The revocations heard so far, noted again before each attempt: one heard before the
     /// lease registers (its message came before the attempt's reply) is raised again for
-    /// it then (`crate::lease::revoke::Heard`).
+    /// it then (`crate::upkeep::revoke::Heard`).
     in_flight: InFlight,
 }
 
@@ -343,7 +343,7 @@ impl Attempts {
                 site: t.site,
             },
         );
-        crate::lease::revoke::registered(&t.in_flight, backend, &state);
+        crate::upkeep::revoke::registered(&t.in_flight, backend, &state);
         GuardCore::new(state, backend.clone(), self.permit)
     }
 

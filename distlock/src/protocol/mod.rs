@@ -133,7 +133,7 @@ pub(crate) fn force_release(keys: &LockKeys, publish: Publish, revocation: &str)
 
 /// The backend-wide revocation channel of the backends with key prefix `prefix`: a forced
 /// release publishes the name of the lock it deleted there, and every backend's
-/// subscriber listens (`crate::lease::revoke`). A plain channel (not sharded): on a
+/// subscriber listens (`crate::upkeep::revoke`). A plain channel (not sharded): on a
 /// cluster one subscription on any node hears the forced releases of every slot.
 pub(crate) fn revocation_channel(prefix: &str) -> String {
     format!("{prefix}__revoked")

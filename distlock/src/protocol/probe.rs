@@ -119,7 +119,7 @@ pub(crate) const SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
 pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange", "pubsub", "cluster"];
 
 /// What the scripts call without needing it: the forced release's plain `PUBLISH` of the
-/// revocation message (`<key_prefix>__revoked`, see `crate::lease::revoke`) is sent with
+/// revocation message (`<key_prefix>__revoked`, see `crate::upkeep::revoke`) is sent with
 /// `redis.pcall` and a refusal is ignored (the holders then hear of it at their next
 /// renewal), so the self-check does not ask for it.
 #[cfg(test)]
