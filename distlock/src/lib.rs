@@ -142,6 +142,8 @@
 
 mod backend;
 mod errors;
+#[cfg(any(feature = "tower", feature = "axum"))]
+mod integrations;
 mod lease;
 mod obs;
 mod ops;
@@ -171,11 +173,11 @@ pub use terms::kind::LockKind;
 // Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
 #[doc(inline)]
 pub use distlock_config as config;
-pub use obs::metrics;
 #[cfg(feature = "tower")]
-pub use ops::tower;
+pub use integrations::tower;
 #[cfg(feature = "axum")]
-pub use ops::web;
+pub use integrations::web;
+pub use obs::metrics;
 pub use ops::{fence, ids};
 
 pub mod error {

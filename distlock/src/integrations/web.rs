@@ -346,7 +346,7 @@ impl LockError {
         self.public_message(self.shows_key(with_key))
     }
 
-    /// The response of this error (see the [module docs](crate::ops::web)), its JSON body as a
+    /// The response of this error (see the [module docs](crate::integrations::web)), its JSON body as a
     /// `String`; `with_key`: with the key and the backend (on 409, 503 and `LeaseLost`).
     /// Shared by axum's `IntoResponse` and `distlock::tower`.
     pub(crate) fn http_response(self, with_key: bool) -> http::Response<String> {
@@ -395,7 +395,7 @@ impl LockError {
 /// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
 /// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
 /// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
-/// The body is JSON without the lock key and the backend; see the [module docs](crate::ops::web).
+/// The body is JSON without the lock key and the backend; see the [module docs](crate::integrations::web).
 #[cfg(feature = "axum")]
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
