@@ -611,7 +611,7 @@ fn the_graph_reader_sees_the_imports_it_must() {
     let edges = &g[&lock];
     assert!(
         edges.contains_key(&vec!["errors".to_string()]),
-        "primitives/lock.rs uses crate::LockError (re-exported from errors.rs): {:?}",
+        "primitives/lock.rs uses crate::LockError (re-exported from errors/mod.rs): {:?}",
         edges.keys().collect::<Vec<_>>()
     );
     assert!(edges.contains_key(&vec!["backend".to_string()]));
