@@ -142,19 +142,23 @@
 
 mod backend;
 mod errors;
+#[cfg(any(feature = "tower", feature = "axum"))]
+mod integrations;
 mod lease;
+mod obs;
 mod ops;
 mod primitives;
 mod protocol;
 mod registry;
 mod rt;
+mod terms;
+mod upkeep;
 
 // The everyday API: 25 names (the attribute, the primitives and their guards, the lease
 // terms, the two errors, the registry and `init*`, the task-scoped queries, `fence`).
 pub use distlock_macros::distributed_lock;
 pub use errors::{Feature, InitError, LockError};
 pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
-pub use lease::kind::LockKind;
 pub use lease::terms::{Lease, OnLost};
 pub use ops::fence::fence;
 pub use primitives::call_wait::with_wait;
@@ -164,15 +168,17 @@ pub use primitives::lock::Lock;
 pub use primitives::multi::{MultiLock, MultiLockGuard};
 pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
 pub use registry::{init, init_from_path, init_from_str, init_with, shutdown, Registry};
+pub use terms::kind::LockKind;
 
 // Modules: the configuration, the errors in full, diagnostics, and what sits around locks.
 #[doc(inline)]
 pub use distlock_config as config;
 #[cfg(feature = "tower")]
-pub use ops::tower;
+pub use integrations::tower;
 #[cfg(feature = "axum")]
-pub use ops::web;
-pub use ops::{fence, ids, metrics};
+pub use integrations::web;
+pub use obs::metrics;
+pub use ops::{fence, ids};
 
 pub mod error {
     //! The errors in full: [`LockError`] and [`InitError`] (also at the crate root), the
@@ -187,7 +193,7 @@ pub mod error {
     //! }
     //! assert!(!retry_later(&LockError::NotInitialized));
     //! ```
-    pub use crate::backend::{BackendError, BackendErrorKind};
+    pub use crate::errors::backend::{BackendError, BackendErrorKind};
     pub use crate::errors::{HeldBy, InitError, LockError, LockResult};
     pub use crate::lease::context::LeaseLost;
 }
@@ -212,9 +218,9 @@ pub mod inspect {
     //! }
     //! # Ok(()) }
     //! ```
+    pub use crate::obs::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+    pub use crate::obs::sites::{sites, Site};
     pub use crate::ops::inspect::{Holder, Kind, LockInfo, Waiter};
-    pub use crate::ops::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
-    pub use crate::ops::sites::{sites, Site};
     pub use crate::primitives::leader::LeaderInfo;
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use distlock_config::{Config, Defaults};
 
 use crate::backend::Backend;
-use crate::backend::BackendError;
+use crate::errors::backend::BackendError;
 use crate::{InitError, LockError};
 
 /// Connected backends by name, with the configuration's defaults.
@@ -166,13 +166,13 @@ impl Registry {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn check(config: Config) -> Vec<crate::ops::report::BackendReport> {
+    pub async fn check(config: Config) -> Vec<crate::obs::report::BackendReport> {
         let run = crate::rt::runtime::run(async move {
             let checks = config.backends.values().map(|b| {
                 let defaults = &config.defaults;
                 async move {
                     let urls = b.mode.urls();
-                    let mut report = crate::ops::report::BackendReport {
+                    let mut report = crate::obs::report::BackendReport {
                         backend: b.name.clone(),
                         mode: b.mode.name().to_owned(),
                         address: match urls.as_slice() {
@@ -196,7 +196,7 @@ impl Registry {
         });
         match run.await {
             Ok(reports) => reports,
-            Err(e) => vec![crate::ops::report::BackendReport {
+            Err(e) => vec![crate::obs::report::BackendReport {
                 backend: "(all)".into(),
                 mode: String::new(),
                 address: String::new(),
@@ -307,7 +307,7 @@ impl Registry {
     /// line per bad site.
     pub fn check_sites(&self) -> Result<(), InitError> {
         let mut bad = Vec::new();
-        for site in crate::ops::sites::sites() {
+        for site in crate::obs::sites::sites() {
             // The same checks a call makes: the backend exists and offers the kind (a
             // backend still being connected is judged by its configured mode).
             let name = site.backend.or(self.inner.defaults.backend.as_deref());
@@ -401,7 +401,7 @@ impl Registry {
         }
         let each = backends
             .iter()
-            .map(|b| crate::lease::shutdown::shut_down(b, deadline));
+            .map(|b| crate::upkeep::shutdown::shut_down(b, deadline));
         futures_util::future::join_all(each).await;
     }
 
@@ -486,7 +486,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
         };
         let slot = match backend {
             Ok(backend) => {
-                crate::lease::watchdog::spawn(&backend);
+                crate::upkeep::watchdog::spawn(&backend);
                 tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
                 Slot::Ready(backend)
             }
@@ -549,7 +549,7 @@ fn keep_connecting(
             {
                 Ok(backend) => {
                     let Some(slot) = slot.upgrade() else { return };
-                    crate::lease::watchdog::spawn(&backend);
+                    crate::upkeep::watchdog::spawn(&backend);
                     tracing::info!(backend = %backend.name, address = %backend.address,
                         "distlock: backend connected (it was unreachable at init)");
                     let _ = slot.backend.set(backend.clone());

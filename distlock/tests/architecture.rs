@@ -1,6 +1,7 @@
-//! The shape of `distlock/src`, checked on every test run: no import cycles between files, at
-//! most 10 files at the root of `src`, no source file over 700 lines of code (blank lines,
-//! comments and the unit-test module not counted).
+//! The shape of `distlock/src`, checked on every test run: no import cycles between files,
+//! the folders stacked in layers that import only from layers below their own (or from
+//! their own), at most 10 files at the root of `src`, no source file over 700 lines of code
+//! (blank lines, comments and the unit-test module not counted).
 //!
 //! Imports are read as text: every `use` tree and every inline `crate::`/`super::`/`self::`
 //! path outside comments, resolved through the modules' re-exports (`pub use`) to the file
@@ -12,6 +13,24 @@ use std::path::{Path, PathBuf};
 
 const MAX_ROOT_FILES: usize = 10;
 const MAX_LINES: usize = 700;
+
+/// The layers of `distlock/src`, bottom first: a folder, or a file at the root, by its
+/// module name. A file may import from its own layer and the layers below it, never from
+/// one above. `lib.rs`, the facade, sits on top of them all and may import anything.
+const LAYERS: &[&str] = &[
+    "rt",           // the runtime, the clock, backoff, the hub that wakes waiters
+    "terms",        // lock kinds and owner ids: plain data
+    "errors",       // the public errors, the drivers' error, unreadable replies
+    "obs",          // metrics, sites, reports, holder texts
+    "protocol",     // the scripts and the calls that run them
+    "lease",        // a held lease's data, the local waiters
+    "backend",      // the topologies, owning the leases
+    "upkeep",       // renewals, revocation checks, graceful shutdown: they drive a backend
+    "registry",     // the backends by name, started and shut down
+    "ops",          // inspection, fencing, ids
+    "primitives",   // locks, semaphores, multi-locks, leaders, their guards
+    "integrations", // tower and axum
+];
 
 /// A module path from the crate root (`[]` is `lib.rs`).
 type ModPath = Vec<String>;
@@ -371,7 +390,7 @@ fn find_word(text: &str, word: &str) -> Option<usize> {
     None
 }
 
-/// Inline paths such as `crate::ops::metrics::lost(..)` or `super::Node`.
+/// Inline paths such as `crate::obs::metrics::lost(..)` or `super::Node`.
 fn inline_paths(code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for start in ["crate::", "super::", "self::"] {
@@ -508,6 +527,81 @@ fn no_import_cycles_between_files() {
     }
 }
 
+/// The layer of a file (its index in [`LAYERS`]), `None` for `lib.rs`, `Err` for a file in
+/// no layer.
+fn layer(m: &ModPath) -> Result<Option<usize>, String> {
+    match m.first() {
+        None => Ok(None),
+        Some(top) => LAYERS
+            .iter()
+            .position(|l| l == top)
+            .map(Some)
+            .ok_or_else(|| top.clone()),
+    }
+}
+
+#[test]
+fn no_file_imports_from_a_layer_above_its_own() {
+    let krate = Crate::load();
+    let g = krate.graph();
+    let mut unplaced = BTreeSet::new();
+    let mut report = String::new();
+    let mut count = 0;
+    for (a, edges) in &g {
+        let from = match layer(a) {
+            Ok(Some(l)) => l,
+            // The facade may import anything.
+            Ok(None) => continue,
+            Err(top) => {
+                unplaced.insert(top);
+                continue;
+            }
+        };
+        for (b, names) in edges {
+            match layer(b) {
+                Ok(Some(to)) if to > from => {
+                    count += 1;
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    report.push_str(&format!(
+                        "  {} -> {}: {} ({} above {})\n",
+                        show(a),
+                        show(b),
+                        names.join(", "),
+                        LAYERS[to],
+                        LAYERS[from]
+                    ));
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    count += 1;
+                    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                    report.push_str(&format!(
+                        "  {} -> lib.rs: {} (the facade, above every layer)\n",
+                        show(a),
+                        names.join(", ")
+                    ));
+                }
+                Err(top) => {
+                    unplaced.insert(top);
+                }
+            }
+        }
+    }
+    assert!(
+        unplaced.is_empty(),
+        "folders or root files in no layer (add them to LAYERS): {unplaced:?}"
+    );
+    assert!(
+        count == 0,
+        "{count} import(s) from a layer above the file's own (layers, bottom first: {}):\n{report}",
+        LAYERS.join(", ")
+    );
+    println!(
+        "layers, bottom first: {} (lib.rs on top)",
+        LAYERS.join(" < ")
+    );
+}
+
 #[test]
 fn the_graph_reader_sees_the_imports_it_must() {
     // A check of the checker: edges that exist must be found, resolved through re-exports.
@@ -517,7 +611,7 @@ fn the_graph_reader_sees_the_imports_it_must() {
     let edges = &g[&lock];
     assert!(
         edges.contains_key(&vec!["errors".to_string()]),
-        "primitives/lock.rs uses crate::LockError (re-exported from errors.rs): {:?}",
+        "primitives/lock.rs uses crate::LockError (re-exported from errors/mod.rs): {:?}",
         edges.keys().collect::<Vec<_>>()
     );
     assert!(edges.contains_key(&vec!["backend".to_string()]));

@@ -3,7 +3,7 @@
 //! cluster master, each redlock/multi node — is asked at once, in one round trip each
 //! (bounded by `response_timeout`), by `protocol/probe.rs`. Then:
 //!
-//! - a Redis older than [`MIN_REDIS_VERSION`](crate::ops::report::MIN_REDIS_VERSION) fails `init`
+//! - a Redis older than [`MIN_REDIS_VERSION`](crate::obs::report::MIN_REDIS_VERSION) fails `init`
 //!   ([`InitError::ServerTooOld`]), naming what needs the newer version;
 //! - a right the ACL user lacks fails `init` ([`InitError::MissingRights`]), naming each
 //!   one in `ACL SETUSER` terms with the command that needs it;
@@ -29,8 +29,8 @@
 use distlock_config::{BackendConfig, Mode, Protocol, ShardedSubscriptionMode};
 use redis::IntoConnectionInfo;
 
-use super::error::DriverError;
-use crate::ops::report::ServerReport;
+use crate::errors::backend::DriverError;
+use crate::obs::report::ServerReport;
 use crate::protocol::probe::{Needs, Probe};
 use crate::protocol::Publish;
 use crate::InitError;
@@ -154,7 +154,7 @@ impl SelfCheck {
                     backend: backend.to_owned(),
                     address: r.address,
                     version: r.version.unwrap_or_else(|| "(unknown)".into()),
-                    minimum: crate::ops::report::MIN_REDIS_VERSION.to_owned(),
+                    minimum: crate::obs::report::MIN_REDIS_VERSION.to_owned(),
                     needs,
                 });
             }

@@ -38,16 +38,16 @@ use tokio::sync::mpsc;
 
 use super::cluster_slots::Routed;
 use super::conn::{addresses, Settings};
-use super::error::{bounded, DriverError};
 use super::link::Link;
 use super::redisson_once::{self, InFlight};
-use crate::lease::owner::{Hold, OwnerId};
-use crate::ops::report::ServerReport;
+use crate::errors::backend::{bounded, DriverError};
+use crate::obs::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::{Format, LockKeys};
 use crate::protocol::probe::Probe;
 use crate::protocol::{Publish, Released};
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
+use crate::terms::owner::{Hold, OwnerId};
 
 /// A connection to a Redis Cluster speaking the lock protocol (its address: the
 /// configured nodes, comma-separated); every operation but Redisson's acquisitions runs on
@@ -179,7 +179,7 @@ impl Cluster {
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
-        hold: crate::lease::owner::Hold,
+        hold: crate::terms::owner::Hold,
         lease: Duration,
         wait: Duration,
     ) -> Result<crate::protocol::Attempt, DriverError> {

@@ -33,8 +33,8 @@ use redis::{Arg, Cmd, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use super::conn::Settings;
 use super::direct::Direct;
-use super::error::{connection_failed, redirected};
 use super::link::Directs;
+use crate::errors::backend::{connection_failed, redirected};
 use crate::protocol::slot::{slot, SLOTS};
 use crate::protocol::Call;
 

@@ -21,7 +21,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use super::error::{bounded, DriverError};
+use crate::errors::backend::{bounded, DriverError};
 
 /// Idle time before the first keepalive probe.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -43,7 +43,7 @@ pub(crate) struct Settings {
     /// client) send each request at once; the others always do ([`Settings::tcp`]).
     nodelay: bool,
     /// The backend-wide revocation channel its subscribers listen on
-    /// (`crate::lease::revoke`); set by the backend before it connects.
+    /// (`crate::upkeep::revoke`); set by the backend before it connects.
     pub(crate) revocation: Option<String>,
 }
 

@@ -12,12 +12,12 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 
 use super::direct::Direct;
-use super::error::{bounded, redirected, DriverError};
-use crate::lease::owner::{Hold, OwnerId};
+use crate::errors::backend::{bounded, redirected, DriverError};
+use crate::errors::reply::UnexpectedReply;
 use crate::protocol::exec::eval;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::reply::UnexpectedReply;
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
+use crate::terms::owner::{Hold, OwnerId};
 
 /// A connection speaking the lock protocol.
 #[derive(Clone)]

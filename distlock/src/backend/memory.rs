@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId, Under};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
+use crate::terms::owner::{Hold, OwnerId, Under};
 use crate::LockKind;
 
 #[derive(Debug)]

@@ -5,7 +5,7 @@
 //! [`memory`]. The Redis ones speak the protocol of `crate::protocol`; `server.rs` is the
 //! protocol on one server connection (single, the sentinel master, each quorum node), and
 //! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
-//! turned into a public error in one place (`error.rs`). This file only dispatches.
+//! turned into a public error in one place (`errors/backend.rs`). This file only dispatches.
 
 mod auth;
 pub(crate) use auth::explain as explain_auth;
@@ -15,7 +15,6 @@ mod cluster;
 mod cluster_slots;
 mod conn;
 mod direct;
-pub(crate) mod error;
 mod link;
 mod memory;
 mod quorum;
@@ -35,13 +34,12 @@ use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::capabilities::{mode_offers, mode_offers_semaphore};
 use self::capabilities::{offers, protocol_fits, semaphore_offered};
-pub(crate) use self::error::DriverError;
-pub use self::error::{BackendError, BackendErrorKind};
-use crate::lease::owner::{Hold, OwnerId};
+use crate::errors::backend::DriverError;
 use crate::lease::state::Leases;
 use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
+use crate::terms::owner::{Hold, OwnerId};
 use crate::{InitError, LockError, LockKind};
 
 /// The store behind a backend.
@@ -78,10 +76,10 @@ pub(crate) struct Backend {
     pub(crate) protocol: Protocol,
     /// Its mode, for what it refuses ([`Backend::unsupported`]).
     pub(crate) mode: distlock_config::ModeKind,
-    /// The local waiters a release hands the lock to (`crate::primitives::handoff`);
+    /// The local waiters a release hands the lock to (`crate::lease::handoff`);
     /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
     /// sentinel with `sync_replicas`, Redisson's format).
-    pub(crate) handoffs: Option<Arc<crate::primitives::handoff::Waiters>>,
+    pub(crate) handoffs: Option<Arc<crate::lease::handoff::Waiters>>,
     /// The releases, undos and queue cancels being sent again until the server answers
     /// (`resend.rs`).
     resends: Arc<resend::Resends>,
@@ -200,7 +198,7 @@ impl Backend {
                 Driver::Sentinel(m) => m.hands_off(),
                 Driver::Memory(_) | Driver::Quorum(_) => false,
             };
-        let handoffs: Option<Arc<crate::primitives::handoff::Waiters>> =
+        let handoffs: Option<Arc<crate::lease::handoff::Waiters>> =
             hands_off.then(Default::default);
         let leases = Arc::new(leases.handing_off(handoffs.clone()));
         let backend = Backend {
@@ -231,7 +229,7 @@ impl Backend {
     /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
     async fn probe_servers(
         &self,
-    ) -> Option<Vec<Result<crate::ops::report::ServerReport, DriverError>>> {
+    ) -> Option<Vec<Result<crate::obs::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
         let probe = &check.probe;
         let reports = match &self.driver {
@@ -457,7 +455,7 @@ impl Backend {
     }
 
     /// Release `hold` and, when that frees the lock, hand it to the local waiter's
-    /// acquisition `to` (`crate::primitives::handoff`); `Ok(None)`: not offered here.
+    /// acquisition `to` (`crate::lease::handoff`); `Ok(None)`: not offered here.
     pub(crate) async fn hand_off(
         &self,
         keys: &LockKeys,
@@ -498,7 +496,7 @@ impl Backend {
 
     /// Delete a lock whoever holds it; its holders are told at once (on a Redis backend by
     /// the revocation message the script publishes, in memory directly), and their
-    /// processes check their leases (`crate::lease::revoke`).
+    /// processes check their leases (`crate::upkeep::revoke`).
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
         let to = crate::protocol::revocation_channel(&self.prefix);
         let r = match &self.driver {
@@ -559,7 +557,7 @@ impl Backend {
     /// or why it could not be asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
-    ) -> Option<Vec<Result<crate::ops::report::ServerReport, LockError>>> {
+    ) -> Option<Vec<Result<crate::obs::report::ServerReport, LockError>>> {
         let r = self.probe_servers().await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }
@@ -757,7 +755,7 @@ impl Backend {
     /// Resolves when this backend has no background release in flight: every release of
     /// a dropped guard, undo of an acquisition cut short, queue cancel and background
     /// hand-off started so far (through [`Backend::spawn_background`]) has ended. A
-    /// graceful shutdown (`crate::lease::shutdown`) awaits it, bounded by its deadline.
+    /// graceful shutdown (`crate::upkeep::shutdown`) awaits it, bounded by its deadline.
     ///
     /// This is the one place a shutdown learns of pending releases: the releases, undos
     /// and queue cancels being sent again until the server answers ([`Backend::resend`])

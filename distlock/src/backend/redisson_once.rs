@@ -22,10 +22,10 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::Notify;
 
 use super::conn::Settings;
-use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::lease::owner::OwnerId;
+use crate::errors::backend::{bounded, DriverError};
 use crate::protocol::Publish;
+use crate::terms::owner::OwnerId;
 
 /// The cluster connection that never sends a command twice, for Redisson's acquire
 /// scripts.

@@ -179,7 +179,7 @@ mod tests {
     use std::sync::atomic::AtomicU32;
 
     fn transient() -> LockError {
-        crate::backend::DriverError::NotConnected {
+        crate::errors::backend::DriverError::NotConnected {
             address: "a".into(),
         }
         .into_lock_error("b", Some("k"))

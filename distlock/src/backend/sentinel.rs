@@ -34,15 +34,15 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::conn::Settings;
-use super::error::{bounded, DriverError};
 use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
-use crate::lease::owner::{Hold, OwnerId};
+use crate::errors::backend::{bounded, DriverError};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Call, Publish, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
+use crate::terms::owner::{Hold, OwnerId};
 
 /// How often the master is resolved again without any other reason.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
@@ -336,7 +336,7 @@ impl SentinelMaster {
     pub(crate) async fn probe(
         &self,
         probe: &crate::protocol::probe::Probe,
-    ) -> Result<crate::ops::report::ServerReport, DriverError> {
+    ) -> Result<crate::obs::report::ServerReport, DriverError> {
         self.checked(self.current().server.probe(probe).await)
     }
 

@@ -2,7 +2,7 @@
 //! asks them in turn, and the addresses they answer with (`+switch-master` payloads too).
 
 use super::conn::Settings;
-use super::error::{bounded, DriverError};
+use crate::errors::backend::{bounded, DriverError};
 
 /// One sentinel.
 pub(super) struct Sentinel {

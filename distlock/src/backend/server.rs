@@ -11,14 +11,14 @@ use redis::Value;
 
 use super::conn::Settings;
 use super::direct::Direct;
-use super::error::{bounded, DriverError};
 use super::link::Link;
-use crate::lease::owner::OwnerId;
-use crate::ops::report::ServerReport;
+use crate::errors::backend::{bounded, DriverError};
+use crate::obs::report::ServerReport;
 use crate::protocol::exec::{eval_pipelined, load_all};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, Publish};
+use crate::terms::owner::OwnerId;
 
 /// The life of a fencing counter from when it is started, in ms: 24 h (as
 /// `fence_prologue.lua` sets it).

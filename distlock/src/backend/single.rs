@@ -6,9 +6,9 @@ use std::sync::Arc;
 use distlock_config::RedisUrl;
 
 use super::conn::Settings;
-use super::error::DriverError;
 use super::server::Server;
 use super::subscriber;
+use crate::errors::backend::DriverError;
 use crate::rt::hub::Hub;
 
 /// Connect to the server at `url` and start the wake-up subscriber.

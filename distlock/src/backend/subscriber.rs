@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
-use super::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 

@@ -1,6 +1,6 @@
 //! The background work of one backend (releases of dropped guards, undos of acquisitions
 //! cut short, queue cancels, hand-offs), counted while it runs so that a graceful shutdown
-//! (`crate::lease::shutdown`) can wait for it.
+//! (`crate::upkeep::shutdown`) can wait for it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-/// Background work of one backend still running (see `crate::lease::shutdown`): counted from
+/// Background work of one backend still running (see `crate::upkeep::shutdown`): counted from
 /// when it is handed to the runtime until it ends or is dropped.
 #[derive(Debug, Default)]
 pub(crate) struct Background {

@@ -1,4 +1,4 @@
-//! The revocations heard while acquisitions were in flight (see `crate::lease::revoke`):
+//! The revocations heard while acquisitions were in flight (see `crate::upkeep::revoke`):
 //! a revocation that came before an acquisition's reply found no lease to check, so it is
 //! remembered until every acquisition in flight when it came has registered its lease (and
 //! checked it) or given up.

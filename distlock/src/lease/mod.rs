@@ -1,16 +1,11 @@
-//! A held lease: its terms (`Lease`, `LockKind`, `OnLost`), its shared state, the task-scoped
-//! context of held locks, owner ids, the watchdog that renews auto leases, and the
-//! revocation checks that find a lease lost at once, and the graceful shutdown that gives
-//! every lease back.
+//! A held lease's data, below the backend that owns it: its terms (`Lease`, `OnLost`), its
+//! shared state, what was heard of it, its hold times, the task-scoped context of held
+//! locks, the background work it leaves, and the local waiters a release hands a lock to.
 
 pub(crate) mod background;
 pub(crate) mod context;
+pub(crate) mod handoff;
 pub(crate) mod heard;
 pub(crate) mod hold_times;
-pub(crate) mod kind;
-pub(crate) mod owner;
-pub(crate) mod revoke;
-pub(crate) mod shutdown;
 pub(crate) mod state;
 pub(crate) mod terms;
-pub(crate) mod watchdog;

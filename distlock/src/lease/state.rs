@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
-use crate::primitives::handoff::Waiters;
+use crate::lease::handoff::Waiters;
 use crate::protocol::keys::LockKeys;
 use crate::rt::clock::{from_nanos, to_nanos};
 use crate::rt::hub::{Hub, Watch};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockError;
 
 /// How long before a lease can run out on the server its loss is signalled (`is_held()`
@@ -34,7 +34,7 @@ pub(crate) fn lost_margin(lease: Duration) -> Duration {
 }
 
 /// The leases held on one backend, by id: the auto ones are what its watchdog renews;
-/// all of them are what a revocation checks (`crate::lease::revoke`).
+/// all of them are what a revocation checks (`crate::upkeep::revoke`).
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     map: Mutex<HashMap<u64, Arc<LeaseState>>>,
@@ -46,9 +46,9 @@ pub(crate) struct Leases {
     /// The backend's local waiters, where it hands off: a lease that ends (released,
     /// lost, revoked) takes the mark "handed to this hold" with it.
     handoffs: Option<Arc<Waiters>>,
-    /// The revocations heard while acquisitions were in flight (`crate::lease::revoke`).
+    /// The revocations heard while acquisitions were in flight (`crate::upkeep::revoke`).
     pub(crate) heard: Arc<crate::lease::heard::Heard>,
-    /// Set once by a shutdown (`crate::lease::shutdown`): no acquisition starts on this
+    /// Set once by a shutdown (`crate::upkeep::shutdown`): no acquisition starts on this
     /// backend any more, and the waiting ones end.
     closed: AtomicBool,
     /// Woken when `closed` is set.
@@ -336,7 +336,7 @@ impl LeaseState {
         }
         if loud {
             tracing::warn!(backend = %self.backend, key = %self.keys.user, site = self.site, reason = %reason, "distlock: lease lost");
-            crate::ops::metrics::lost(&self.backend, self.site);
+            crate::obs::metrics::lost(&self.backend, self.site);
         } else {
             tracing::info!(backend = %self.backend, key = %self.keys.user, site = self.site, "distlock: shutting down; signalling the holder and giving the lock back");
         }
@@ -358,7 +358,7 @@ impl LeaseState {
         if was == HELD && self.outermost {
             let held = self.acquired_at.elapsed();
             crate::lease::hold_times::record(&self.backend, held);
-            crate::ops::metrics::held(&self.backend, self.site, held);
+            crate::obs::metrics::held(&self.backend, self.site, held);
         }
         self.leases.map().remove(&self.id);
         self.ended();

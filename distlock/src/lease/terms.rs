@@ -1,4 +1,5 @@
-//! Lease and lock kinds.
+//! The lease terms: how long a lease lasts ([`Lease`]), what losing it does ([`OnLost`]),
+//! and the checks of the durations a lock is given.
 
 use std::time::Duration;
 

@@ -540,9 +540,9 @@ fn unsupported(backend: &Backend) -> LockError {
 }
 
 fn unexpected(backend: &Backend, key: &str, v: &Value) -> LockError {
-    crate::backend::DriverError::Unexpected {
+    crate::errors::backend::DriverError::Unexpected {
         address: backend.address.clone(),
-        reply: crate::protocol::reply::UnexpectedReply {
+        reply: crate::errors::reply::UnexpectedReply {
             script: Script::Fence.name(),
             reply: format!("{v:?}"),
         },

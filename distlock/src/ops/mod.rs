@@ -1,16 +1,7 @@
-//! Around the locks: inspection and reports, fencing at the resource, ids, metrics, the
-//! attribute's sites and the web integrations.
+//! What users call around the locks: inspection, fencing at the resource, and ids. Above
+//! the registry they go through, below the primitives (a leader reads its record through
+//! inspection).
 
 pub mod fence;
 pub mod ids;
 pub(crate) mod inspect;
-pub mod metrics;
-pub(crate) mod report;
-pub(crate) mod sites;
-#[cfg(feature = "tower")]
-pub mod tower;
-#[cfg(feature = "axum")]
-pub mod web;
-// The HTTP mapping of `LockError` that the tower layer shares with the axum integration.
-#[cfg(all(feature = "tower", not(feature = "axum")))]
-pub(crate) mod web;

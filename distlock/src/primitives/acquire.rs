@@ -28,16 +28,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::lease::handoff::{Outcome, Place, Waiters};
 use crate::lease::heard::InFlight;
-use crate::lease::owner::{Hold, OwnerId};
 use crate::lease::state::{Granted, LeaseState};
 use crate::primitives::guard::{GuardCore, ReleaseOnDrop};
-use crate::primitives::handoff::{Outcome, Place, Waiters};
 use crate::primitives::nesting;
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Watch;
+use crate::terms::owner::{Hold, OwnerId};
 use crate::{Lease, LockError, LockKind};
 
 /// One acquisition: what to take, where, and on which terms.
@@ -56,7 +56,7 @@ pub(crate) struct Request {
 
 /// Acquire what `req` names, or fail. See the module docs for what this owns.
 ///
-/// On a backend being shut down (`crate::lease::shutdown`) it fails with `ShuttingDown`:
+/// On a backend being shut down (`crate::upkeep::shutdown`) it fails with `ShuttingDown`:
 /// at once when the shutdown began before, and a waiting acquisition as soon as it begins
 /// (dropping the attempt undoes what it may have taken, as for any dropped acquisition).
 /// A grant that raced with the shutdown is given back at once.
@@ -175,11 +175,11 @@ struct Terms {
     /// the same owner's field). Its possible extra count ends with the lease (documented).
     ambiguous_is_kept: bool,
     /// A fresh acquisition of a lock that hands off waits as a local waiter too: a release
-    /// in this process grants it the lock directly (`crate::primitives::handoff`).
+    /// in this process grants it the lock directly (`crate::lease::handoff`).
     handoffs: Option<Arc<Waiters>>,
     /// The revocations heard so far, noted again before each attempt: one heard before the
     /// lease registers (its message came before the attempt's reply) is raised again for
-    /// it then (`crate::lease::revoke::Heard`).
+    /// it then (`crate::upkeep::revoke::Heard`).
     in_flight: InFlight,
 }
 
@@ -203,7 +203,7 @@ struct Attempts {
     /// before the next attempt, which queues under the new field — else that attempt would
     /// queue behind it, and wait until its deadline (the whole allowance) to be served.
     stale: Option<Queued>,
-    /// Its place among the local waiters (`crate::primitives::handoff`), and its rank.
+    /// Its place among the local waiters (`crate::lease::handoff`), and its rank.
     place: Option<Place>,
     rank: Option<u64>,
     backend_retry: Backoff,
@@ -247,7 +247,7 @@ impl Terms {
             .format
             .keeps_an_unknown_nested_outcome(entered.hold.nested || entered.outer.is_some());
         let handoffs = match &backend.handoffs {
-            Some(w) if !entered.hold.nested && crate::primitives::handoff::eligible(&keys) => {
+            Some(w) if !entered.hold.nested && crate::lease::handoff::eligible(&keys) => {
                 Some(w.clone())
             }
             _ => None,
@@ -343,7 +343,7 @@ impl Attempts {
                 site: t.site,
             },
         );
-        crate::lease::revoke::registered(&t.in_flight, backend, &state);
+        crate::upkeep::revoke::registered(&t.in_flight, backend, &state);
         GuardCore::new(state, backend.clone(), self.permit)
     }
 
@@ -630,7 +630,7 @@ impl Attempts {
                 return None;
             }
             let _asleep = Asleep::new(&backend.waiting);
-            let _gauge = crate::ops::metrics::Waiting::new(&backend.name, t.site);
+            let _gauge = crate::obs::metrics::Waiting::new(&backend.name, t.site);
             tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
@@ -646,7 +646,7 @@ impl Attempts {
             // never asleep until the lease's end without hearing a release. It counts as a
             // waiter then, but for its first subscription (a few ms at most).
             let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
-            let _gauge = (!fresh).then(|| crate::ops::metrics::Waiting::new(&backend.name, t.site));
+            let _gauge = (!fresh).then(|| crate::obs::metrics::Waiting::new(&backend.name, t.site));
             let wake = until.min(Instant::now() + self.poll.pause());
             tokio::select! {
                 _ = n => None,

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::Backend;
-use crate::lease::owner::Hold;
+use crate::lease::handoff::{Claimed, Undo};
 use crate::lease::state::LeaseState;
-use crate::primitives::handoff::{Claimed, Undo};
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{HandedOff, Released};
+use crate::terms::owner::Hold;
 use crate::LockError;
 
 /// A held lock. Dropping it releases the lock in the background (never blocking, never
@@ -192,10 +192,10 @@ impl Drop for GuardCore {
 }
 
 /// The first local waiter of this lock to hand it to on this release, if it hands off
-/// (`crate::primitives::handoff`): an outermost hold of an eligible lock, on a backend that
+/// (`crate::lease::handoff`): an outermost hold of an eligible lock, on a backend that
 /// hands off.
 fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
-    if !state.outermost || state.hold.nested || !crate::primitives::handoff::eligible(&state.keys) {
+    if !state.outermost || state.hold.nested || !crate::lease::handoff::eligible(&state.keys) {
         return None;
     }
     backend

@@ -256,7 +256,7 @@ impl Leader {
         let (registry, backend, keys) = self.resolve()?;
         let info = match self.info {
             Some(i) => i,
-            None => format!("{}:{}", crate::ops::inspect::hostname(), std::process::id()),
+            None => format!("{}:{}", crate::obs::holder::hostname(), std::process::id()),
         };
         if info.len() > MAX_LEADER_INFO {
             return Err(LockError::InvalidKey {
@@ -269,7 +269,7 @@ impl Leader {
         }
         let holder: Arc<str> = Arc::from(format!(
             "{}\t{}\t{info}",
-            crate::ops::inspect::hostname(),
+            crate::obs::holder::hostname(),
             std::process::id()
         ));
         let guard = Lock::with_registry(keys.user.clone(), registry)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-pub(crate) use crate::ops::sites::LockSite;
+pub(crate) use crate::obs::sites::LockSite;
 use crate::primitives::acquire::Request;
 use crate::primitives::guard::LockGuard;
 use crate::registry::Registry;
@@ -257,7 +257,7 @@ impl Lock {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::ops::metrics::site_label(self.site);
+        let site = crate::obs::metrics::site_label(self.site);
         let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
         let name = backend.name.clone();
         let counted = self.counted;
@@ -293,14 +293,14 @@ impl Lock {
             r => r,
         };
         let outcome = match &r {
-            Ok(g) if g.held.state.outermost => crate::ops::metrics::Outcome::Acquired,
-            Ok(_) => crate::ops::metrics::Outcome::Reentered,
-            Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
-            Err(LockError::Skipped { .. }) => crate::ops::metrics::Outcome::Skipped,
-            Err(_) => crate::ops::metrics::Outcome::Error,
+            Ok(g) if g.held.state.outermost => crate::obs::metrics::Outcome::Acquired,
+            Ok(_) => crate::obs::metrics::Outcome::Reentered,
+            Err(LockError::Timeout { .. }) => crate::obs::metrics::Outcome::Timeout,
+            Err(LockError::Skipped { .. }) => crate::obs::metrics::Outcome::Skipped,
+            Err(_) => crate::obs::metrics::Outcome::Error,
         };
         if counted {
-            crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
+            crate::obs::metrics::acquisition(&name, site, outcome, start.elapsed());
         }
         r
     }
@@ -469,7 +469,7 @@ async fn acquire(
     if let Some(holder) = holder {
         keys = keys.with_holder(holder);
     } else if backend.holder_info {
-        keys = keys.with_holder(crate::ops::inspect::holder_text(label));
+        keys = keys.with_holder(crate::obs::holder::holder_text(label));
     }
     let held = crate::primitives::acquire::acquire(Request {
         backend,

@@ -4,7 +4,6 @@
 pub(crate) mod acquire;
 pub(crate) mod call_wait;
 pub(crate) mod guard;
-pub(crate) mod handoff;
 pub(crate) mod leader;
 pub(crate) mod lock;
 pub(crate) mod multi;

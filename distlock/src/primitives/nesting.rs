@@ -8,9 +8,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::lease::owner::{Hold, Under};
 use crate::lease::state::LeaseState;
 use crate::protocol::keys::LockKeys;
+use crate::terms::owner::{Hold, Under};
 use crate::{LockError, LockKind};
 
 /// A nested acquisition entered: the hold it sends, the enclosing hold (its token answers a

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::ops::sites::LockSite;
+use crate::obs::sites::LockSite;
 use crate::primitives::acquire::Request;
 use crate::primitives::guard::GuardCore;
 use crate::registry::Registry;
@@ -271,7 +271,7 @@ impl Semaphore {
         let defaults = registry.defaults();
         let wait = self.wait.unwrap_or(defaults.wait);
         let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::ops::metrics::site_label(self.site);
+        let site = crate::obs::metrics::site_label(self.site);
         let span = tracing::debug_span!("distlock.semaphore", backend = %backend.name, key = %self.key, permits = self.permits, n);
         let name = backend.name.clone();
         let start = Instant::now();
@@ -297,11 +297,11 @@ impl Semaphore {
             other => other,
         });
         let outcome = match &r {
-            Ok(_) => crate::ops::metrics::Outcome::Acquired,
-            Err(LockError::Timeout { .. }) => crate::ops::metrics::Outcome::Timeout,
-            Err(_) => crate::ops::metrics::Outcome::Error,
+            Ok(_) => crate::obs::metrics::Outcome::Acquired,
+            Err(LockError::Timeout { .. }) => crate::obs::metrics::Outcome::Timeout,
+            Err(_) => crate::obs::metrics::Outcome::Error,
         };
-        crate::ops::metrics::acquisition(&name, site, outcome, start.elapsed());
+        crate::obs::metrics::acquisition(&name, site, outcome, start.elapsed());
         r
     }
 
@@ -492,7 +492,7 @@ async fn acquire(
     }
     let mut keys = backend.semaphore_keys(sem.key.clone(), n, sem.permits, sem.fair)?;
     if backend.holder_info {
-        keys = keys.with_holder(crate::ops::inspect::holder_text(label));
+        keys = keys.with_holder(crate::obs::holder::holder_text(label));
     }
     let held = crate::primitives::acquire::acquire(Request {
         backend,

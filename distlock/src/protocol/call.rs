@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::reply::UnexpectedReply;
+use crate::errors::reply::UnexpectedReply;
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::script::{Attempt, HandedOff, Released, Script};
 

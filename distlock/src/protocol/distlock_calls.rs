@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::call::Call;
 use crate::protocol::keys::{LockKeys, SemKeys, Shape};
 use crate::protocol::script::{millis, Publish, Script};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// The acquire call. `wait`: how long the caller may still wait (fair and write locks and
@@ -162,7 +162,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
 /// The hand-off call: release `hold` (an outermost hold of a reentrant lock) and, when that
 /// frees the lock, grant it to the waiter's fresh acquisition `to` with `lease`, recording
 /// `holder` (its `host\tpid\tsite`) when it records holder information. `None` for the shapes
-/// that do not hand off (see `crate::primitives::handoff`).
+/// that do not hand off (see `crate::lease::handoff`).
 pub(crate) fn handoff(
     keys: &LockKeys,
     hold: Hold,
@@ -192,7 +192,7 @@ pub(crate) fn handoff(
     call = call
         .arg(holder.unwrap_or(""))
         .arg(keys.handoff_tag.as_deref().unwrap_or(""))
-        .arg(millis(crate::primitives::handoff::TURN));
+        .arg(millis(super::TURN));
     Some(call)
 }
 

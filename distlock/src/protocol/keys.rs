@@ -49,7 +49,7 @@ pub(crate) struct LockKeys {
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
     /// The tag of this process's hand-off waiters (its backend's
-    /// `crate::primitives::handoff::Waiters`), set on a fresh acquisition of a lock that
+    /// `crate::lease::handoff::Waiters`), set on a fresh acquisition of a lock that
     /// hands off: its refused attempts tell the holder's process that a waiter of another
     /// process is there (`acquire.lua`).
     pub handoff_tag: Option<std::sync::Arc<str>>,
@@ -326,7 +326,7 @@ impl LockKeys {
     /// The channel a waiter for this lock listens on: a Redisson fair waiter on its own
     /// `redisson_lock__channel:{name}:<owner field>` (the release wakes the queue's head
     /// only), every other waiter on [`LockKeys::channel`].
-    pub(crate) fn wait_channel(&self, owner: crate::lease::owner::OwnerId) -> String {
+    pub(crate) fn wait_channel(&self, owner: crate::terms::owner::OwnerId) -> String {
         if self.waits_on_its_own_channel() {
             format!("{}:{}", self.channel, owner.redisson_field())
         } else {
@@ -596,7 +596,7 @@ mod tests {
                 "redisson_lock_timeout:{order:42}".to_string()
             ]
         );
-        let o = crate::lease::owner::OwnerId::random();
+        let o = crate::terms::owner::OwnerId::random();
         assert_eq!(
             f.wait_channel(o),
             format!("redisson_lock__channel:{{order:42}}:{}", o.redisson_field())

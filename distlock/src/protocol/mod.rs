@@ -18,7 +18,6 @@ pub(crate) mod exec;
 pub(crate) mod keys;
 pub(crate) mod probe;
 mod redisson_calls;
-pub(crate) mod reply;
 pub(crate) mod script;
 pub(crate) mod slot;
 pub(crate) mod version;
@@ -28,8 +27,8 @@ use std::time::Duration;
 pub(crate) use call::Call;
 pub(crate) use script::{Attempt, HandedOff, Publish, Released, Script};
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, RedissonKeys, Shape};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// Which builder serves `keys`: Redisson's, with its lock kind, or distlock's. A semaphore
@@ -73,7 +72,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
 /// (its own clients take the lock on the PUBLISH of a release, and must keep seeing one),
 /// and every shape but the reentrant lock (a fair lock's order is kept in Redis across
 /// processes; read-write locks and semaphores admit several holders). The other rules —
-/// quorum backends, run-once jobs — are `crate::primitives::handoff::eligible`'s and the
+/// quorum backends, run-once jobs — are `crate::lease::handoff::eligible`'s and the
 /// backend's.
 pub(crate) fn handoff(
     keys: &LockKeys,
@@ -88,6 +87,14 @@ pub(crate) fn handoff(
         None => distlock_calls::handoff(keys, hold, to, lease, holder, publish),
     }
 }
+
+/// How long a waiter of another process, once refused, lets this process hand the lock on
+/// among its own waiters before a hand-off frees it for that waiter instead
+/// (`handoff.lua`, the [`handoff`] call's last argument): a hot key shared by processes
+/// changes process at most once per turn (each change costs a PUBLISH, a wake-up and an
+/// acquire, about half a millisecond here), and a waiter elsewhere waits at most about a
+/// turn longer than it would for a lock that is not handed on.
+pub(crate) const TURN: Duration = Duration::from_millis(20);
 
 /// The renew call of one lease.
 pub(crate) fn renew(keys: &LockKeys, owner: OwnerId, lease: Duration) -> Call {
@@ -126,7 +133,7 @@ pub(crate) fn force_release(keys: &LockKeys, publish: Publish, revocation: &str)
 
 /// The backend-wide revocation channel of the backends with key prefix `prefix`: a forced
 /// release publishes the name of the lock it deleted there, and every backend's
-/// subscriber listens (`crate::lease::revoke`). A plain channel (not sharded): on a
+/// subscriber listens (`crate::upkeep::revoke`). A plain channel (not sharded): on a
 /// cluster one subscription on any node hears the forced releases of every slot.
 pub(crate) fn revocation_channel(prefix: &str) -> String {
     format!("{prefix}__revoked")
@@ -261,10 +268,7 @@ mod tests {
         assert_eq!(call.args[9], b"", "no tag: an empty 10th argument");
         assert_eq!(
             call.args[10],
-            crate::primitives::handoff::TURN
-                .as_millis()
-                .to_string()
-                .as_bytes(),
+            TURN.as_millis().to_string().as_bytes(),
             "the turn in ms"
         );
         assert_eq!(
@@ -484,7 +488,7 @@ mod tests {
         assert_eq!(r.redisson_latch(), Some(latch.as_str()));
         assert!(cancel(&write, hold.owner, Publish::Plain).is_none());
         // nested acquisitions name the enclosing hold they require (reply 3 without it)
-        use crate::lease::owner::Under;
+        use crate::terms::owner::Under;
         let nested = |under| Hold::nested_under(hold.owner, under);
         assert_eq!(
             acquire(&write, hold, d, Duration::ZERO, Publish::Plain)

@@ -11,7 +11,7 @@
 
 use redis::{RedisResult, Value};
 
-use crate::ops::report::ServerReport;
+use crate::obs::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
 use crate::LockKind;
 
@@ -119,7 +119,7 @@ pub(crate) const SCRIPT_COMMANDS: &[(&str, &[&str])] = &[
 pub(crate) const INSPECTION_ONLY: &[&str] = &["hgetall", "lrange", "pubsub", "cluster"];
 
 /// What the scripts call without needing it: the forced release's plain `PUBLISH` of the
-/// revocation message (`<key_prefix>__revoked`, see `crate::lease::revoke`) is sent with
+/// revocation message (`<key_prefix>__revoked`, see `crate::upkeep::revoke`) is sent with
 /// `redis.pcall` and a refusal is ignored (the holders then hear of it at their next
 /// renewal), so the self-check does not ask for it.
 #[cfg(test)]
@@ -474,7 +474,7 @@ fn redisson_samples(name: &str) -> (Vec<String>, Vec<String>) {
         // (not for the fixed sample name; the bare name still gets checked)
         return (vec![name.to_owned()], Vec::new());
     };
-    let field = format!("{}:0", crate::lease::owner::redisson_client_id());
+    let field = format!("{}:0", crate::terms::owner::redisson_client_id());
     let [queue, deadlines] = r.extra();
     let keys = vec![
         r.hash.clone(),

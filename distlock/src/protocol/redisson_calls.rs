@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::call::Call;
 use crate::protocol::keys::{LockKeys, RedissonKeys};
 use crate::protocol::script::{millis, Publish, Script};
+use crate::terms::owner::{Hold, OwnerId};
 use crate::LockKind;
 
 /// Redisson's `LockPubSub.UNLOCK_MESSAGE`, as the text the scripts publish.

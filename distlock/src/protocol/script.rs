@@ -62,7 +62,7 @@ pub(crate) enum Script {
     SemRelease,
     /// `crate::primitives::semaphore`: the watchdog's renewal of one holder.
     SemRenew,
-    /// `crate::primitives::handoff`: release a reentrant lock and hand it to a waiter of
+    /// `crate::lease::handoff`: release a reentrant lock and hand it to a waiter of
     /// this process in the same run.
     Handoff,
     /// `crate::primitives::semaphore`: take permits of a fair semaphore, or queue.

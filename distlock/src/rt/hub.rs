@@ -4,7 +4,7 @@
 //! For Redis backends the channels are subscribed on one subscriber connection per backend
 //! (see `subscriber.rs`); for the memory backend a release notifies directly.
 //!
-//! The hub also carries revocations to the backend (`crate::lease::revoke`): a message on
+//! The hub also carries revocations to the backend (`crate::upkeep::revoke`): a message on
 //! the backend-wide revocation channel (a forced release names the lock it deleted), a
 //! message on the channel of a lock this process holds (a channel watched with
 //! [`Hub::watch_held`]), or a subscriber that found its server changed (a restart, a

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{finish_in_background, QuorumDriver, Settle};
-use crate::backend::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::protocol::{Call, Script};
 
 /// What one node did with a fenced write.
@@ -149,7 +149,7 @@ fn parse(address: &str, v: &Value) -> Result<NodeSet, DriverError> {
     }
     Err(DriverError::Unexpected {
         address: address.to_owned(),
-        reply: crate::protocol::reply::UnexpectedReply {
+        reply: crate::errors::reply::UnexpectedReply {
             script: Script::FenceQuorum.name(),
             reply: format!("{v:?}"),
         },

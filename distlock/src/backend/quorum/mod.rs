@@ -127,7 +127,7 @@ use tokio::time::Instant;
 
 use self::node::Node;
 use super::conn::Settings;
-use super::error::DriverError;
+use crate::errors::backend::DriverError;
 use crate::rt::hub::{Hub, SubscribeRequest};
 
 mod fanout;
@@ -335,7 +335,7 @@ impl QuorumDriver {
     pub(crate) async fn probe(
         &self,
         probe: &crate::protocol::probe::Probe,
-    ) -> Vec<Result<crate::ops::report::ServerReport, DriverError>> {
+    ) -> Vec<Result<crate::obs::report::ServerReport, DriverError>> {
         futures_util::future::join_all(self.nodes.iter().map(|node| async move {
             match node.server() {
                 Ok(server) => server.probe(probe).await,

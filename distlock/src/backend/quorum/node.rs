@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::conn::Settings;
-use super::super::error::DriverError;
 use super::super::server::Server;
+use crate::errors::backend::DriverError;
 use crate::rt::backoff::Backoff;
 use crate::rt::clock::to_nanos;
 

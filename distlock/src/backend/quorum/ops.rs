@@ -10,10 +10,10 @@ use tokio::time::Instant;
 
 use super::node::Node;
 use super::{finish_in_background, QuorumDriver, Replies, Settle};
-use crate::backend::error::DriverError;
-use crate::lease::owner::{Hold, OwnerId};
+use crate::errors::backend::DriverError;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Released};
+use crate::terms::owner::{Hold, OwnerId};
 
 impl QuorumDriver {
     /// One attempt: the acquire script on every node at once, then the quorum decision.

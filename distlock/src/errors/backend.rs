@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use crate::protocol::reply::UnexpectedReply;
+use crate::errors::reply::UnexpectedReply;
 
 /// Why a driver could not do what was asked.
 #[derive(Debug, Clone)]

@@ -346,7 +346,7 @@ impl LockError {
         self.public_message(self.shows_key(with_key))
     }
 
-    /// The response of this error (see the [module docs](crate::ops::web)), its JSON body as a
+    /// The response of this error (see the [module docs](crate::integrations::web)), its JSON body as a
     /// `String`; `with_key`: with the key and the backend (on 409, 503 and `LeaseLost`).
     /// Shared by axum's `IntoResponse` and `distlock::tower`.
     pub(crate) fn http_response(self, with_key: bool) -> http::Response<String> {
@@ -395,7 +395,7 @@ impl LockError {
 /// `Timeout` → 409 Conflict with `Retry-After`; `Backend`, `QuorumNotReached`,
 /// `ReplicationFailed` → 503 Service Unavailable with `Retry-After: 1`; `InvalidKey` →
 /// 400; `LeaseLost` → 500 without `Retry-After` (the outcome is unknown); the rest → 500.
-/// The body is JSON without the lock key and the backend; see the [module docs](crate::ops::web).
+/// The body is JSON without the lock key and the backend; see the [module docs](crate::integrations::web).
 #[cfg(feature = "axum")]
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
@@ -490,7 +490,7 @@ fn held_by<'a>(
     let mut kind = HeldBy::Unknown;
     for h in holders {
         let this = match (h.site.as_deref(), own_site) {
-            (Some(crate::ops::sites::RUN_SITE), _) => HeldBy::Command,
+            (Some(crate::obs::sites::RUN_SITE), _) => HeldBy::Command,
             (Some(site), Some(own)) if site == own => HeldBy::Request,
             (Some(_), Some(_)) => HeldBy::OtherSite,
             (Some(_), None) | (None, _) => HeldBy::Unknown,
@@ -549,7 +549,7 @@ mod tests {
     }
 
     fn redis_error() -> crate::error::BackendError {
-        crate::error::BackendError::new(crate::backend::DriverError::redis(
+        crate::error::BackendError::new(crate::errors::backend::DriverError::redis(
             "10.1.2.3:6379",
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::ConnectionRefused,

@@ -242,9 +242,9 @@ async fn check(
 mod tests {
     use super::*;
     use crate::lease::heard::{Heard, HEARD_MAX};
-    use crate::lease::owner::Hold;
     use crate::lease::state::{Granted, Leases};
     use crate::protocol::keys::LockKeys;
+    use crate::terms::owner::Hold;
 
     fn lease(leases: &Arc<Leases>, key: &str) -> Arc<LeaseState> {
         let keys = LockKeys::new("lock:", key.into()).expect("keys");

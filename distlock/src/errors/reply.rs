@@ -1,5 +1,5 @@
-//! What the protocol says of a reply it cannot read: produced by [`Call`](super::Call)'s
-//! readers, carried by the drivers' errors (`backend/error.rs`).
+//! What the protocol says of a reply it cannot read: produced by the readers of
+//! [`Call`](crate::protocol::Call), carried by the drivers' errors (`errors/backend.rs`).
 
 /// A reply a script cannot give: the server runs other scripts under these names, or
 /// something between rewrote the reply.

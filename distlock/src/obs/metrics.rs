@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::ops::sites::LockSite;
+use crate::obs::sites::LockSite;
 
 /// Acquisitions by outcome.
 pub const ACQUISITIONS: &str = "distlock_acquisitions_total";

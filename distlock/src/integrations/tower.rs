@@ -103,7 +103,7 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::ops::sites::LockSite;
+use crate::obs::sites::LockSite;
 use crate::{Lease, Lock, LockError, LockKind, OnLost, Registry};
 
 /// How [`LockLayer`] makes the lock key of a request; `None`: the request takes no lock.
@@ -818,7 +818,7 @@ where
             // a `distlock run` command, ...), from the holder information.
             let e = match (&e, settings.registry()) {
                 (LockError::Timeout { .. }, Some(registry)) => {
-                    let own = crate::ops::metrics::site_label(settings.site);
+                    let own = crate::obs::metrics::site_label(settings.site);
                     e.with_holder_from(&registry, Some(own)).await
                 }
                 _ => e,

@@ -13,9 +13,9 @@ use crate::backend::Backend;
 const RETRY: Duration = Duration::from_millis(250);
 
 /// Start the watchdog task of `backend`, and its revocation checks
-/// ([`crate::lease::revoke`]); they end when the backend is dropped.
+/// ([`crate::upkeep::revoke`]); they end when the backend is dropped.
 pub(crate) fn spawn(backend: &Arc<Backend>) {
-    crate::lease::revoke::spawn(backend);
+    crate::upkeep::revoke::spawn(backend);
     let period = (backend.watchdog_timeout / 3).max(Duration::from_millis(10));
     let weak = Arc::downgrade(backend);
     backend.runtime.spawn(run(weak, period));
@@ -77,7 +77,7 @@ async fn renew_all(backend: &Backend) -> bool {
                 }
             }
         }
-        crate::ops::metrics::renewals(&backend.name, renewed, failures as u64);
+        crate::obs::metrics::renewals(&backend.name, renewed, failures as u64);
         if let Some(e) = last_error {
             failed = true;
             tracing::warn!(backend = %backend.name, leases = chunk.len(), failures, error = %e,

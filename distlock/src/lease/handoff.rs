@@ -13,10 +13,10 @@
 //!   script, and an attempt of its own with that level would find the grant (acquire.lua's
 //!   run again) while the releaser, hearing the waiter gone, released it.
 //! - A waiter of another process is not starved: its refused attempt leaves its process's
-//!   [`Waiters::tag`] in the lock (`acquire.lua`), and once it has waited a [`TURN`] the
-//!   script frees the lock and publishes instead of handing it on; this process's
-//!   acquirers hold off for a moment ([`Waiters::yield_to_remote`]) so that waiter takes
-//!   it.
+//!   [`Waiters::tag`] in the lock (`acquire.lua`), and once it has waited a
+//!   [`TURN`](crate::protocol::TURN) the script frees the lock and publishes instead of
+//!   handing it on; this process's acquirers hold off for a moment
+//!   ([`Waiters::yield_to_remote`]) so that waiter takes it.
 //! - A releaser whose outcome is unknown (its future dropped, a transient error) undoes the
 //!   waiter's possible grant before telling it to retry (`guard.rs`); a grant whose waiter
 //!   left is released by the releaser. No lock stays held by nobody.
@@ -40,8 +40,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::lease::owner::{Hold, OwnerId};
 use crate::protocol::keys::{Format, LockKeys, Shape};
+use crate::terms::owner::{Hold, OwnerId};
 
 /// Whether acquisitions and releases of `keys` hand off (see the module docs for why the
 /// other shapes, formats and run-once jobs do not).
@@ -56,14 +56,6 @@ pub(crate) fn eligible(keys: &LockKeys) -> bool {
     };
     shape && format && keys.hold_at_least.is_none()
 }
-
-/// How long a waiter of another process, once refused, lets this process hand the lock on
-/// among its own waiters before a hand-off frees it for that waiter instead
-/// (`protocol/handoff.lua`): a hot key shared by processes changes process at most once
-/// per turn (each change costs a PUBLISH, a wake-up and an acquire, about half a
-/// millisecond here), and a waiter elsewhere waits at most about a turn longer than it
-/// would for a lock that is not handed on.
-pub(crate) const TURN: Duration = Duration::from_millis(20);
 
 /// A lock marked in [`Waiters`]: held by a hold this process was handed, or let go free for
 /// a waiter of another process.

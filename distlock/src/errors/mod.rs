@@ -1,4 +1,10 @@
-//! The errors a lock operation and start-up can return.
+//! The errors a lock operation and start-up can return, the drivers' one error type that
+//! becomes them ([`backend`]), and what the protocol says of a reply it cannot read
+//! ([`reply`]). Below the protocol and the backends, which both produce them; above only
+//! `terms/` (a lock error names its [`LockKind`](crate::terms::kind::LockKind)).
+
+pub(crate) mod backend;
+pub(crate) mod reply;
 
 use std::time::Duration;
 
@@ -734,7 +740,7 @@ macro_rules! debug_as_display {
 }
 debug_as_display!(LockError, InitError);
 
-use crate::backend::{BackendError, DriverError};
+use self::backend::{BackendError, DriverError};
 
 impl DriverError {
     /// The public error of a lock operation on `key` (if one) of backend `backend`.
