@@ -159,7 +159,7 @@ mod upkeep;
 pub use distlock_macros::distributed_lock;
 pub use errors::{Feature, InitError, LockError};
 pub use lease::context::{fencing_token, fencing_token_of, fencing_tokens, lease_lost};
-pub use lease::terms::{Lease, OnLost};
+pub use lease::policy::{Lease, OnLost};
 pub use ops::fence::fence;
 pub use primitives::call_wait::with_wait;
 pub use primitives::guard::LockGuard;

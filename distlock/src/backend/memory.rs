@@ -776,6 +776,6 @@ impl FencedEntry {
 /// the backend itself from panicking whatever it is given).
 fn later(now: Instant, d: Duration) -> Instant {
     now.checked_add(d)
-        .or_else(|| now.checked_add(crate::lease::terms::MAX_WAIT))
+        .or_else(|| now.checked_add(crate::lease::policy::MAX_WAIT))
         .unwrap_or(now)
 }

@@ -732,7 +732,7 @@ mod tests {
                 what: "lease",
                 value: Duration::MAX,
                 min: Duration::from_millis(1),
-                limit: crate::lease::terms::MAX_LEASE,
+                limit: crate::lease::policy::MAX_LEASE,
             },
             LockError::InvalidPermits {
                 key: "export".into(),

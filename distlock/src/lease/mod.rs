@@ -1,4 +1,4 @@
-//! A held lease's data, below the backend that owns it: its terms (`Lease`, `OnLost`), its
+//! A held lease's data, below the backend that owns it: its policy (`Lease`, `OnLost`), its
 //! shared state, what was heard of it, its hold times, the task-scoped context of held
 //! locks, the background work it leaves, and the local waiters a release hands a lock to.
 
@@ -7,5 +7,5 @@ pub(crate) mod context;
 pub(crate) mod handoff;
 pub(crate) mod heard;
 pub(crate) mod hold_times;
+pub(crate) mod policy;
 pub(crate) mod state;
-pub(crate) mod terms;

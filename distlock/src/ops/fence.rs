@@ -277,7 +277,7 @@ impl Fence {
         match self.ttl {
             None => Ok(0),
             Some(t) => {
-                let t = crate::lease::terms::check_duration(
+                let t = crate::lease::policy::check_duration(
                     distlock_config::DurationUse::FenceTtl,
                     "fence ttl",
                     t,

@@ -235,8 +235,8 @@ impl Terms {
         } = req;
         let (lease_len, auto) = check_terms(&backend, &keys, lease)?;
         let start = Instant::now();
-        let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
-        keys.set_allowance(wait.min(crate::lease::terms::MAX_WAIT));
+        let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
+        keys.set_allowance(wait.min(crate::lease::policy::MAX_WAIT));
         let entered = match nesting::enter(&backend, &keys, deadline).await {
             Ok(e) => e,
             Err(Some(e)) => return Err(e),
@@ -305,7 +305,7 @@ fn check_terms(
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
-    crate::lease::terms::check_lease(lease, lease_len, &keys.user, &backend.name)?;
+    crate::lease::policy::check_lease(lease, lease_len, &keys.user, &backend.name)?;
     if let Some(limit) = keys.lease_limit().filter(|l| lease_len > *l) {
         return Err(LockError::InvalidDuration {
             key: keys.user.clone(),

@@ -275,7 +275,7 @@ impl Leader {
         let guard = Lock::with_registry(keys.user.clone(), registry)
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
-            .wait(self.wait.unwrap_or(crate::lease::terms::MAX_WAIT))
+            .wait(self.wait.unwrap_or(crate::lease::policy::MAX_WAIT))
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()

@@ -75,7 +75,7 @@ impl Lock {
     /// ```
     /// assert_eq!(distlock::Lock::MAX_WAIT, std::time::Duration::from_secs(365 * 86_400));
     /// ```
-    pub const MAX_WAIT: Duration = crate::lease::terms::MAX_WAIT;
+    pub const MAX_WAIT: Duration = crate::lease::policy::MAX_WAIT;
 
     /// A lock on `key`, on the default backend of the registry in force: the innermost
     /// [`Registry::scope`] of this task, else the global one (`distlock::init`). Keys are
@@ -446,7 +446,7 @@ async fn acquire(
             } else {
                 "hold_at_least (longer than the fixed lease)"
             };
-            crate::lease::terms::check_duration(
+            crate::lease::policy::check_duration(
                 distlock_config::DurationUse::HoldAtLeast,
                 label,
                 hold,

@@ -202,7 +202,7 @@ impl MultiLock {
         keys: Vec<String>,
         start: Instant,
     ) -> Result<MultiLockGuard, LockError> {
-        let deadline = start + wait.min(crate::lease::terms::MAX_WAIT);
+        let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
         // Taken so far: dropped (released in the background) on an error or if this
         // future is dropped.
         let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());

@@ -152,8 +152,8 @@ mod tests {
 
     #[test]
     fn scripts_check_the_same_bounds_as_the_builder() {
-        let lease = format!("lease > {}", crate::lease::terms::MAX_LEASE.as_millis());
-        let wait = format!("wait > {}", crate::lease::terms::MAX_WAIT.as_millis());
+        let lease = format!("lease > {}", crate::lease::policy::MAX_LEASE.as_millis());
+        let wait = format!("wait > {}", crate::lease::policy::MAX_WAIT.as_millis());
         for s in [
             Script::Acquire,
             Script::Handoff,

@@ -1,4 +1,4 @@
-//! The lease terms: how long a lease lasts ([`Lease`]), what losing it does ([`OnLost`]),
+//! A lease's policy: how long a lease lasts ([`Lease`]), what losing it does ([`OnLost`]),
 //! and the checks of the durations a lock is given.
 
 use std::time::Duration;
