@@ -339,7 +339,8 @@ impl Backend {
     }
 
     /// One acquire attempt. `wait`: how long the caller may still wait (fair and write
-    /// locks queue for that long; zero: do not queue).
+    /// locks queue for that long; zero: do not queue). The caller has checked that this
+    /// backend offers what `keys` lay out ([`Backend::supports_shape`]).
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -347,7 +348,8 @@ impl Backend {
         lease: Duration,
         wait: Duration,
     ) -> Result<Attempt, LockError> {
-        self.supports_shape(&keys.shape)?;
+        // What the keys lay out was checked once, before the first attempt (the engine's
+        // `check_terms`), not again per attempt.
         let r = match &self.driver {
             Driver::Memory(m) => Ok(m.acquire(keys, hold, lease, wait)),
             Driver::Single(s) => s.acquire(keys, hold, lease, wait).await,
