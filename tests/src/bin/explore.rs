@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -58,6 +58,7 @@ fn parse() -> Args {
     let mut failing = false;
     let mut format = Format::Distlock;
     let mut scan: Option<String> = None;
+    let mut shrink: Option<u32> = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -92,6 +93,7 @@ fn parse() -> Args {
             "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
             "--show" => scan = Some(String::new()),
             "--names" => opts.names = value(&mut it, "--names"),
+            "--shrink" => shrink = Some(value::<u32>(&mut it, "--shrink")),
             other => usage(&format!("unknown argument {other}")),
         }
     }
@@ -113,6 +115,9 @@ fn parse() -> Args {
         ));
     }
     opts.format = format;
+    if let Some(n) = shrink {
+        opts.shrink_iters = n;
+    }
     if let Some(m) = max_steps {
         opts.steps = (opts.steps.0.min(m), m);
     }

@@ -54,7 +54,7 @@ impl Hold {
 struct Model {
     holds: HashMap<u64, Hold>,
     next_id: u64,
-    max_token: HashMap<(u8, bool), u64>,
+    max_token: HashMap<(u8, u8), u64>,
     /// Acquisitions started per name and family (a try's "nothing changed meanwhile").
     started: HashMap<(u8, Family), u64>,
     faults_on: u32,
@@ -102,9 +102,16 @@ pub struct Checker {
     pending: std::sync::atomic::AtomicUsize,
 }
 
-/// The name key of the model: lock names and semaphore names are distinct.
-fn name_key(name: u8, kind: Kind) -> (u8, bool) {
-    (name, matches!(kind, Kind::Semaphore(_)))
+/// Which fencing counter a name's tokens come from: lock names and semaphore names are
+/// distinct; in Redisson's format the read-write kinds have names of their own
+/// (`World::key`), and Redisson's counter is per name (`redisson_lock_token:{name}`), so
+/// their tokens are compared with their own only.
+fn name_key(m: &Model, name: u8, kind: Kind) -> (u8, u8) {
+    match kind {
+        Kind::Semaphore(_) => (name, 1),
+        Kind::Read | Kind::Write if m.redisson => (name, 2),
+        _ => (name, 0),
+    }
 }
 
 impl Checker {
@@ -146,7 +153,11 @@ impl Checker {
         let family = m.family(kind);
         *m.started.entry((name, family)).or_default() += 1;
         Started {
-            max_token: m.max_token.get(&name_key(name, kind)).copied().unwrap_or(0),
+            max_token: m
+                .max_token
+                .get(&name_key(&m, name, kind))
+                .copied()
+                .unwrap_or(0),
             generation: m.started[&(name, family)],
             faults: m.faults,
             losses: m.losses,
@@ -211,7 +222,8 @@ impl Checker {
                 a.token, a.started.max_token
             ));
         }
-        let max = m.max_token.entry(name_key(a.name, a.kind)).or_default();
+        let counter = name_key(&m, a.name, a.kind);
+        let max = m.max_token.entry(counter).or_default();
         *max = (*max).max(a.token);
         let id = m.next_id;
         m.next_id += 1;

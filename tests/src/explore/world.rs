@@ -608,7 +608,14 @@ impl World {
                     return Vec::new();
                 };
                 match &self.servers {
-                    Servers::Cluster(c) => lock(c).nodes[i].kill(),
+                    Servers::Cluster(c) => {
+                        let mut c = lock(c);
+                        // Its replica, which the end of the fault waits to see promoted.
+                        let replica =
+                            first_replica(&c.nodes[i].addr()).and_then(|r| c.index_of(&r));
+                        c.nodes[i].kill();
+                        return std::iter::once(i).chain(replica).collect();
+                    }
                     Servers::Sentinel(g) => {
                         let mut g = lock(g);
                         if i == 0 {
@@ -675,17 +682,11 @@ impl World {
                 // Its replica is promoted first (else the node would come back empty as the
                 // master of its slots), then it rejoins as that replica's replica.
                 let old = c.nodes[i].addr();
-                let others: Vec<String> = c
-                    .nodes
-                    .iter()
-                    .map(RedisProcess::addr)
-                    .filter(|a| *a != old)
-                    .collect();
+                let replica = took.get(1).map(|&r| c.nodes[r].addr());
                 let promoted = poll_until(SETTLE_LIMIT, || {
-                    others.iter().all(|a| {
-                        text_of(a, &["CLUSTER", "INFO"])
-                            .is_some_and(|t| t.contains("cluster_state:ok"))
-                    })
+                    replica
+                        .as_deref()
+                        .is_none_or(|r| topology::role(r).as_deref() == Some("master"))
                 });
                 if !promoted {
                     return Err(format!("cluster: {old}'s replica was not promoted"));
@@ -762,17 +763,26 @@ impl World {
                     return Ok(());
                 };
                 let c = lock(c);
+                settle_cluster(&c)?;
                 let master = c.nodes[i].addr();
                 let replica = first_replica(&master)
                     .ok_or_else(|| format!("cluster: {master} has no replica"))?;
-                let r = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
-                if !r.as_ref().is_ok_and(RespValue::is_ok) {
-                    return Err(format!("cluster: CLUSTER FAILOVER on {replica}: {r:?}"));
-                }
-                if !poll_until(SETTLE_LIMIT, || {
-                    topology::role(&replica).as_deref() == Some("master")
-                }) {
-                    return Err(format!("cluster: {replica} did not take over"));
+                // A manual failover the master does not complete in time (a busy machine)
+                // is abandoned by the replica: it is asked again.
+                let mut last = None;
+                let took_over = (0..4).any(|_| {
+                    let r = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
+                    let asked = r.as_ref().is_ok_and(RespValue::is_ok);
+                    last = Some(r);
+                    asked
+                        && poll_until(SETTLE_LIMIT / 4, || {
+                            topology::role(&replica).as_deref() == Some("master")
+                        })
+                });
+                if !took_over {
+                    return Err(format!(
+                        "cluster: {replica} did not take over from {master}: {last:?}"
+                    ));
                 }
                 settle_cluster(&c)
             }
@@ -781,15 +791,24 @@ impl World {
                 let old = g
                     .master_addr()
                     .ok_or("sentinel: no sentinel names the master")?;
-                let asked = g.sentinels.iter().any(|s| {
-                    resp_command(
-                        &s.addr(),
-                        &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
-                    )
-                    .is_ok_and(|v| v.is_ok())
+                // A sentinel refuses while it has no replica it deems good (`NOGOODSLAVE`,
+                // e.g. just after the previous failover): asked again until one accepts.
+                let mut last = None;
+                let asked = poll_until(SETTLE_LIMIT, || {
+                    g.sentinels.iter().any(|s| {
+                        let r = resp_command(
+                            &s.addr(),
+                            &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
+                        );
+                        let ok = r.as_ref().is_ok_and(RespValue::is_ok);
+                        last = Some(r);
+                        ok
+                    })
                 });
                 if !asked {
-                    return Err("sentinel: no sentinel accepted SENTINEL FAILOVER".to_owned());
+                    return Err(format!(
+                        "sentinel: no sentinel accepted SENTINEL FAILOVER: {last:?}"
+                    ));
                 }
                 if !poll_until(SETTLE_LIMIT, || g.master_addr().is_some_and(|m| m != old)) {
                     return Err(format!("sentinel: {old} was not replaced"));
@@ -849,8 +868,9 @@ impl World {
         tokio::task::spawn_blocking(move || {
             let targets: Vec<String> = match &me.servers {
                 Servers::Nodes(n) => {
+                    let which = me.minority();
                     let n = lock(n);
-                    me.minority().iter().map(|&i| n[i].addr()).collect()
+                    which.iter().map(|&i| n[i].addr()).collect()
                 }
                 _ => me.masters(),
             };
@@ -907,12 +927,6 @@ fn poll_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn text_of(addr: &str, args: &[&str]) -> Option<String> {
-    resp_command_timeout(addr, args, Duration::from_secs(1))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-}
-
 /// Until every node reports `cluster_state:ok`, 3 masters with a replica in sync each.
 fn settle_cluster(c: &PrivateCluster) -> Result<(), String> {
     if poll_until(SETTLE_LIMIT, || c.is_ready()) {
@@ -940,6 +954,7 @@ fn settle_sentinel(g: &PrivateSentinel) -> Result<(), String> {
             g.master.addr()
         };
         names.iter().all(|n| n.as_deref() == Some(master.as_str()))
+            && g.sentinels.iter().all(|s| sees_replica(&s.addr(), &other))
             && topology::role(&master).as_deref() == Some("master")
             && topology::replica_online(&master)
             && topology::info_field(&other, "replication", "master_link_status").as_deref()
@@ -952,6 +967,26 @@ fn settle_sentinel(g: &PrivateSentinel) -> Result<(), String> {
             "sentinel group: not settled within {SETTLE_LIMIT:?}"
         ))
     }
+}
+
+/// Whether the sentinel at `addr` lists `replica` as a replica in good standing (flags
+/// exactly `slave`: not down, not disconnected), so it would promote it.
+fn sees_replica(addr: &str, replica: &str) -> bool {
+    let Ok(RespValue::Array(list)) = resp_command(
+        addr,
+        &["SENTINEL", "REPLICAS", PrivateSentinel::MASTER_NAME],
+    ) else {
+        return false;
+    };
+    list.iter().filter_map(RespValue::as_array).any(|flat| {
+        let field = |name: &str| {
+            flat.chunks(2).find_map(|kv| match kv {
+                [k, v] if k.as_str() == Some(name) => v.as_str(),
+                _ => None,
+            })
+        };
+        field("name") == Some(replica) && field("flags") == Some("slave")
+    })
 }
 
 /// `127.0.0.1:PORT` of the first replica of the master at `addr` (`INFO replication`).
