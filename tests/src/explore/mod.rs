@@ -195,14 +195,23 @@ fn rng_of(seed: u64) -> TestRng {
 
 /// The schedule seed `seed` generates with `opts`' generator (without running it).
 pub fn generate(opts: &Options, seed: u64) -> Vec<Step> {
-    use proptest::strategy::{Strategy, ValueTree};
     model::set_gen_config(gen_config(opts));
-    let mut runner = TestRunner::new_with_rng(Config::default(), rng_of(seed));
+    // Drawn the way a run draws its first case (`TestRunner::run` forks the runner's
+    // generator per case, so a tree drawn straight from the runner is another schedule).
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters: 0,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(config, rng_of(seed));
     let strategy = model::Schedules::sequential_strategy(opts.steps.0..=opts.steps.1);
-    match strategy.new_tree(&mut runner) {
-        Ok(tree) => tree.current().1,
-        Err(_) => Vec::new(),
-    }
+    let drawn: RefCell<Vec<Step>> = RefCell::new(Vec::new());
+    let _ = runner.run(&strategy, |(_, steps, _)| {
+        *drawn.borrow_mut() = steps;
+        Ok(())
+    });
+    drawn.into_inner()
 }
 
 fn gen_config(opts: &Options) -> model::GenConfig {
@@ -326,6 +335,9 @@ fn one(
             &prefix(),
             opts.plant,
         ));
+        if opts.verbose && first.borrow().is_none() {
+            eprintln!("explore: seed {seed}:\n{}", schedule_text(&steps));
+        }
         if first.borrow().is_none() {
             *first.borrow_mut() = Some((steps.clone(), violations.clone()));
         }
