@@ -571,6 +571,7 @@ impl World {
             Fault::MasterDown | Fault::MasterPause => checker.writes_lost(),
             _ => {}
         }
+        tracing::info!(target: "explore", "fault {fault:?} begins on servers {took:?}");
         *lock(&self.active) = Some((fault, took));
     }
 
@@ -648,6 +649,7 @@ impl World {
         let settled = tokio::task::spawn_blocking(move || me.end_blocking(fault, &took))
             .await
             .unwrap_or(Err("the fault's end panicked".to_owned()));
+        tracing::info!(target: "explore", "fault {fault:?} ended: {settled:?}");
         if let Err(why) = settled {
             *lock(&self.broken) = Some(why);
         }
@@ -747,6 +749,10 @@ impl World {
         let settled = tokio::task::spawn_blocking(move || me.failover_blocking())
             .await
             .unwrap_or(Err("the failover panicked".to_owned()));
+        tracing::info!(target: "explore", "failover: {settled:?}, masters now {:?}", {
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || me.masters()).await.unwrap_or_default()
+        });
         if let Err(why) = settled {
             *lock(&self.broken) = Some(why);
         }
