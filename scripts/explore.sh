@@ -12,7 +12,7 @@
 #   (EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20), none on the other backends (their
 #   schedules take several seconds each); their first seed is printed. Without --backend
 #   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
-#   in Redisson's format; --quick takes about five minutes.
+#   in Redisson's format; --quick takes about four minutes.
 # --long: an hour (split over the backends asked for), random seeds; writes a report
 #   (default target/explore-report.txt): schedules, operations, faults, violations.
 # --backend: memory | single | cluster | sentinel | redlock | multi (repeatable).
