@@ -765,14 +765,22 @@ impl World {
     fn failover_blocking(&self) -> Result<(), String> {
         match &self.servers {
             Servers::Cluster(c) => {
-                let Some(i) = self.target_master() else {
-                    return Ok(());
-                };
+                // Settled first: a fault just before (a DEBUG SLEEP on a busy machine) may
+                // have moved k0's slot to another master.
+                // A node's CLUSTER SLOTS may still name the master of k0's slot before a
+                // failover just done: asked until the master named has a replica.
+                settle_cluster(&lock(c))?;
+                let mut pair = None;
+                poll_until(SETTLE_LIMIT, || {
+                    pair = self.target_master().and_then(|i| {
+                        let master = lock(c).nodes[i].addr();
+                        first_replica(&master).map(|r| (master, r))
+                    });
+                    pair.is_some()
+                });
+                let (master, replica) =
+                    pair.ok_or("cluster: no master of k0's slot with a replica")?;
                 let c = lock(c);
-                settle_cluster(&c)?;
-                let master = c.nodes[i].addr();
-                let replica = first_replica(&master)
-                    .ok_or_else(|| format!("cluster: {master} has no replica"))?;
                 // A manual failover the master does not complete in time (a busy machine)
                 // is abandoned by the replica: it is asked again.
                 let mut last = None;
