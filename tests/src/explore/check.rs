@@ -115,11 +115,6 @@ fn name_key(m: &Model, name: u8, kind: Kind) -> (u8, u8) {
 }
 
 impl Checker {
-    /// A new checker.
-    pub fn new() -> Arc<Checker> {
-        Arc::new(Checker::default())
-    }
-
     /// A new checker for Redisson's format (`redisson`) or distlock's.
     pub fn for_format(redisson: bool) -> Arc<Checker> {
         let c = Checker::default();

@@ -258,7 +258,7 @@ pub fn explore(opts: &Options) -> Summary {
         .enable_all()
         .build()
         .expect("explorer runtime");
-    let world = Arc::new(rt.block_on(world::World::start_with(opts.backend, opts.format)));
+    let world = Arc::new(rt.block_on(world::World::start(opts.backend, opts.format)));
     model::set_gen_config(gen_config(opts));
     let started = std::time::Instant::now();
     let mut summary = Summary::default();

@@ -184,13 +184,8 @@ fn url_list(urls: &[String]) -> String {
 }
 
 impl World {
-    /// Start the servers and registries of `backend` in distlock's format.
-    pub async fn start(backend: BackendKind) -> World {
-        Self::start_with(backend, Format::Distlock).await
-    }
-
     /// Start the servers and registries of `backend` in `format`.
-    pub async fn start_with(backend: BackendKind, format: Format) -> World {
+    pub async fn start(backend: BackendKind, format: Format) -> World {
         match backend {
             BackendKind::Memory => {
                 let shared = registry("mode = \"memory\"", format).await;
