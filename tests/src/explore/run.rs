@@ -96,6 +96,7 @@ pub async fn run_schedule(
     for (name, family_kind) in used {
         available(&world, &checker, prefix, name, family_kind, bound).await;
     }
+    world.schedule_ends(checker.faults() > 0);
     checker.violations()
 }
 

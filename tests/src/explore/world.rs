@@ -153,6 +153,9 @@ pub struct World {
     broken: Arc<Mutex<Option<String>>>,
     /// The key prefix of the schedule running.
     prefix: Mutex<String>,
+    /// Whether an earlier schedule of this run had faults (its registries and servers are
+    /// this schedule's).
+    faulted: std::sync::atomic::AtomicBool,
 }
 
 fn config(body: &str, format: Format) -> String {
@@ -200,6 +203,7 @@ impl World {
                     active: Mutex::new(None),
                     broken: Arc::default(),
                     prefix: Mutex::default(),
+                    faulted: Default::default(),
                 }
             }
             BackendKind::Single => Self::start_single(format).await,
@@ -230,6 +234,7 @@ impl World {
             active: Mutex::new(None),
             broken: Arc::default(),
             prefix: Mutex::default(),
+            faulted: Default::default(),
         }
     }
 
@@ -362,6 +367,19 @@ impl World {
     /// A schedule with key prefix `prefix` begins (the faults aimed at `k0`'s master).
     pub fn schedule_begins(&self, prefix: &str) {
         *lock(&self.prefix) = prefix.to_owned();
+    }
+
+    /// A schedule ended, with faults (`faulted`) or without.
+    pub fn schedule_ends(&self, faulted: bool) {
+        if faulted {
+            self.faulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an earlier schedule of this run had faults.
+    pub fn faulted_before(&self) -> bool {
+        self.faulted.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the backend offers `kind` (docs/backends.md; `distlock/src/backend/offers.rs`):
