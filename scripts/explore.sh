@@ -7,17 +7,22 @@
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
 #                      [--report FILE] [--failing]
 #
-# --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass`, plus 120
-#   random schedules on memory and 20 on single (their first seed is printed;
-#   EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20); a few minutes.
+# --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
+#   backend and format asked for, plus random schedules: 120 on memory, 20 on single
+#   (EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20), none on the other backends (their
+#   schedules take several seconds each); their first seed is printed. Without --backend
+#   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
+#   in Redisson's format; --quick takes about four minutes.
 # --long: an hour (split over the backends asked for), random seeds; writes a report
 #   (default target/explore-report.txt): schedules, operations, faults, violations.
-# --backend: memory | single (default: both). --format: distlock (the Redisson format is
-#   not explored yet: asking for it is an error). --seed S --schedules N: exactly those
-#   schedules (`--seed S --schedules 1` replays a seed). --failing: the seeds of
-#   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix; none today).
-# Exits 1 on a violation, 2 on bad usage. Servers: private redis-servers on 17400..17499
-# and fault proxies on 17340..17379 (tests/src/lib.rs, tests/src/proxy.rs); the shared
+# --backend: memory | single | cluster | sentinel | redlock | multi (repeatable).
+#   --format: distlock (default) | redisson (single, cluster, sentinel; the seeds file
+#   names them `single/redisson`). --seed S --schedules N: exactly those schedules
+#   (`--seed S --schedules 1` replays a seed). --failing: the seeds of
+#   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
+# Exits 1 on a violation, 2 on bad usage. Servers: private redis-servers, clusters and
+# sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
+# 17340..17379 (tests/src/lib.rs, tests/src/topology.rs, tests/src/proxy.rs); the shared
 # test servers are not touched.
 set -euo pipefail
 
@@ -31,7 +36,7 @@ die() {
 
 mode=quick
 backends=()
-format=distlock
+format=
 seed=
 schedules=
 report=
@@ -50,19 +55,31 @@ while (($#)); do
     esac
     shift
 done
-((${#backends[@]})) || backends=(memory single)
-for b in "${backends[@]}"; do
-    case "$b" in
-    memory | single) ;;
-    cluster | sentinel | redlock | multi) die "backend $b is not explored yet (memory, single)" ;;
-    *) die "unknown backend $b (memory, single)" ;;
-    esac
-done
-case "$format" in
-distlock) ;;
-redisson) die "the Redisson format is not explored yet (--format distlock)" ;;
-*) die "unknown format $format (distlock)" ;;
-esac
+# Runs: BACKEND or BACKEND/redisson.
+runs=()
+if ((${#backends[@]})); then
+    for b in "${backends[@]}"; do
+        case "$b" in
+        memory | single | cluster | sentinel | redlock | multi) ;;
+        *) die "unknown backend $b (memory, single, cluster, sentinel, redlock, multi)" ;;
+        esac
+        case "${format:-distlock}" in
+        distlock) runs+=("$b") ;;
+        redisson)
+            case "$b" in
+            single | cluster | sentinel) runs+=("$b/redisson") ;;
+            *) die "--format redisson needs --backend single, cluster or sentinel (not $b)" ;;
+            esac
+            ;;
+        *) die "unknown format $format (distlock, redisson)" ;;
+        esac
+    done
+elif [[ -n "$format" && "$format" != distlock ]]; then
+    [[ "$format" == redisson ]] || die "unknown format $format (distlock, redisson)"
+    runs=(single/redisson cluster/redisson)
+else
+    runs=(memory single cluster sentinel redlock multi single/redisson cluster/redisson)
+fi
 command -v redis-server >/dev/null 2>&1 ||
     die "redis-server not found (scripts/test.sh installs it with apt-get)"
 
@@ -74,24 +91,28 @@ start=$(date +%s)
 [[ "$mode" == long && -z "$report" ]] && report="${CARGO_TARGET_DIR:-$ROOT/target}/explore-report.txt"
 if [[ -n "$report" ]]; then
     printf 'explore %s run of %s, backends %s, first random seed %s\n' \
-        "$mode" "$(date -u +%FT%TZ)" "${backends[*]}" "$seed" >>"$report"
+        "$mode" "$(date -u +%FT%TZ)" "${runs[*]}" "$seed" >>"$report"
 fi
 
 status=0
-for b in "${backends[@]}"; do
+for run in "${runs[@]}"; do
+    b="${run%%/*}"
     args=(--backend "$b")
+    [[ "$run" == */redisson ]] && args+=(--format redisson)
     [[ -n "$report" ]] && args+=(--report "$report")
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)
     elif [[ -n "$schedules" ]]; then
         args+=(--seed "$seed" --schedules "$schedules")
     elif [[ "$mode" == long ]]; then
-        args+=(--seed "$seed" --schedules 1000000000 --duration $((3600 / ${#backends[@]})))
+        args+=(--seed "$seed" --schedules 1000000000 --duration $((3600 / ${#runs[@]})))
     else
-        # A schedule on single takes about 1.6 s (faults, restarts): 20 of them there.
-        case "$b" in
+        # A schedule on single takes about 1.6 s (faults, restarts): 20 of them there; on
+        # the other topologies several seconds (failovers settle): their fixed seeds only.
+        case "$run" in
         memory) n=120 ;;
-        *) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" ;;
+        single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" ;;
+        *) n=0 ;;
         esac
         args+=(--seeds-file "$seeds_file" --seed "$seed" --schedules "$n")
     fi

@@ -111,7 +111,9 @@ impl PrivateCluster {
         cluster
     }
 
-    fn is_ready(&self) -> bool {
+    /// Whether every node reports `cluster_state:ok` and 6 known nodes, and 3 masters each
+    /// have a replica in sync.
+    pub fn is_ready(&self) -> bool {
         let (mut masters, mut replicas) = (0, 0);
         for node in &self.nodes {
             let addr = node.addr();

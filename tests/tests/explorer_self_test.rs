@@ -60,6 +60,23 @@ fn a_release_without_the_owner_check_is_reported_on_redis() {
     );
 }
 
+#[test]
+fn a_guard_that_ignores_lost_is_reported_on_redlock_nodes() {
+    assert_eq!(
+        run(BackendKind::Redlock, REDLOCK_SEED, Plant::None),
+        0,
+        "the seed passes unplanted"
+    );
+    assert_eq!(
+        run(BackendKind::Redlock, REDLOCK_SEED, Plant::IgnoreLost),
+        1,
+        "planted: lost() ignored"
+    );
+}
+
+/// A redlock schedule in which a hold loses its lease to a fault and another task gets in.
+const REDLOCK_SEED: u64 = 1000;
+
 /// A single-server schedule in which releases by a raw `DEL` (never through the library)
 /// leave a lock that the end check finds unavailable.
 const RAW_DEL_SEED: u64 = 329;

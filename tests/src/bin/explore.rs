@@ -3,14 +3,14 @@
 //! its seed and the shrunk schedule.
 //!
 //! ```text
-//! explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use distlock_tests::explore::{explore, BackendKind, Options, Plant, Summary};
+use distlock_tests::explore::{explore, BackendKind, Format, Options, Plant, Summary};
 
 struct Args {
     opts: Options,
@@ -19,7 +19,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -29,7 +29,8 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
         .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
 }
 
-/// Seeds of a file for `backend`: lines `BACKEND SEED pass|fail`, `#` starts a comment.
+/// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
+/// lines `BACKEND SEED pass|fail`, `#` starts a comment.
 /// `fail` seeds (known violations, listed until their fix is merged) are taken only with
 /// `failing`.
 fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<u64> {
@@ -55,16 +56,24 @@ fn parse() -> Args {
     let mut opts = Options::new(BackendKind::Memory, now, 100);
     let (mut seeds_file, mut report, mut backend, mut max_steps) = (None, None, None, None);
     let mut failing = false;
+    let mut format = Format::Distlock;
     let mut scan: Option<String> = None;
+    let mut shrink: Option<u32> = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--backend" => {
                 let b: String = value(&mut it, "--backend");
-                backend =
-                    Some(BackendKind::parse(&b).unwrap_or_else(|| {
-                        usage(&format!("unknown backend {b} (memory, single)"))
-                    }));
+                backend = Some(BackendKind::parse(&b).unwrap_or_else(|| {
+                    usage(&format!(
+                        "unknown backend {b} (memory, single, cluster, sentinel, redlock, multi)"
+                    ))
+                }));
+            }
+            "--format" => {
+                let f: String = value(&mut it, "--format");
+                format = Format::parse(&f)
+                    .unwrap_or_else(|| usage(&format!("unknown format {f} (distlock, redisson)")));
             }
             "--seed" => opts.seed = value(&mut it, "--seed"),
             "--schedules" => opts.schedules = value(&mut it, "--schedules"),
@@ -84,6 +93,7 @@ fn parse() -> Args {
             "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
             "--show" => scan = Some(String::new()),
             "--names" => opts.names = value(&mut it, "--names"),
+            "--shrink" => shrink = Some(value::<u32>(&mut it, "--shrink")),
             other => usage(&format!("unknown argument {other}")),
         }
     }
@@ -98,11 +108,21 @@ fn parse() -> Args {
         fresh.skip_differential = opts.skip_differential;
         opts = fresh;
     }
+    if format == Format::Redisson && !opts.backend.takes_redisson() {
+        usage(&format!(
+            "--format redisson needs --backend single, cluster or sentinel (not {})",
+            opts.backend.name()
+        ));
+    }
+    opts.format = format;
+    if let Some(n) = shrink {
+        opts.shrink_iters = n;
+    }
     if let Some(m) = max_steps {
         opts.steps = (opts.steps.0.min(m), m);
     }
     let seeds = seeds_file
-        .map(|f| seeds_of(&f, opts.backend.name(), failing))
+        .map(|f| seeds_of(&f, &label(&opts), failing))
         .unwrap_or_default();
     if let Some(pattern) = scan {
         scan_seeds(&opts, &pattern);
@@ -127,6 +147,14 @@ fn scan_seeds(opts: &Options, pattern: &str) -> ! {
         }
     }
     std::process::exit(0);
+}
+
+/// The backend and format as the seeds file names them.
+fn label(opts: &Options) -> String {
+    match opts.format {
+        Format::Distlock => opts.backend.name().to_owned(),
+        f => format!("{}/{}", opts.backend.name(), f.name()),
+    }
 }
 
 fn merge(total: &mut Summary, s: Summary) {
@@ -155,13 +183,13 @@ fn main() {
     for seed in &args.seeds {
         let mut o = args.opts.clone();
         (o.seed, o.schedules) = (*seed, 1);
-        println!("explore: {} fixed seed {seed}", b.name());
+        println!("explore: {} fixed seed {seed}", label(&args.opts));
         merge(&mut total, explore(&o));
     }
     if args.opts.schedules > 0 {
         println!(
             "explore: {} random seeds {}..{} ({} schedules)",
-            b.name(),
+            label(&args.opts),
             args.opts.seed,
             args.opts.seed.wrapping_add(args.opts.schedules),
             args.opts.schedules
@@ -175,7 +203,7 @@ fn main() {
     }
     text.push_str(&format!(
         "explore: backend {}: {} schedules, {} operations, {} faults, {} violating schedule(s), {:.0} s\n",
-        b.name(),
+        label(&args.opts),
         total.schedules,
         total.operations,
         total.faults,

@@ -30,7 +30,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use proptest_state_machine::ReferenceStateMachine;
 
 pub use model::{schedule_text, Step};
-pub use world::BackendKind;
+pub use world::{BackendKind, Format};
 
 /// A bug planted in the explorer's adapter layer (never in the library), which the
 /// self-test requires the checks to find.
@@ -74,6 +74,8 @@ pub(crate) fn task_kind(k: model::Kind) -> distlock::LockKind {
 pub struct Options {
     /// The backend.
     pub backend: BackendKind,
+    /// The lock format (`Redisson`: on single, cluster and sentinel).
+    pub format: Format,
     /// The first schedule's seed; schedule `i` uses `seed + i`.
     pub seed: u64,
     /// How many schedules.
@@ -103,13 +105,16 @@ impl Options {
     pub fn new(backend: BackendKind, seed: u64, schedules: u64) -> Options {
         Options {
             backend,
+            format: Format::Distlock,
             seed,
             schedules,
             steps: (4, 24),
             plant: Plant::None,
+            // A shrinking run costs what a schedule costs: seconds where failovers settle.
             shrink_iters: match backend {
                 BackendKind::Memory => 400,
-                BackendKind::Single => 40,
+                BackendKind::Single | BackendKind::Redlock | BackendKind::Multi => 40,
+                BackendKind::Cluster | BackendKind::Sentinel => 20,
             },
             duration: None,
             verbose: false,
@@ -133,13 +138,19 @@ pub struct Finding {
     pub shrunk: Vec<Step>,
     /// What the shrunk schedule broke.
     pub violations: Vec<String>,
+    /// The format it ran in.
+    pub format: Format,
 }
 
 impl Finding {
     /// The finding as text: seed, shrunk schedule, violations.
     pub fn text(&self, backend: BackendKind) -> String {
+        let format = match self.format {
+            Format::Distlock => String::new(),
+            f => format!(" --format {}", f.name()),
+        };
         format!(
-            "VIOLATION seed {} (replay: scripts/explore.sh --backend {} --seed {} --schedules 1)\nshrunk schedule ({} of {} steps):\n{}violations of the shrunk schedule:\n{}\nviolations of the generated schedule:\n{}\n",
+            "VIOLATION seed {} (replay: scripts/explore.sh --backend {}{format} --seed {} --schedules 1)\nshrunk schedule ({} of {} steps):\n{}violations of the shrunk schedule:\n{}\nviolations of the generated schedule:\n{}\n",
             self.seed,
             backend.name(),
             self.seed,
@@ -184,14 +195,23 @@ fn rng_of(seed: u64) -> TestRng {
 
 /// The schedule seed `seed` generates with `opts`' generator (without running it).
 pub fn generate(opts: &Options, seed: u64) -> Vec<Step> {
-    use proptest::strategy::{Strategy, ValueTree};
     model::set_gen_config(gen_config(opts));
-    let mut runner = TestRunner::new_with_rng(Config::default(), rng_of(seed));
+    // Drawn the way a run draws its first case (`TestRunner::run` forks the runner's
+    // generator per case, so a tree drawn straight from the runner is another schedule).
+    let config = Config {
+        cases: 1,
+        failure_persistence: None,
+        max_shrink_iters: 0,
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new_with_rng(config, rng_of(seed));
     let strategy = model::Schedules::sequential_strategy(opts.steps.0..=opts.steps.1);
-    match strategy.new_tree(&mut runner) {
-        Ok(tree) => tree.current().1,
-        Err(_) => Vec::new(),
-    }
+    let drawn: RefCell<Vec<Step>> = RefCell::new(Vec::new());
+    let _ = runner.run(&strategy, |(_, steps, _)| {
+        *drawn.borrow_mut() = steps;
+        Ok(())
+    });
+    drawn.into_inner()
 }
 
 fn gen_config(opts: &Options) -> model::GenConfig {
@@ -200,6 +220,9 @@ fn gen_config(opts: &Options) -> model::GenConfig {
         all_kinds: true,
         siblings: opts.siblings,
         names: opts.names,
+        topology: opts.backend.topology(),
+        redisson: opts.format == Format::Redisson,
+        reentrant_only: opts.backend.quorum(),
     }
 }
 
@@ -209,7 +232,11 @@ fn counts(steps: &[Step]) -> (u64, u64) {
         .filter(|s| {
             matches!(
                 s,
-                Step::FaultBegin(_) | Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_)
+                Step::FaultBegin(_)
+                    | Step::KillClients
+                    | Step::DeleteKeys(_)
+                    | Step::DebugSleep(_)
+                    | Step::Failover
             )
         })
         .count() as u64;
@@ -231,7 +258,7 @@ pub fn explore(opts: &Options) -> Summary {
         .enable_all()
         .build()
         .expect("explorer runtime");
-    let world = Arc::new(rt.block_on(world::World::start(opts.backend)));
+    let world = Arc::new(rt.block_on(world::World::start(opts.backend, opts.format)));
     model::set_gen_config(gen_config(opts));
     let started = std::time::Instant::now();
     let mut summary = Summary::default();
@@ -308,6 +335,9 @@ fn one(
             &prefix(),
             opts.plant,
         ));
+        if opts.verbose && first.borrow().is_none() {
+            eprintln!("explore: seed {seed}:\n{}", schedule_text(&steps));
+        }
         if first.borrow().is_none() {
             *first.borrow_mut() = Some((steps.clone(), violations.clone()));
         }
@@ -335,6 +365,7 @@ fn one(
                 original_violations,
                 shrunk,
                 violations,
+                format: opts.format,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -343,6 +374,7 @@ fn one(
             original_violations: vec![format!("aborted: {msg}")],
             shrunk: original,
             violations: vec![format!("aborted: {msg}")],
+            format: opts.format,
         }),
     }
 }

@@ -119,6 +119,22 @@ pub enum Fault {
         /// Which owner.
         owner: u8,
     },
+    /// Redlock and multi: a minority of the nodes (2 of 5; 1 of 3) SIGKILLed; they come
+    /// back at the fault's end with their data (`persist`: AOF `appendfsync always`) or
+    /// empty.
+    NodesDown {
+        /// Whether the data survives.
+        persist: bool,
+    },
+    /// Redlock and multi: a minority of the nodes SIGSTOPped; SIGCONT at the end.
+    NodesPause,
+    /// Cluster and sentinel: the master (on a cluster, the master of `k0`'s slot)
+    /// SIGKILLed; its replica takes over, and at the fault's end it is restarted empty
+    /// and rejoins as a replica.
+    MasterDown,
+    /// Cluster and sentinel: the master (of `k0`'s slot) SIGSTOPped; SIGCONT at the end.
+    /// Longer than the failure detection (1 s) it is replaced by its replica.
+    MasterPause,
 }
 
 /// One step of a schedule.
@@ -155,8 +171,13 @@ pub enum Step {
     KillClients,
     /// The name's keys (every kind's) deleted behind their holders with a raw `DEL`.
     DeleteKeys(u8),
-    /// `DEBUG SLEEP` of this many milliseconds on the server.
+    /// `DEBUG SLEEP` of this many milliseconds on the server (cluster: every master;
+    /// sentinel: the master; redlock and multi: a minority of the nodes).
     DebugSleep(u32),
+    /// Cluster: `CLUSTER FAILOVER` sent to the replica of `k0`'s master (a coordinated
+    /// hand-over); sentinel: `SENTINEL FAILOVER`. The step lasts until the new master
+    /// serves and has its replica in sync again.
+    Failover,
     /// The same acquisition, with inputs at and beyond the documented bounds, on the Redis
     /// backend and on a memory backend: both must answer alike (accept, or refuse with the
     /// same error).
@@ -206,6 +227,21 @@ fn edge_strategy() -> impl Strategy<Value = Edge> {
         })
 }
 
+/// Which faults a backend's servers can take (the generator draws only those).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// In-process: no faults.
+    Memory,
+    /// One redis-server behind a fault proxy per owner.
+    Single,
+    /// A private Redis Cluster of 3 masters with a replica each.
+    Cluster,
+    /// A private master, its replica and 3 sentinels.
+    Sentinel,
+    /// Independent masters (redlock, multi), each behind a fault proxy per owner.
+    Quorum,
+}
+
 /// What the generator may use (set by the runner for the thread that generates).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GenConfig {
@@ -219,10 +255,19 @@ pub struct GenConfig {
     /// How many names a schedule uses (1 or [`NAMES`]; fewer concentrate the steps on one
     /// lock — another generator again).
     pub names: u8,
+    /// The servers' topology: which faults are drawn (a single server in distlock's
+    /// format keeps the generator its seeds were listed with).
+    pub topology: Topology,
+    /// Redisson's format: leases of 400 ms and 2 s instead of 20 s (a nested acquisition
+    /// whose reply is lost keeps its count until its lease ends: docs/redisson.md).
+    pub redisson: bool,
+    /// Whether the mode offers only reentrant locks (redlock, multi): other kinds are
+    /// drawn rarely, and must be refused with `Unsupported`.
+    pub reentrant_only: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -267,15 +312,36 @@ fn kind_strategy(all: bool) -> BoxedStrategy<Kind> {
     }
 }
 
-fn acquire_strategy(all: bool, names: u8) -> impl Strategy<Value = Acquire> {
+/// Kinds where only reentrant locks are offered: the others rarely (each must be refused).
+fn reentrant_mostly() -> BoxedStrategy<Kind> {
+    prop_oneof![
+        24 => Just(Kind::Reentrant),
+        1 => Just(Kind::Fair),
+        1 => Just(Kind::Read),
+        1 => Just(Kind::Write),
+        1 => (1..=PERMITS).prop_map(Kind::Semaphore),
+    ]
+    .boxed()
+}
+
+fn kinds_of(cfg: &GenConfig) -> BoxedStrategy<Kind> {
+    if cfg.reentrant_only {
+        reentrant_mostly()
+    } else {
+        kind_strategy(cfg.all_kinds)
+    }
+}
+
+fn acquire_strategy(cfg: &GenConfig, names: u8) -> impl Strategy<Value = Acquire> {
+    let long = if cfg.redisson { 2000 } else { 20_000 };
     (
         (0..OWNERS, 0..TASKS, 0..names),
-        kind_strategy(all),
+        kinds_of(cfg),
         prop_oneof![Just(0u32), Just(0), Just(100), Just(400), Just(1000)],
         prop_oneof![
             2 => Just(LeaseSpec::Auto),
             1 => Just(LeaseSpec::Fixed(400)),
-            1 => Just(LeaseSpec::Fixed(20_000)),
+            1 => Just(LeaseSpec::Fixed(long)),
         ],
         prop::bool::weighted(0.2),
         prop::option::weighted(0.15, prop_oneof![Just(0u32), Just(1), Just(5), Just(30)]),
@@ -303,6 +369,23 @@ fn fault_strategy() -> impl Strategy<Value = Fault> {
     ]
 }
 
+/// The lasting faults of a topology.
+fn faults_of(topology: Topology) -> BoxedStrategy<Fault> {
+    match topology {
+        Topology::Memory | Topology::Single => fault_strategy().boxed(),
+        Topology::Cluster | Topology::Sentinel => {
+            prop_oneof![Just(Fault::MasterDown), Just(Fault::MasterPause)].boxed()
+        }
+        Topology::Quorum => prop_oneof![
+            Just(Fault::NodesDown { persist: true }),
+            Just(Fault::NodesDown { persist: false }),
+            Just(Fault::NodesPause),
+            (0..OWNERS).prop_map(|owner| Fault::Blackhole { owner }),
+        ]
+        .boxed(),
+    }
+}
+
 impl ReferenceStateMachine for Schedules {
     type State = ModelState;
     type Transition = Step;
@@ -318,17 +401,17 @@ impl ReferenceStateMachine for Schedules {
     }
 
     fn transitions(state: &ModelState) -> BoxedStrategy<Step> {
-        let all = state.cfg.all_kinds;
+        let cfg = state.cfg;
         let names = state.cfg.names.clamp(1, NAMES);
         let ops = prop_oneof![
-            8 => acquire_strategy(all, names).prop_map(Step::Acquire),
+            8 => acquire_strategy(&cfg, names).prop_map(Step::Acquire),
             5 => (0..OWNERS, 0..TASKS).prop_map(|(owner, task)| Step::Release { owner, task }),
-            1 => (0..OWNERS, 0..names, kind_strategy(all))
+            1 => (0..OWNERS, 0..names, kinds_of(&cfg))
                 .prop_map(|(owner, name, kind)| Step::ForceUnlock { owner, name, kind }),
             1 => prop_oneof![Just(50u32), Just(300), Just(1200)].prop_map(Step::Sleep),
         ];
         let ops = if state.cfg.siblings {
-            let siblings = (acquire_strategy(all, names), acquire_strategy(all, names)).prop_map(
+            let siblings = (acquire_strategy(&cfg, names), acquire_strategy(&cfg, names)).prop_map(
                 |(a, mut b)| {
                     (b.owner, b.task) = (a.owner, a.task);
                     Step::Siblings(a, b)
@@ -344,8 +427,28 @@ impl ReferenceStateMachine for Schedules {
         let fault = if state.fault_on {
             Just(Step::FaultEnd).boxed()
         } else {
-            fault_strategy().prop_map(Step::FaultBegin).boxed()
+            faults_of(cfg.topology).prop_map(Step::FaultBegin).boxed()
         };
+        if cfg.topology != Topology::Single {
+            let mut arms: Vec<(u32, BoxedStrategy<Step>)> = vec![
+                (12, ops),
+                (2, fault),
+                (1, Just(Step::KillClients).boxed()),
+                (1, (0..names).prop_map(Step::DeleteKeys).boxed()),
+                (
+                    1,
+                    prop_oneof![Just(200u32), Just(700)]
+                        .prop_map(Step::DebugSleep)
+                        .boxed(),
+                ),
+                (1, edge_strategy().prop_map(Step::Differential).boxed()),
+            ];
+            let failover = matches!(cfg.topology, Topology::Cluster | Topology::Sentinel);
+            if failover && !state.fault_on {
+                arms.push((1, Just(Step::Failover).boxed()));
+            }
+            return proptest::strategy::Union::new_weighted(arms).boxed();
+        }
         prop_oneof![
             12 => ops,
             2 => fault,
@@ -364,6 +467,11 @@ impl ReferenceStateMachine for Schedules {
             Step::Release { owner, task } => state.depth(*owner, *task) > 0,
             Step::FaultBegin(_) => state.cfg.faults && !state.fault_on,
             Step::FaultEnd => state.fault_on,
+            Step::Failover => {
+                state.cfg.faults
+                    && !state.fault_on
+                    && matches!(state.cfg.topology, Topology::Cluster | Topology::Sentinel)
+            }
             Step::KillClients
             | Step::DeleteKeys(_)
             | Step::DebugSleep(_)
@@ -459,6 +567,26 @@ impl fmt::Display for Step {
             Step::FaultBegin(Fault::Blackhole { owner }) => {
                 write!(f, "fault: o{owner}'s connections blackholed")
             }
+            Step::FaultBegin(Fault::NodesDown { persist }) => {
+                let how = if *persist {
+                    "AOF always"
+                } else {
+                    "no persistence"
+                };
+                write!(f, "fault: a minority of the nodes SIGKILLed ({how})")
+            }
+            Step::FaultBegin(Fault::NodesPause) => {
+                f.write_str("fault: a minority of the nodes SIGSTOPped")
+            }
+            Step::FaultBegin(Fault::MasterDown) => f.write_str(
+                "fault: the master (of k0's slot) SIGKILLed; at the end it rejoins empty",
+            ),
+            Step::FaultBegin(Fault::MasterPause) => {
+                f.write_str("fault: the master (of k0's slot) SIGSTOPped")
+            }
+            Step::Failover => f.write_str(
+                "fault: failover (CLUSTER FAILOVER on the replica of k0's master / SENTINEL FAILOVER)",
+            ),
             Step::FaultEnd => f.write_str("fault ends (restart / SIGCONT / proxy open)"),
             Step::KillClients => f.write_str("fault: CLIENT KILL of every client"),
             Step::DeleteKeys(n) => write!(f, "fault: raw DEL of every key of k{n} and s{n}"),

@@ -11,8 +11,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::check::{Checker, GRACE, REVOKE_BOUND};
 use super::model::{Kind, Step, OWNERS, PERMITS, TASKS};
-use super::task::{key_of, run_task, Cmd, Op, TaskCtx, HANG};
-use super::world::{BackendKind, World};
+use super::task::{run_task, Cmd, Op, TaskCtx, HANG};
+use super::world::{BackendKind, Format, World};
 use super::Plant;
 
 /// After every guard is gone (and the last fault ended), a fresh acquisition of every
@@ -54,7 +54,7 @@ fn spawn_tasks(world: &Arc<World>, checker: &Arc<Checker>, prefix: &str, plant: 
 fn settle(backend: BackendKind) -> Duration {
     match backend {
         BackendKind::Memory => Duration::from_millis(10),
-        BackendKind::Single => Duration::from_millis(60),
+        _ => Duration::from_millis(60),
     }
 }
 
@@ -74,7 +74,8 @@ pub async fn run_schedule(
     prefix: &str,
     plant: Plant,
 ) -> Vec<String> {
-    let checker = Checker::new();
+    let checker = Checker::for_format(world.format == Format::Redisson);
+    world.schedule_begins(prefix);
     let tasks = spawn_tasks(&world, &checker, prefix, plant);
     let settle = settle(world.backend);
     let mut used = BTreeSet::new();
@@ -95,6 +96,7 @@ pub async fn run_schedule(
     for (name, family_kind) in used {
         available(&world, &checker, prefix, name, family_kind, bound).await;
     }
+    world.schedule_ends(checker.faults() > 0);
     checker.violations()
 }
 
@@ -109,12 +111,15 @@ async fn step_once(
 ) {
     match step {
         Step::Acquire(a) => {
-            used.insert((a.name, KindKey::of(a.kind)));
+            if world.offers(a.kind) {
+                used.insert((a.name, KindKey::of(a.kind)));
+            }
             send(tasks, a.owner, a.task, Op::Acquire(a.clone()), settle).await;
         }
         Step::Siblings(a, b) => {
-            used.insert((a.name, KindKey::of(a.kind)));
-            used.insert((b.name, KindKey::of(b.kind)));
+            for x in [a, b].into_iter().filter(|x| world.offers(x.kind)) {
+                used.insert((x.name, KindKey::of(x.kind)));
+            }
             send(
                 tasks,
                 a.owner,
@@ -131,11 +136,12 @@ async fn step_once(
         Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(u64::from(*ms))).await,
         Step::FaultBegin(f) => world.fault_begin(*f, checker).await,
         Step::FaultEnd => world.fault_end(checker).await,
+        Step::Failover => world.failover(checker).await,
         Step::KillClients => world.kill_clients(checker).await,
         Step::DeleteKeys(n) => {
             let keys = vec![
-                key_of(prefix, *n, Kind::Reentrant),
-                key_of(prefix, *n, Kind::Semaphore(1)),
+                world.key(prefix, *n, Kind::Reentrant),
+                world.key(prefix, *n, Kind::Semaphore(1)),
             ];
             world.delete_keys(keys, checker, *n).await;
         }
@@ -152,9 +158,10 @@ async fn force_unlock(
     name: u8,
     kind: Kind,
 ) {
-    let key = key_of(prefix, name, kind);
+    let key = world.key(prefix, name, kind);
     let reg = world.owner(owner);
     let live = checker.live_holds(name, kind);
+    let unoffered = !world.offers(kind);
     let res = match kind {
         Kind::Semaphore(_) => {
             tokio::time::timeout(HANG, reg.semaphore(&key, PERMITS).force_unlock()).await
@@ -168,6 +175,14 @@ async fn force_unlock(
         }
     };
     let who = format!("o{owner} force_unlock {kind} {key}");
+    if unoffered {
+        if !matches!(res, Ok(Err(LockError::Unsupported { .. }))) {
+            checker.violation(format!(
+                "unsupported: {who} on a backend that does not offer it answered {res:?}, not Unsupported"
+            ));
+        }
+        return;
+    }
     match res {
         Ok(Ok(true)) => checker.revoked(live),
         Ok(Ok(false)) => {}
@@ -247,7 +262,7 @@ async fn available(
     bound: Duration,
 ) {
     let kind = k.kind();
-    let key = key_of(prefix, name, kind);
+    let key = world.key(prefix, name, kind);
     let reg = world.owner(0);
     let fixed = Lease::Fixed(Duration::from_secs(2));
     let started = std::time::Instant::now();

@@ -58,7 +58,7 @@ pub struct TaskCtx {
 impl TaskCtx {
     /// The key of name `n` for `kind`.
     pub fn key(&self, n: u8, kind: Kind) -> String {
-        key_of(&self.prefix, n, kind)
+        self.world.key(&self.prefix, n, kind)
     }
 }
 
@@ -294,6 +294,10 @@ async fn acquire_as(
         a.kind
     );
     let wait = Duration::from_millis(u64::from(if a.try_once { 0 } else { a.wait_ms }));
+    if !ctx.world.offers(a.kind) {
+        unoffered(ctx, a, &key, &who, wait).await;
+        return None;
+    }
     let once = wait.is_zero();
     let free_before = if once {
         ctx.world.is_free(&key, a.kind).await
@@ -349,6 +353,30 @@ async fn acquire_as(
             ctx.checker.error(&who, &e);
             None
         }
+    }
+}
+
+/// A kind the backend does not offer (a quorum mode's fair, read-write and semaphores;
+/// Redisson's semaphores): it must be refused with `Unsupported`, at once.
+async fn unoffered(ctx: &TaskCtx, a: &Acquire, key: &str, who: &str, wait: Duration) {
+    let fut = call(ctx.world.owner(a.owner), a, key, wait, Plant::None);
+    match tokio::time::timeout(HANG, fut).await {
+        Ok(Err(e @ LockError::Unsupported { .. })) => ctx.checker.error(who, &e),
+        Ok(Err(e)) => ctx.checker.violation(format!(
+            "unsupported: {who} on a backend that does not offer it failed with {e}, not Unsupported"
+        )),
+        Ok(Ok(g)) => {
+            ctx.checker.violation(format!(
+                "unsupported: {who} on a backend that does not offer it answered {} instead of Unsupported",
+                if g.is_some() { "a guard" } else { "busy" }
+            ));
+            if let Some(g) = g {
+                let _ = g.release().await;
+            }
+        }
+        Err(_) => ctx
+            .checker
+            .violation(format!("hang: {who} did not return within {HANG:?}")),
     }
 }
 

@@ -4,16 +4,22 @@
 //! Single: a private redis-server (AOF `appendfsync always`, so a restart keeps the locks
 //! unless the fault wipes the AOF), one registry per owner, each through its own fault
 //! proxy, and an observer registry straight to the server for the free-lock checks.
+//! Redlock (5 nodes) and multi (3 nodes): independent redis-servers (AOF `always`), each
+//! owner reaching every node through a fault proxy of its own. Cluster: a private cluster
+//! of 3 masters with a replica each; sentinel: a master, its replica and 3 sentinels
+//! (`tests/src/topology.rs`); their owners connect directly (a proxy cannot follow a
+//! redirection or a failover).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use distlock::inspect::LockInfo;
 use distlock::{LockKind, Registry};
 
 use super::check::Checker;
-use super::model::{Fault, Kind, OWNERS};
+use super::model::{Fault, Kind, Topology, OWNERS};
 use crate::proxy::Proxy;
+use crate::topology::{self, PrivateCluster, PrivateSentinel};
 use crate::{resp_command, resp_command_timeout, RedisProcess, RespValue};
 
 /// The backends the explorer runs on.
@@ -23,14 +29,26 @@ pub enum BackendKind {
     Memory,
     /// `mode = "single"` on a private redis-server.
     Single,
+    /// `mode = "cluster"` on a private cluster.
+    Cluster,
+    /// `mode = "sentinel"` on a private sentinel group.
+    Sentinel,
+    /// `mode = "redlock"` on 5 private redis-servers.
+    Redlock,
+    /// `mode = "multi"` on 3 private redis-servers.
+    Multi,
 }
 
 impl BackendKind {
-    /// Parse `memory` / `single`.
+    /// Parse `memory` / `single` / `cluster` / `sentinel` / `redlock` / `multi`.
     pub fn parse(s: &str) -> Option<BackendKind> {
         match s {
             "memory" => Some(BackendKind::Memory),
             "single" => Some(BackendKind::Single),
+            "cluster" => Some(BackendKind::Cluster),
+            "sentinel" => Some(BackendKind::Sentinel),
+            "redlock" => Some(BackendKind::Redlock),
+            "multi" => Some(BackendKind::Multi),
             _ => None,
         }
     }
@@ -40,6 +58,62 @@ impl BackendKind {
         match self {
             BackendKind::Memory => "memory",
             BackendKind::Single => "single",
+            BackendKind::Cluster => "cluster",
+            BackendKind::Sentinel => "sentinel",
+            BackendKind::Redlock => "redlock",
+            BackendKind::Multi => "multi",
+        }
+    }
+
+    /// The faults its servers can take.
+    pub fn topology(self) -> Topology {
+        match self {
+            BackendKind::Memory => Topology::Memory,
+            BackendKind::Single => Topology::Single,
+            BackendKind::Cluster => Topology::Cluster,
+            BackendKind::Sentinel => Topology::Sentinel,
+            BackendKind::Redlock | BackendKind::Multi => Topology::Quorum,
+        }
+    }
+
+    /// Whether it is a quorum mode (only reentrant locks, no semaphores).
+    pub fn quorum(self) -> bool {
+        matches!(self, BackendKind::Redlock | BackendKind::Multi)
+    }
+
+    /// Whether `protocol = "redisson"` can be explored on it.
+    pub fn takes_redisson(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Single | BackendKind::Cluster | BackendKind::Sentinel
+        )
+    }
+}
+
+/// The lock format of the Redis backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// distlock's own.
+    Distlock,
+    /// `protocol = "redisson"`.
+    Redisson,
+}
+
+impl Format {
+    /// Parse `distlock` / `redisson`.
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "distlock" => Some(Format::Distlock),
+            "redisson" => Some(Format::Redisson),
+            _ => None,
+        }
+    }
+
+    /// Its name in `--format`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Distlock => "distlock",
+            Format::Redisson => "redisson",
         }
     }
 }
@@ -47,80 +121,286 @@ impl BackendKind {
 /// The `watchdog_timeout` of every registry (the auto lease).
 pub const WATCHDOG: &str = "1s";
 
+/// How long a failover may take to settle (the replica promoted, the old master its
+/// replica again and in sync) before the run counts its servers as broken.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The servers of a Redis backend.
+enum Servers {
+    None,
+    Single(Arc<Mutex<RedisProcess>>),
+    /// Redlock or multi: independent masters.
+    Nodes(Arc<Mutex<Vec<RedisProcess>>>),
+    Cluster(Arc<Mutex<PrivateCluster>>),
+    Sentinel(Arc<Mutex<PrivateSentinel>>),
+}
+
 /// Servers, proxies and registries.
 pub struct World {
     /// Which backend.
     pub backend: BackendKind,
-    server: Option<Arc<Mutex<RedisProcess>>>,
-    proxies: Vec<Proxy>,
+    /// Which format.
+    pub format: Format,
+    servers: Servers,
+    /// Per owner: its proxies (one per server it reaches through one).
+    proxies: Vec<Vec<Proxy>>,
     owners: Vec<Registry>,
     observer: Registry,
     /// A memory backend beside the Redis one (differential steps).
     memory: Option<Registry>,
-    active: Mutex<Option<Fault>>,
+    /// The lasting fault on, and the server it took (an index into the nodes).
+    active: Mutex<Option<(Fault, Vec<usize>)>>,
     broken: Arc<Mutex<Option<String>>>,
+    /// The key prefix of the schedule running.
+    prefix: Mutex<String>,
+    /// Whether an earlier schedule of this run had faults (its registries and servers are
+    /// this schedule's).
+    faulted: std::sync::atomic::AtomicBool,
 }
 
-fn config(body: &str) -> String {
+fn config(body: &str, format: Format) -> String {
+    let protocol = match format {
+        Format::Distlock => "",
+        Format::Redisson => "protocol = \"redisson\"\n",
+    };
     format!(
-        "[defaults]\nwatchdog_timeout = \"{WATCHDOG}\"\n[backends.main]\n{body}\nresponse_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
+        "[defaults]\nwatchdog_timeout = \"{WATCHDOG}\"\n[backends.main]\n{body}\n{protocol}response_timeout = \"500ms\"\nconnect_timeout = \"500ms\"\n"
     )
 }
 
-async fn registry(body: &str) -> Registry {
+async fn registry(body: &str, format: Format) -> Registry {
     let text = if body.contains("memory") {
         format!("[defaults]\nwatchdog_timeout = \"{WATCHDOG}\"\n[backends.main]\n{body}\n")
     } else {
-        config(body)
+        config(body, format)
     };
     Registry::from_str(&text)
         .await
         .unwrap_or_else(|e| panic!("explorer: registry from\n{text}\nfailed: {e}"))
 }
 
+fn url_list(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl World {
-    /// Start the servers and registries of `backend`.
-    pub async fn start(backend: BackendKind) -> World {
+    /// Start the servers and registries of `backend` in `format`.
+    pub async fn start(backend: BackendKind, format: Format) -> World {
         match backend {
             BackendKind::Memory => {
-                let shared = registry("mode = \"memory\"").await;
+                let shared = registry("mode = \"memory\"", format).await;
                 World {
                     backend,
-                    server: None,
+                    format: Format::Distlock,
+                    servers: Servers::None,
                     proxies: Vec::new(),
                     owners: vec![shared.clone(); usize::from(OWNERS)],
                     observer: shared,
                     memory: None,
                     active: Mutex::new(None),
                     broken: Arc::default(),
+                    prefix: Mutex::default(),
+                    faulted: Default::default(),
                 }
             }
-            BackendKind::Single => Self::start_single().await,
+            BackendKind::Single => Self::start_single(format).await,
+            BackendKind::Redlock => Self::start_quorum(backend, 5).await,
+            BackendKind::Multi => Self::start_quorum(backend, 3).await,
+            BackendKind::Cluster => Self::start_cluster(format).await,
+            BackendKind::Sentinel => Self::start_sentinel(format).await,
         }
     }
 
-    async fn start_single() -> World {
+    fn assemble(
+        backend: BackendKind,
+        format: Format,
+        servers: Servers,
+        proxies: Vec<Vec<Proxy>>,
+        owners: Vec<Registry>,
+        observer: Registry,
+        memory: Registry,
+    ) -> World {
+        World {
+            backend,
+            format,
+            servers,
+            proxies,
+            owners,
+            observer,
+            memory: Some(memory),
+            active: Mutex::new(None),
+            broken: Arc::default(),
+            prefix: Mutex::default(),
+            faulted: Default::default(),
+        }
+    }
+
+    async fn start_single(format: Format) -> World {
         let server = tokio::task::spawn_blocking(|| {
             RedisProcess::start_with_args(&["--appendonly", "yes", "--appendfsync", "always"])
         })
         .await
         .expect("explorer: start redis-server");
         let addr = server.addr();
-        let proxies: Vec<Proxy> = (0..OWNERS).map(|_| Proxy::start(&addr)).collect();
+        let proxies: Vec<Vec<Proxy>> = (0..OWNERS).map(|_| vec![Proxy::start(&addr)]).collect();
         let mut owners = Vec::new();
         for p in &proxies {
-            owners.push(registry(&format!("mode = \"single\"\nurl = \"{}\"", p.url())).await);
+            let body = format!("mode = \"single\"\nurl = \"{}\"", p[0].url());
+            owners.push(registry(&body, format).await);
         }
-        let observer = registry(&format!("mode = \"single\"\nurl = \"{}\"", server.url())).await;
-        World {
-            backend: BackendKind::Single,
-            server: Some(Arc::new(Mutex::new(server))),
+        let body = format!("mode = \"single\"\nurl = \"{}\"", server.url());
+        let observer = registry(&body, format).await;
+        let memory = registry("mode = \"memory\"", Format::Distlock).await;
+        let servers = Servers::Single(Arc::new(Mutex::new(server)));
+        Self::assemble(
+            BackendKind::Single,
+            format,
+            servers,
             proxies,
             owners,
             observer,
-            memory: Some(registry("mode = \"memory\"").await),
-            active: Mutex::new(None),
-            broken: Arc::default(),
+            memory,
+        )
+    }
+
+    async fn start_quorum(backend: BackendKind, n: usize) -> World {
+        let nodes: Vec<RedisProcess> = tokio::task::spawn_blocking(move || {
+            (0..n)
+                .map(|_| {
+                    RedisProcess::start_with_args(&[
+                        "--appendonly",
+                        "yes",
+                        "--appendfsync",
+                        "always",
+                    ])
+                })
+                .collect()
+        })
+        .await
+        .expect("explorer: start the quorum's redis-servers");
+        let mode = backend.name();
+        let body = |urls: &[String]| {
+            format!(
+                "mode = \"{mode}\"\nnodes = [{}]\nnode_timeout = \"100ms\"",
+                url_list(urls)
+            )
+        };
+        let proxies: Vec<Vec<Proxy>> = (0..OWNERS)
+            .map(|_| nodes.iter().map(|n| Proxy::start(&n.addr())).collect())
+            .collect();
+        let mut owners = Vec::new();
+        for p in &proxies {
+            let urls: Vec<String> = p.iter().map(Proxy::url).collect();
+            owners.push(registry(&body(&urls), Format::Distlock).await);
+        }
+        let urls: Vec<String> = nodes.iter().map(RedisProcess::url).collect();
+        let observer = registry(&body(&urls), Format::Distlock).await;
+        let memory = registry("mode = \"memory\"", Format::Distlock).await;
+        let servers = Servers::Nodes(Arc::new(Mutex::new(nodes)));
+        Self::assemble(
+            backend,
+            Format::Distlock,
+            servers,
+            proxies,
+            owners,
+            observer,
+            memory,
+        )
+    }
+
+    async fn start_cluster(format: Format) -> World {
+        let cluster = tokio::task::spawn_blocking(PrivateCluster::start)
+            .await
+            .expect("explorer: start a private cluster");
+        let body = format!(
+            "mode = \"cluster\"\nnodes = [{}]",
+            url_list(&cluster.urls())
+        );
+        let mut owners = Vec::new();
+        for _ in 0..OWNERS {
+            owners.push(registry(&body, format).await);
+        }
+        let observer = registry(&body, format).await;
+        let memory = registry("mode = \"memory\"", Format::Distlock).await;
+        let servers = Servers::Cluster(Arc::new(Mutex::new(cluster)));
+        Self::assemble(
+            BackendKind::Cluster,
+            format,
+            servers,
+            Vec::new(),
+            owners,
+            observer,
+            memory,
+        )
+    }
+
+    async fn start_sentinel(format: Format) -> World {
+        let group = tokio::task::spawn_blocking(|| PrivateSentinel::start(3))
+            .await
+            .expect("explorer: start a private sentinel group");
+        let body = format!(
+            "mode = \"sentinel\"\nmaster_name = \"{}\"\nsentinels = [{}]",
+            PrivateSentinel::MASTER_NAME,
+            url_list(&group.sentinel_urls())
+        );
+        let mut owners = Vec::new();
+        for _ in 0..OWNERS {
+            owners.push(registry(&body, format).await);
+        }
+        let observer = registry(&body, format).await;
+        let memory = registry("mode = \"memory\"", Format::Distlock).await;
+        let servers = Servers::Sentinel(Arc::new(Mutex::new(group)));
+        Self::assemble(
+            BackendKind::Sentinel,
+            format,
+            servers,
+            Vec::new(),
+            owners,
+            observer,
+            memory,
+        )
+    }
+
+    /// A schedule with key prefix `prefix` begins (the faults aimed at `k0`'s master).
+    pub fn schedule_begins(&self, prefix: &str) {
+        *lock(&self.prefix) = prefix.to_owned();
+    }
+
+    /// A schedule ended, with faults (`faulted`) or without.
+    pub fn schedule_ends(&self, faulted: bool) {
+        if faulted {
+            self.faulted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an earlier schedule of this run had faults.
+    pub fn faulted_before(&self) -> bool {
+        self.faulted.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the backend offers `kind` (docs/backends.md; `distlock/src/backend/offers.rs`):
+    /// redlock and multi only reentrant locks, Redisson's format no semaphores.
+    pub fn offers(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Reentrant => true,
+            Kind::Fair | Kind::Read | Kind::Write => !self.backend.quorum(),
+            Kind::Semaphore(_) => !self.backend.quorum() && self.format == Format::Distlock,
+        }
+    }
+
+    /// The key of name `n` for `kind` under `prefix`. In Redisson's format the read-write
+    /// kinds get names of their own: there a reentrant or fair lock and a read-write lock
+    /// of one name are one hash in two layouts (docs/design.md "Reentrancy";
+    /// `tests/tests/nested_kinds.rs` covers it), which the model does not describe.
+    pub fn key(&self, prefix: &str, n: u8, kind: Kind) -> String {
+        let base = super::task::key_of(prefix, n, kind);
+        match (self.format, kind) {
+            (Format::Redisson, Kind::Read | Kind::Write) => format!("{base}rw"),
+            _ => base,
         }
     }
 
@@ -139,9 +419,12 @@ impl World {
         &self.owners[usize::from(o)]
     }
 
-    /// The server's `host:port` (Redis backends).
+    /// The single server's `host:port`.
     pub fn addr(&self) -> Option<String> {
-        self.server.as_ref().map(|s| lock(s).addr())
+        match &self.servers {
+            Servers::Single(s) => Some(lock(s).addr()),
+            _ => None,
+        }
     }
 
     /// Whether the server holds nothing of `key` for `kind` (no holder, no waiter); `None`
@@ -153,7 +436,11 @@ impl World {
         let infos = self.observer.inspect(key, None).await.ok()?;
         let busy = |i: &LockInfo| !i.holders.is_empty() || !i.waiters.is_empty();
         let rw = |k: distlock::inspect::Kind| k == LockKind::Read || k == LockKind::Write;
+        // Redisson's format: a reentrant and a fair lock of one name are one hash.
+        let one_hash = |k: distlock::inspect::Kind| k == LockKind::Reentrant || k == LockKind::Fair;
+        let redisson = self.format == Format::Redisson;
         Some(!infos.iter().any(|i| match kind {
+            Kind::Reentrant | Kind::Fair if redisson => one_hash(i.kind) && busy(i),
             Kind::Reentrant => i.kind == LockKind::Reentrant && !i.holders.is_empty(),
             Kind::Fair => i.kind == LockKind::Fair && busy(i),
             Kind::Read => {
@@ -185,99 +472,454 @@ impl World {
         }
     }
 
-    /// Begin a lasting fault.
-    pub async fn fault_begin(&self, fault: Fault, checker: &Checker) {
-        let Some(server) = self.server.clone() else {
-            return;
-        };
-        *lock(&self.active) = Some(fault);
-        checker.fault_begin(true);
-        match fault {
-            Fault::Down { persist } => {
-                if !persist {
-                    checker.keys_lost(None);
-                }
-                blocking(move || lock(&server).kill()).await;
+    /// The masters now: every server that takes locks (blocking: asks the servers).
+    fn masters(&self) -> Vec<String> {
+        match &self.servers {
+            Servers::None => Vec::new(),
+            Servers::Single(s) => vec![lock(s).addr()],
+            Servers::Nodes(n) => lock(n).iter().map(RedisProcess::addr).collect(),
+            Servers::Cluster(c) => lock(c)
+                .nodes
+                .iter()
+                .map(RedisProcess::addr)
+                .filter(|a| topology::role(a).as_deref() == Some("master"))
+                .collect(),
+            Servers::Sentinel(g) => lock(g).master_addr().into_iter().collect(),
+        }
+    }
+
+    /// Every data server (not the sentinels).
+    fn data_servers(&self) -> Vec<String> {
+        match &self.servers {
+            Servers::None => Vec::new(),
+            Servers::Single(s) => vec![lock(s).addr()],
+            Servers::Nodes(n) => lock(n).iter().map(RedisProcess::addr).collect(),
+            Servers::Cluster(c) => lock(c).nodes.iter().map(RedisProcess::addr).collect(),
+            Servers::Sentinel(g) => {
+                let g = lock(g);
+                vec![g.master.addr(), g.replica.addr()]
             }
-            Fault::Pause => signal(&server, libc::SIGSTOP),
-            Fault::Blackhole { owner } => self.proxies[usize::from(owner)].set_blackhole(true),
+        }
+    }
+
+    /// The minority of a quorum's nodes a fault takes: 2 of 5, 1 of 3.
+    fn minority(&self) -> Vec<usize> {
+        match &self.servers {
+            Servers::Nodes(n) => (0..(lock(n).len() - 1) / 2).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The master a cluster or sentinel fault aims at (cluster: the master of `k0`'s
+    /// slot), as an index: cluster nodes, or 0 the first master / 1 the replica.
+    fn target_master(&self) -> Option<usize> {
+        match &self.servers {
+            Servers::Cluster(c) => {
+                let c = lock(c);
+                let key = super::task::key_of(&lock(&self.prefix), 0, Kind::Reentrant);
+                let slot = c.keyslot(&key);
+                let master = c.master_of_slot(slot)?;
+                c.index_of(&master)
+            }
+            Servers::Sentinel(g) => {
+                let g = lock(g);
+                let master = g.master_addr()?;
+                if master == g.master.addr() {
+                    Some(0)
+                } else if master == g.replica.addr() {
+                    Some(1)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn pid_of(&self, i: usize) -> Option<u32> {
+        match &self.servers {
+            Servers::Single(s) => lock(s).pid(),
+            Servers::Nodes(n) => lock(n).get(i).and_then(RedisProcess::pid),
+            Servers::Cluster(c) => lock(c).nodes.get(i).and_then(RedisProcess::pid),
+            Servers::Sentinel(g) => {
+                let g = lock(g);
+                if i == 0 {
+                    g.master.pid()
+                } else {
+                    g.replica.pid()
+                }
+            }
+            Servers::None => None,
+        }
+    }
+
+    fn signal_all(&self, which: &[usize], sig: libc::c_int) {
+        for &i in which {
+            if let Some(pid) = self.pid_of(i) {
+                // SAFETY: kill(2) with a child's pid and a signal number has no memory effects.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, sig);
+                }
+            }
+        }
+    }
+
+    /// Begin a lasting fault.
+    pub async fn fault_begin(self: &Arc<Self>, fault: Fault, checker: &Checker) {
+        if matches!(self.servers, Servers::None) {
+            return;
+        }
+        checker.fault_begin(true);
+        let me = self.clone();
+        let took: Vec<usize> = tokio::task::spawn_blocking(move || me.begin_blocking(fault))
+            .await
+            .unwrap_or_default();
+        match fault {
+            Fault::Down { persist: false } | Fault::NodesDown { persist: false } => {
+                checker.keys_lost(None)
+            }
+            // A master lost or cut off past the failure detection: its replica may be
+            // promoted without what it acknowledged last (asynchronous replication), and
+            // clients may still write to it until it is demoted (documented limits).
+            Fault::MasterDown | Fault::MasterPause => checker.writes_lost(),
+            _ => {}
+        }
+        tracing::info!(target: "explore", "fault {fault:?} begins on servers {took:?}");
+        *lock(&self.active) = Some((fault, took));
+    }
+
+    fn begin_blocking(&self, fault: Fault) -> Vec<usize> {
+        match (fault, &self.servers) {
+            (Fault::Down { .. }, Servers::Single(s)) => {
+                lock(s).kill();
+                vec![0]
+            }
+            (Fault::Pause, Servers::Single(_)) => {
+                self.signal_all(&[0], libc::SIGSTOP);
+                vec![0]
+            }
+            (Fault::Blackhole { owner }, _) => {
+                for p in &self.proxies[usize::from(owner)] {
+                    p.set_blackhole(true);
+                }
+                Vec::new()
+            }
+            (Fault::NodesDown { .. }, Servers::Nodes(n)) => {
+                let which = self.minority();
+                let mut n = lock(n);
+                for &i in &which {
+                    n[i].kill();
+                }
+                which
+            }
+            (Fault::NodesPause, Servers::Nodes(_)) => {
+                let which = self.minority();
+                self.signal_all(&which, libc::SIGSTOP);
+                which
+            }
+            (Fault::MasterDown, Servers::Cluster(_) | Servers::Sentinel(_)) => {
+                let Some(i) = self.target_master() else {
+                    return Vec::new();
+                };
+                match &self.servers {
+                    Servers::Cluster(c) => {
+                        let mut c = lock(c);
+                        // Its replica, which the end of the fault waits to see promoted.
+                        let replica =
+                            first_replica(&c.nodes[i].addr()).and_then(|r| c.index_of(&r));
+                        c.nodes[i].kill();
+                        return std::iter::once(i).chain(replica).collect();
+                    }
+                    Servers::Sentinel(g) => {
+                        let mut g = lock(g);
+                        if i == 0 {
+                            g.master.kill()
+                        } else {
+                            g.replica.kill()
+                        }
+                    }
+                    _ => {}
+                }
+                vec![i]
+            }
+            (Fault::MasterPause, Servers::Cluster(_) | Servers::Sentinel(_)) => {
+                let Some(i) = self.target_master() else {
+                    return Vec::new();
+                };
+                self.signal_all(&[i], libc::SIGSTOP);
+                vec![i]
+            }
+            _ => Vec::new(),
         }
     }
 
     /// End the lasting fault, if one is on.
-    pub async fn fault_end(&self, checker: &Checker) {
-        let Some(fault) = lock(&self.active).take() else {
+    pub async fn fault_end(self: &Arc<Self>, checker: &Checker) {
+        let Some((fault, took)) = lock(&self.active).take() else {
             return;
         };
-        let Some(server) = self.server.clone() else {
-            return;
-        };
-        match fault {
-            Fault::Down { persist } => {
-                let broken = self.broken.clone();
-                blocking(move || {
-                    let mut s = lock(&server);
-                    if !persist {
-                        let _ = std::fs::remove_dir_all(s.dir().join("appendonlydir"));
-                    }
-                    let restarted =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.restart()));
-                    if let Err(e) = restarted {
-                        let why = e
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .unwrap_or_else(|| "redis-server did not restart".to_owned());
-                        *lock(&broken) = Some(why);
-                    }
-                })
-                .await
-            }
-            Fault::Pause => signal(&server, libc::SIGCONT),
-            Fault::Blackhole { owner } => self.proxies[usize::from(owner)].set_blackhole(false),
+        let me = self.clone();
+        let settled = tokio::task::spawn_blocking(move || me.end_blocking(fault, &took))
+            .await
+            .unwrap_or(Err("the fault's end panicked".to_owned()));
+        tracing::info!(target: "explore", "fault {fault:?} ended: {settled:?}");
+        if let Err(why) = settled {
+            *lock(&self.broken) = Some(why);
+        }
+        if matches!(fault, Fault::MasterDown | Fault::MasterPause) {
+            checker.writes_lost();
         }
         checker.fault_end();
     }
 
-    /// `CLIENT KILL` of every normal and pub/sub client.
-    pub async fn kill_clients(&self, checker: &Checker) {
-        let Some(addr) = self.addr() else { return };
+    fn end_blocking(&self, fault: Fault, took: &[usize]) -> Result<(), String> {
+        match (fault, &self.servers) {
+            (Fault::Down { persist }, Servers::Single(s)) => restart(&mut lock(s), persist),
+            (Fault::Pause, Servers::Single(_)) | (Fault::NodesPause, Servers::Nodes(_)) => {
+                self.signal_all(took, libc::SIGCONT);
+                Ok(())
+            }
+            (Fault::Blackhole { owner }, _) => {
+                for p in &self.proxies[usize::from(owner)] {
+                    p.set_blackhole(false);
+                }
+                Ok(())
+            }
+            (Fault::NodesDown { persist }, Servers::Nodes(n)) => {
+                let mut n = lock(n);
+                took.iter().try_for_each(|&i| restart(&mut n[i], persist))
+            }
+            (Fault::MasterDown, Servers::Cluster(c)) => {
+                let Some(&i) = took.first() else {
+                    return Ok(());
+                };
+                let mut c = lock(c);
+                // Its replica is promoted first (else the node would come back empty as the
+                // master of its slots), then it rejoins as that replica's replica.
+                let old = c.nodes[i].addr();
+                let replica = took.get(1).map(|&r| c.nodes[r].addr());
+                let promoted = poll_until(SETTLE_LIMIT, || {
+                    replica
+                        .as_deref()
+                        .is_none_or(|r| topology::role(r).as_deref() == Some("master"))
+                });
+                if !promoted {
+                    return Err(format!("cluster: {old}'s replica was not promoted"));
+                }
+                restart(&mut c.nodes[i], false)?;
+                settle_cluster(&c)
+            }
+            (Fault::MasterPause, Servers::Cluster(c)) => {
+                self.signal_all(took, libc::SIGCONT);
+                settle_cluster(&lock(c))
+            }
+            (Fault::MasterDown, Servers::Sentinel(g)) => {
+                let Some(&i) = took.first() else {
+                    return Ok(());
+                };
+                let mut g = lock(g);
+                let old = if i == 0 {
+                    g.master.addr()
+                } else {
+                    g.replica.addr()
+                };
+                // The replica is promoted first; the old master, restarted empty, is then
+                // turned into its replica by the sentinels.
+                if !poll_until(SETTLE_LIMIT, || g.master_addr().is_some_and(|m| m != old)) {
+                    return Err(format!("sentinel: {old} was not replaced"));
+                }
+                let restarted = if i == 0 {
+                    restart(&mut g.master, false)
+                } else {
+                    restart(&mut g.replica, false)
+                };
+                restarted?;
+                settle_sentinel(&g)
+            }
+            (Fault::MasterPause, Servers::Sentinel(g)) => {
+                self.signal_all(took, libc::SIGCONT);
+                settle_sentinel(&lock(g))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A failover (cluster: `CLUSTER FAILOVER` on the replica of `k0`'s master, a
+    /// coordinated hand-over; sentinel: `SENTINEL FAILOVER`), waited for until the servers
+    /// have settled.
+    pub async fn failover(self: &Arc<Self>, checker: &Checker) {
+        let sentinel = matches!(self.servers, Servers::Sentinel(_));
+        if !sentinel && !matches!(self.servers, Servers::Cluster(_)) {
+            return;
+        }
+        checker.fault_begin(true);
+        if sentinel {
+            // Not coordinated: the old master takes writes until it is demoted (documented
+            // limit, docs/fault-testing.md "sentinel-failover").
+            checker.writes_lost();
+        }
+        let me = self.clone();
+        let settled = tokio::task::spawn_blocking(move || me.failover_blocking())
+            .await
+            .unwrap_or(Err("the failover panicked".to_owned()));
+        tracing::info!(target: "explore", "failover: {settled:?}, masters now {:?}", {
+            let me = self.clone();
+            tokio::task::spawn_blocking(move || me.masters()).await.unwrap_or_default()
+        });
+        if let Err(why) = settled {
+            *lock(&self.broken) = Some(why);
+        }
+        if sentinel {
+            checker.writes_lost();
+        }
+        checker.fault_end();
+    }
+
+    fn failover_blocking(&self) -> Result<(), String> {
+        match &self.servers {
+            Servers::Cluster(c) => {
+                // Settled first: a fault just before (a DEBUG SLEEP on a busy machine) may
+                // have moved k0's slot to another master.
+                // A node's CLUSTER SLOTS may still name the master of k0's slot before a
+                // failover just done: asked until the master named has a replica.
+                settle_cluster(&lock(c))?;
+                let mut pair = None;
+                poll_until(SETTLE_LIMIT, || {
+                    pair = self.target_master().and_then(|i| {
+                        let master = lock(c).nodes[i].addr();
+                        first_replica(&master).map(|r| (master, r))
+                    });
+                    pair.is_some()
+                });
+                let (master, replica) =
+                    pair.ok_or("cluster: no master of k0's slot with a replica")?;
+                let c = lock(c);
+                // A manual failover the master does not complete in time (a busy machine)
+                // is abandoned by the replica: it is asked again.
+                let mut last = None;
+                let took_over = (0..4).any(|_| {
+                    let r = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
+                    let asked = r.as_ref().is_ok_and(RespValue::is_ok);
+                    last = Some(r);
+                    asked
+                        && poll_until(SETTLE_LIMIT / 4, || {
+                            topology::role(&replica).as_deref() == Some("master")
+                        })
+                });
+                if !took_over {
+                    return Err(format!(
+                        "cluster: {replica} did not take over from {master}: {last:?}"
+                    ));
+                }
+                settle_cluster(&c)
+            }
+            Servers::Sentinel(g) => {
+                let g = lock(g);
+                let old = g
+                    .master_addr()
+                    .ok_or("sentinel: no sentinel names the master")?;
+                // A sentinel refuses while it has no replica it deems good (`NOGOODSLAVE`,
+                // e.g. just after the previous failover): asked again until one accepts.
+                let mut last = None;
+                let asked = poll_until(SETTLE_LIMIT, || {
+                    g.sentinels.iter().any(|s| {
+                        let r = resp_command(
+                            &s.addr(),
+                            &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
+                        );
+                        let ok = r.as_ref().is_ok_and(RespValue::is_ok);
+                        last = Some(r);
+                        ok
+                    })
+                });
+                if !asked {
+                    return Err(format!(
+                        "sentinel: no sentinel accepted SENTINEL FAILOVER: {last:?}"
+                    ));
+                }
+                if !poll_until(SETTLE_LIMIT, || g.master_addr().is_some_and(|m| m != old)) {
+                    return Err(format!("sentinel: {old} was not replaced"));
+                }
+                settle_sentinel(&g)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `CLIENT KILL` of every normal and pub/sub client (every data server).
+    pub async fn kill_clients(self: &Arc<Self>, checker: &Checker) {
+        if matches!(self.servers, Servers::None) {
+            return;
+        }
         checker.fault_begin(false);
+        let me = self.clone();
         blocking(move || {
-            for t in ["normal", "pubsub"] {
-                let _ = resp_command(&addr, &["CLIENT", "KILL", "TYPE", t]);
+            for addr in me.data_servers() {
+                for t in ["normal", "pubsub"] {
+                    let _ = resp_command(&addr, &["CLIENT", "KILL", "TYPE", t]);
+                }
             }
         })
         .await;
     }
 
-    /// Raw `DEL` of every key of `keys` (all kinds).
-    pub async fn delete_keys(&self, keys: Vec<String>, checker: &Checker, name: u8) {
-        let Some(addr) = self.addr() else { return };
+    /// Raw `DEL` of every key of `keys` (all kinds), on every master.
+    pub async fn delete_keys(self: &Arc<Self>, keys: Vec<String>, checker: &Checker, name: u8) {
+        if matches!(self.servers, Servers::None) {
+            return;
+        }
         checker.fault_begin(false);
         checker.keys_lost(Some(name));
+        let me = self.clone();
         blocking(move || {
-            for key in keys {
-                raw_del_all(&addr, &key);
+            let redisson = me.format == Format::Redisson;
+            for addr in me.masters() {
+                for key in &keys {
+                    raw_del_all(&addr, key, redisson);
+                }
             }
         })
         .await;
     }
 
-    /// `DEBUG SLEEP` for `ms` (a fault while it lasts), not waited for.
-    pub fn debug_sleep(&self, ms: u32, checker: &Arc<Checker>) {
-        let Some(addr) = self.addr() else { return };
+    /// `DEBUG SLEEP` for `ms` (a fault while it lasts), not waited for: on the server,
+    /// every cluster master, the sentinel group's master, a minority of a quorum's nodes.
+    pub fn debug_sleep(self: &Arc<Self>, ms: u32, checker: &Arc<Checker>) {
+        if matches!(self.servers, Servers::None) {
+            return;
+        }
         checker.fault_begin(true);
         let checker = checker.clone();
         let secs = format!("{:.3}", f64::from(ms) / 1000.0);
+        let me = self.clone();
         tokio::task::spawn_blocking(move || {
-            let _ =
-                resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], Duration::from_secs(10));
+            let targets: Vec<String> = match &me.servers {
+                Servers::Nodes(n) => {
+                    let which = me.minority();
+                    let n = lock(n);
+                    which.iter().map(|&i| n[i].addr()).collect()
+                }
+                _ => me.masters(),
+            };
+            let sleeps: Vec<_> = targets
+                .into_iter()
+                .map(|addr| {
+                    let secs = secs.clone();
+                    std::thread::spawn(move || {
+                        let limit = Duration::from_secs(10);
+                        let _ = resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], limit);
+                    })
+                })
+                .collect();
+            for s in sleeps {
+                let _ = s.join();
+            }
             checker.fault_end();
         });
     }
 
     /// Raw `DEL` of a reentrant lock's hash: a release without the owner check (a
-    /// planted bug of the self-test).
+    /// planted bug of the self-test; single server).
     pub fn raw_release(&self, key: &str) {
         if let Some(addr) = self.addr() {
             let _ = resp_command(&addr, &["DEL", &format!("lock:{{{key}}}")]);
@@ -285,11 +927,126 @@ impl World {
     }
 }
 
-fn raw_del_all(addr: &str, key: &str) {
-    let pattern = format!("lock:{{{key}}}*");
-    if let Ok(RespValue::Array(names)) = resp_command(addr, &["KEYS", &pattern]) {
-        for n in names.iter().filter_map(RespValue::as_str) {
-            let _ = resp_command(addr, &["DEL", n]);
+/// Restart a server, its AOF kept (`persist`) or wiped.
+fn restart(s: &mut RedisProcess, persist: bool) -> Result<(), String> {
+    if !persist {
+        let _ = std::fs::remove_dir_all(s.dir().join("appendonlydir"));
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.restart())).map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "redis-server did not restart".to_owned())
+    })
+}
+
+/// Poll `f` (a server's state; there is no event to await) every 20 ms until it holds or
+/// `limit` passes.
+fn poll_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Until every node reports `cluster_state:ok`, 3 masters with a replica in sync each.
+fn settle_cluster(c: &PrivateCluster) -> Result<(), String> {
+    if poll_until(SETTLE_LIMIT, || c.is_ready()) {
+        Ok(())
+    } else {
+        Err(format!("cluster: not settled within {SETTLE_LIMIT:?}"))
+    }
+}
+
+/// Until every sentinel names the same master, which has its replica online, and the
+/// other server is that replica with its link up.
+fn settle_sentinel(g: &PrivateSentinel) -> Result<(), String> {
+    let settled = poll_until(SETTLE_LIMIT, || {
+        let names: Vec<Option<String>> = g
+            .sentinels
+            .iter()
+            .map(|s| topology::sentinel_master_addr(&s.addr(), PrivateSentinel::MASTER_NAME))
+            .collect();
+        let Some(Some(master)) = names.first().cloned() else {
+            return false;
+        };
+        let other = if master == g.master.addr() {
+            g.replica.addr()
+        } else {
+            g.master.addr()
+        };
+        names.iter().all(|n| n.as_deref() == Some(master.as_str()))
+            && g.sentinels.iter().all(|s| sees_replica(&s.addr(), &other))
+            && topology::role(&master).as_deref() == Some("master")
+            && topology::replica_online(&master)
+            && topology::info_field(&other, "replication", "master_link_status").as_deref()
+                == Some("up")
+    });
+    if settled {
+        Ok(())
+    } else {
+        Err(format!(
+            "sentinel group: not settled within {SETTLE_LIMIT:?}"
+        ))
+    }
+}
+
+/// Whether the sentinel at `addr` lists `replica` as a replica in good standing (flags
+/// exactly `slave`: not down, not disconnected), so it would promote it.
+fn sees_replica(addr: &str, replica: &str) -> bool {
+    let Ok(RespValue::Array(list)) = resp_command(
+        addr,
+        &["SENTINEL", "REPLICAS", PrivateSentinel::MASTER_NAME],
+    ) else {
+        return false;
+    };
+    list.iter().filter_map(RespValue::as_array).any(|flat| {
+        let field = |name: &str| {
+            flat.chunks(2).find_map(|kv| match kv {
+                [k, v] if k.as_str() == Some(name) => v.as_str(),
+                _ => None,
+            })
+        };
+        field("name") == Some(replica) && field("flags") == Some("slave")
+    })
+}
+
+/// `127.0.0.1:PORT` of the first replica of the master at `addr` (`INFO replication`).
+fn first_replica(addr: &str) -> Option<String> {
+    let line = topology::info_field(addr, "replication", "slave0")?;
+    let port = line
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("port="))?
+        .to_string();
+    Some(format!("127.0.0.1:{port}"))
+}
+
+/// Delete every key of lock name `key` on the server at `addr`: distlock's `lock:{KEY}*`,
+/// or (`redisson`) Redisson's bare name and the keys named after it (its fair queue and
+/// deadlines, its read-write holds' timeouts; the token counter stays, as a retired
+/// name's would not).
+fn raw_del_all(addr: &str, key: &str, redisson: bool) {
+    let patterns = if redisson {
+        vec![
+            key.to_owned(),
+            format!("{key}rw"),
+            format!("{{{key}rw}}:*"),
+            format!("redisson_lock_queue:{{{key}}}"),
+            format!("redisson_lock_timeout:{{{key}}}"),
+        ]
+    } else {
+        vec![format!("lock:{{{key}}}*")]
+    };
+    for pattern in patterns {
+        if let Ok(RespValue::Array(names)) = resp_command(addr, &["KEYS", &pattern]) {
+            for n in names.iter().filter_map(RespValue::as_str) {
+                let _ = resp_command(addr, &["DEL", n]);
+            }
         }
     }
 }
@@ -298,23 +1055,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn signal(server: &Mutex<RedisProcess>, sig: libc::c_int) {
-    if let Some(pid) = lock(server).pid() {
-        // SAFETY: kill(2) with a child's pid and a signal number has no memory effects.
-        unsafe {
-            libc::kill(pid as libc::pid_t, sig);
-        }
-    }
-}
-
 async fn blocking(f: impl FnOnce() + Send + 'static) {
     let _ = tokio::task::spawn_blocking(f).await;
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        if let Some(server) = &self.server {
-            signal(server, libc::SIGCONT);
-        }
+        let all: Vec<usize> = (0..6).collect();
+        self.signal_all(&all, libc::SIGCONT);
     }
 }
