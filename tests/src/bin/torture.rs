@@ -1173,14 +1173,16 @@ impl Run {
     /// One round on the sentinel group: `SENTINEL FAILOVER`, or (`kill`) the master
     /// SIGKILLed, the sentinels' promotion awaited, the old master restarted (empty; the
     /// sentinels turn it into a replica). Then until the new master's replica is online
-    /// again (at most 15 s, and not past `deadline`).
-    fn sentinel_round(&mut self, kill: bool, deadline: Instant) {
+    /// again (at most 15 s, and not past `deadline`). Returns whether it is: the fault is
+    /// over only then.
+    fn sentinel_round(&mut self, kill: bool, deadline: Instant) -> bool {
         let Some(master) = self
             .sentinel
             .as_ref()
             .and_then(PrivateSentinel::master_addr)
         else {
-            return;
+            // No fault was made: nothing to recover from.
+            return true;
         };
         self.log(&format!(
             "sentinel: {} master {master}",
@@ -1197,7 +1199,8 @@ impl Run {
             } else if g.replica.addr() == master {
                 false
             } else {
-                return;
+                // No fault was made: nothing to recover from.
+                return true;
             };
             if first {
                 g.master.kill();
@@ -1235,14 +1238,16 @@ impl Run {
                 .is_some_and(|m| topology::replica_online(&m))
         });
         self.log(&format!("sentinel: replica online again: {healthy}"));
+        healthy
     }
 
     /// One round on the cluster: the master of the lock's slot (the one master holding
     /// keys: the lock and its fencing counter share a slot) is replaced by its replica,
     /// with `CLUSTER FAILOVER` sent to the replica, or (`kill`) by SIGKILLing the master
     /// and restarting it (empty; it rejoins as a replica). Then until the new master's
-    /// replica is online again (at most 15 s, and not past `deadline`).
-    fn cluster_round(&mut self, kill: bool, deadline: Instant) {
+    /// replica is online again (at most 15 s, and not past `deadline`). Returns whether it
+    /// is: the fault is over only then.
+    fn cluster_round(&mut self, kill: bool, deadline: Instant) -> bool {
         let c = self.cluster.as_mut().expect("cluster backend");
         let addrs: Vec<String> = c.nodes.iter().map(RedisProcess::addr).collect();
         let dbsize = |a: &str| {
@@ -1256,10 +1261,12 @@ impl Run {
             .find(|a| topology::role(a).as_deref() == Some("master") && dbsize(a) > 0)
             .cloned()
         else {
-            return;
+            // No fault was made: nothing to recover from.
+            return true;
         };
         let Some(replica) = first_replica(&master) else {
-            return;
+            // No fault was made: nothing to recover from.
+            return true;
         };
         self.log(&format!(
             "cluster: {} (master {master}, replica {replica})",
@@ -1273,7 +1280,8 @@ impl Run {
         let promoted = || topology::role(&replica).as_deref() == Some("master");
         if kill {
             let Some(i) = c.index_of(&master) else {
-                return;
+                // No fault was made: nothing to recover from.
+                return true;
             };
             c.nodes[i].kill();
             wait_for(Duration::from_secs(15), promoted);
@@ -1289,6 +1297,7 @@ impl Run {
         self.log(&format!(
             "cluster: {replica} master with its replica online: {healthy}"
         ));
+        healthy
     }
 
     /// Move the wall clocks of `k` distinct random nodes `CLOCK_STEP_SECS` forward.
@@ -1459,14 +1468,18 @@ fn inject(s: &Scenario, run: &mut Run, deadline: Instant, rounds: &mut u32) {
                 run.wait_holder();
                 // SIGKILL first: the sentinels notice a returning old master within a
                 // second; after SENTINEL FAILOVER they take up to 10 s (their INFO period).
-                run.sentinel_round(*rounds % 2 == 1, deadline);
-                run.fault_over(Duration::ZERO);
+                // Not healthy again before the deadline: the fault lasts to the run's end
+                // (with `sync_replicas`, acquisitions are refused until the replica is back).
+                if run.sentinel_round(*rounds % 2 == 1, deadline) {
+                    run.fault_over(Duration::ZERO);
+                }
                 std::thread::sleep(Duration::from_millis(1000));
             }
             "cluster-failover" | "cluster-kill" => {
                 run.wait_holder();
-                run.cluster_round(s.name == "cluster-kill", deadline);
-                run.fault_over(Duration::ZERO);
+                if run.cluster_round(s.name == "cluster-kill", deadline) {
+                    run.fault_over(Duration::ZERO);
+                }
                 std::thread::sleep(Duration::from_millis(1000));
             }
             other => unreachable!("scenario {other}"),
