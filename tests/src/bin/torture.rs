@@ -476,6 +476,8 @@ struct Run {
     fault_ends: Vec<(u64, Duration)>,
     /// When the last worker stops taking sections (each runs for the time it was given).
     sections_until: u64,
+    /// A fault began and is not over yet (no quiet window meanwhile).
+    fault_active: bool,
 }
 
 impl Drop for Run {
@@ -690,6 +692,7 @@ impl Run {
             spawned: 0,
             fault_ends: Vec::new(),
             sections_until: 0,
+            fault_active: false,
         };
         for _ in 0..WORKERS {
             run.spawn_worker(duration);
@@ -878,6 +881,7 @@ impl Run {
     /// A fault ended now: the next section must start within `extra` (a killed holder's
     /// lease; zero for the others) + one section's hold + [`RECOVERY`].
     fn fault_over(&mut self, extra: Duration) {
+        self.fault_active = false;
         let bound = extra + self.hold + RECOVERY;
         self.fault_ends.push((now_ns(), bound));
         // Still "a fault" for the workers' free checks until its recovery bound has passed.
@@ -895,7 +899,8 @@ impl Run {
     }
 
     /// A fault begins (or may, this round): the workers' free checks wait until it is over.
-    fn fault_begins(&self) {
+    fn fault_begins(&mut self) {
+        self.fault_active = true;
         let _ = resp_command(&self.resource.addr(), &["SET", &self.fault_key(), "1"]);
     }
 
@@ -913,11 +918,15 @@ impl Run {
         ports.iter().map(|p| format!("{host}:{p}")).collect()
     }
 
-    /// A quiet window for a "free means available" check, before the first fault or once
-    /// the last fault's recovery bound has passed (waiting for it at most 1 s; else none this round): for
+    /// A quiet window for a "free means available" check, while no fault is active: before
+    /// the first fault or once the last fault's recovery bound has passed (waiting for it at most 1 s; else none this round): for
     /// [`QUIET`], one live worker (by turns) checks while the others take no new
     /// section (`torture-worker`).
     fn quiet_window(&mut self, round: u32, deadline: Instant) {
+        // Not while a fault lasts (the latency rounds keep one from round to round).
+        if self.fault_active {
+            return;
+        }
         // Before the first fault: at once.
         let over = self.fault_ends.last().map_or(0, |&(at, bound)| {
             at + u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX)
