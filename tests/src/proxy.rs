@@ -19,6 +19,8 @@
 //! proxy.reset_all();                                // RST every open connection now
 //! proxy.clear();                                    // no faults
 //! proxy.silence_flows_that_sent(b"SUBSCRIBE");       // those flows go half-open, for good
+//! proxy.set_hold_on_send(Some(b"EVALSHA"));         // such flows' bytes wait here ...
+//! proxy.release_held();                             // ... until now, in order
 //! ```
 
 use std::collections::HashMap;
@@ -56,6 +58,11 @@ struct Faults {
     reset_epoch: AtomicU64,
     /// While set: a connection whose client sends these bytes goes silent for good.
     silence_on_send: Mutex<Option<Vec<u8>>>,
+    /// While set: a connection whose client sends these bytes holds them, and whatever it
+    /// sends after, until [`Proxy::release_held`].
+    hold_on_send: Mutex<Option<Vec<u8>>>,
+    /// Woken by [`Proxy::release_held`].
+    unhold: tokio::sync::Notify,
 }
 
 /// How much of what a client sent a connection remembers, for [`Proxy::silence_flows_that_sent`].
@@ -68,6 +75,9 @@ struct Flow {
     sent: Mutex<Vec<u8>>,
     /// Half-open: every byte either way is dropped, no FIN, no RST.
     silent: AtomicBool,
+    /// Held ([`Proxy::set_hold_on_send`]): nothing the client sends goes on, its close
+    /// included, until released.
+    held: AtomicBool,
 }
 
 impl Flow {
@@ -302,6 +312,41 @@ impl Proxy {
             .silence_on_send
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = needle.map(<[u8]>::to_vec);
+    }
+
+    /// While `Some(needle)`: every connection, new ones included, whose client sends
+    /// `needle` holds what it sent from the bytes that carried it on — requests and the
+    /// client's close alike reach the server only when [`Proxy::release_held`] lets them
+    /// go, in order, as a server that reads a connection late (paused, or a slow network
+    /// path) would see them. Replies and other connections are untouched.
+    pub fn set_hold_on_send(&self, needle: Option<&[u8]>) {
+        *self
+            .faults
+            .hold_on_send
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = needle.map(<[u8]>::to_vec);
+    }
+
+    /// Stop holding (as `set_hold_on_send(None)`) and let every held connection's bytes go
+    /// on to the server, its close after them. Returns how many connections were held.
+    pub fn release_held(&self) -> usize {
+        self.set_hold_on_send(None);
+        let mut n = 0;
+        for flow in self.live_flows() {
+            if flow.held.swap(false, Ordering::SeqCst) {
+                n += 1;
+            }
+        }
+        self.faults.unhold.notify_waiters();
+        n
+    }
+
+    /// Connections holding what their client sent ([`Proxy::set_hold_on_send`]).
+    pub fn held_flows(&self) -> usize {
+        self.live_flows()
+            .iter()
+            .filter(|f| f.held.load(Ordering::SeqCst))
+            .count()
     }
 
     /// Open connections whose client has sent `needle`: how many, and how many of them are
@@ -558,10 +603,11 @@ async fn pump(
             _ = &mut writer.0 => break,
         };
         if !reply {
-            let mut sent = flow.sent.lock().unwrap_or_else(|e| e.into_inner());
-            let room = SENT_LOG_LIMIT.saturating_sub(sent.len());
-            sent.extend_from_slice(&buf[..n.min(room)]);
-            drop(sent);
+            {
+                let mut sent = flow.sent.lock().unwrap_or_else(|e| e.into_inner());
+                let room = SENT_LOG_LIMIT.saturating_sub(sent.len());
+                sent.extend_from_slice(&buf[..n.min(room)]);
+            }
             let needle = faults
                 .silence_on_send
                 .lock()
@@ -569,6 +615,24 @@ async fn pump(
                 .clone();
             if needle.is_some_and(|needle| flow.has_sent(&needle)) {
                 flow.silent.store(true, Ordering::SeqCst);
+            }
+            let hold = faults
+                .hold_on_send
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if hold.is_some_and(|needle| flow.has_sent(&needle)) {
+                flow.held.store(true, Ordering::SeqCst);
+            }
+            // Held: this chunk, and every read after it (the client's close too), waits.
+            while flow.held.load(Ordering::SeqCst) {
+                let released = faults.unhold.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                if !flow.held.load(Ordering::SeqCst) {
+                    break;
+                }
+                released.await;
             }
         }
         if flow.silent.load(Ordering::SeqCst) {

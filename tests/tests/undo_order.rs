@@ -1,0 +1,156 @@
+//! An acquisition whose outcome the client never learned (its reply did not come within
+//! the response timeout) is undone in the background. The undo can run *before* the
+//! acquisition itself: the request sits unread on a connection the client gave up (a
+//! paused server, a slow path), and the undo goes out on another. The late acquisition
+//! then takes the lock for nobody, for a whole lease. It must be freed within a bound.
+//!
+//! Private server behind the fault proxy: the connection that carries the acquisition
+//! holds its bytes until the undo has run on another connection, then lets them go.
+
+use std::time::{Duration, Instant};
+
+use distlock::{Lease, LockKind, Registry};
+use distlock_tests::proxy::Proxy;
+use distlock_tests::RedisProcess;
+
+/// The backend's response timeout.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
+/// The lease the late acquisition asks for: its digits are what the proxy holds on (no
+/// other request carries them), and it is far longer than [`BOUND`], so a lock freed by
+/// its lease running out cannot pass for one freed by the library.
+const LEASE_MS: u64 = 27_183;
+/// How soon after the late acquisition runs its lock must be free again (the docs state
+/// 3 s; generous here for a loaded machine).
+const BOUND: Duration = Duration::from_secs(8);
+
+/// Scripts run on `server` so far (`EVALSHA` and `EVAL` calls, from `INFO commandstats`).
+async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(server)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// What is acquired late, and how a second owner finds it free.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Lock(LockKind),
+    Semaphore,
+}
+
+/// One try of `target` on `key` with the held lease: `Ok(true)` acquired (and released).
+async fn try_once(reg: &Registry, key: &str, target: Target, lease: Duration) -> Result<bool, String> {
+    let released = match target {
+        Target::Lock(kind) => {
+            let lock = reg.lock(key).kind(kind).lease(Lease::Fixed(lease));
+            match lock.try_acquire().await.map_err(|e| e.to_string())? {
+                Some(g) => g.release().await,
+                None => return Ok(false),
+            }
+        }
+        Target::Semaphore => {
+            let sem = reg.semaphore(key, 1).lease(Lease::Fixed(lease));
+            match sem.try_acquire(1).await.map_err(|e| e.to_string())? {
+                Some(g) => g.release().await,
+                None => return Ok(false),
+            }
+        }
+    };
+    released.map(|()| true).map_err(|e| e.to_string())
+}
+
+/// The late acquisition of `target`, on a backend of `protocol`: it must not hold the
+/// lock for its lease.
+async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let config = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
+        proxy.url(),
+        RESPONSE_TIMEOUT.as_millis()
+    );
+    let reg = Registry::from_str(&config).await.unwrap();
+    let other = Registry::from_str(&config).await.unwrap();
+    let mut direct = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("late-{protocol}-{target:?}");
+    // Every connection is up and has run the scripts once.
+    for r in [&reg, &other] {
+        assert_eq!(try_once(r, &key, target, Duration::from_secs(5)).await, Ok(true));
+    }
+    // The acquisition's bytes wait in the proxy; the client gives up on it.
+    proxy.set_hold_on_send(Some(LEASE_MS.to_string().as_bytes()));
+    let before = scripts_run(&mut direct).await;
+    let lease = Duration::from_millis(LEASE_MS);
+    let outcome = try_once(&reg, &key, target, lease).await;
+    assert!(outcome.is_err(), "{target:?}: the held acquisition got an answer: {outcome:?}");
+    assert_eq!(proxy.held_flows(), 1, "{target:?}: one connection holds the acquisition");
+    // Its undo runs first, on another connection.
+    let start = Instant::now();
+    while scripts_run(&mut direct).await == before {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{target:?}: no undo ran on another connection within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Then the acquisition: it runs, for nobody.
+    let ran = scripts_run(&mut direct).await;
+    assert_eq!(proxy.release_held(), 1);
+    let late = Instant::now();
+    while scripts_run(&mut direct).await == ran {
+        assert!(late.elapsed() < Duration::from_secs(5), "{target:?}: the held acquisition never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A second owner finds the lock free within the bound (a writer for a read lock).
+    let probe = match target {
+        Target::Lock(LockKind::Read) => Target::Lock(LockKind::Write),
+        other => other,
+    };
+    loop {
+        match try_once(&other, &key, probe, Duration::from_secs(5)).await {
+            Ok(true) => break,
+            Ok(false) | Err(_) => {}
+        }
+        assert!(
+            late.elapsed() < BOUND,
+            "{protocol} {target:?}: the late acquisition still holds the lock {BOUND:?} after it ran \
+             (its lease is {LEASE_MS} ms)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("{protocol} {target:?}: free {:?} after the late acquisition ran", late.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_run_after_its_undo_is_undone_again() {
+    for target in [
+        Target::Lock(LockKind::Reentrant),
+        Target::Lock(LockKind::Fair),
+        Target::Lock(LockKind::Read),
+        Target::Lock(LockKind::Write),
+        Target::Semaphore,
+    ] {
+        a_late_acquisition_is_undone("distlock", target).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_format_acquisition_run_after_its_undo_is_undone_again() {
+    for target in [
+        Target::Lock(LockKind::Reentrant),
+        Target::Lock(LockKind::Fair),
+        Target::Lock(LockKind::Read),
+        Target::Lock(LockKind::Write),
+    ] {
+        a_late_acquisition_is_undone("redisson", target).await;
+    }
+}
