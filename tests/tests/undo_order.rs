@@ -32,7 +32,14 @@ async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
         .expect("INFO commandstats");
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -44,7 +51,12 @@ enum Target {
 }
 
 /// One try of `target` on `key` with the held lease: `Ok(true)` acquired (and released).
-async fn try_once(reg: &Registry, key: &str, target: Target, lease: Duration) -> Result<bool, String> {
+async fn try_once(
+    reg: &Registry,
+    key: &str,
+    target: Target,
+    lease: Duration,
+) -> Result<bool, String> {
     let released = match target {
         Target::Lock(kind) => {
             let lock = reg.lock(key).kind(kind).lease(Lease::Fixed(lease));
@@ -84,15 +96,25 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
     let key = format!("late-{protocol}-{target:?}");
     // Every connection is up and has run the scripts once.
     for r in [&reg, &other] {
-        assert_eq!(try_once(r, &key, target, Duration::from_secs(5)).await, Ok(true));
+        assert_eq!(
+            try_once(r, &key, target, Duration::from_secs(5)).await,
+            Ok(true)
+        );
     }
     // The acquisition's bytes wait in the proxy; the client gives up on it.
     proxy.set_hold_on_send(Some(LEASE_MS.to_string().as_bytes()));
     let before = scripts_run(&mut direct).await;
     let lease = Duration::from_millis(LEASE_MS);
     let outcome = try_once(&reg, &key, target, lease).await;
-    assert!(outcome.is_err(), "{target:?}: the held acquisition got an answer: {outcome:?}");
-    assert_eq!(proxy.held_flows(), 1, "{target:?}: one connection holds the acquisition");
+    assert!(
+        outcome.is_err(),
+        "{target:?}: the held acquisition got an answer: {outcome:?}"
+    );
+    assert_eq!(
+        proxy.held_flows(),
+        1,
+        "{target:?}: one connection holds the acquisition"
+    );
     // Its undo runs first, on another connection.
     let start = Instant::now();
     while scripts_run(&mut direct).await == before {
@@ -107,7 +129,10 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
     assert_eq!(proxy.release_held(), 1);
     let late = Instant::now();
     while scripts_run(&mut direct).await == ran {
-        assert!(late.elapsed() < Duration::from_secs(5), "{target:?}: the held acquisition never ran");
+        assert!(
+            late.elapsed() < Duration::from_secs(5),
+            "{target:?}: the held acquisition never ran"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // A second owner finds the lock free within the bound (a writer for a read lock).
@@ -116,9 +141,8 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         other => other,
     };
     loop {
-        match try_once(&other, &key, probe, Duration::from_secs(5)).await {
-            Ok(true) => break,
-            Ok(false) | Err(_) => {}
+        if try_once(&other, &key, probe, Duration::from_secs(5)).await == Ok(true) {
+            break;
         }
         assert!(
             late.elapsed() < BOUND,
@@ -127,7 +151,10 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("{protocol} {target:?}: free {:?} after the late acquisition ran", late.elapsed());
+    eprintln!(
+        "{protocol} {target:?}: free {:?} after the late acquisition ran",
+        late.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,6 +25,7 @@ mod sentinel_resolve;
 mod server;
 mod single;
 mod subscriber;
+mod undo;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -736,7 +737,11 @@ impl Backend {
                     &keys.clone(),
                     move || {
                         let (backend, keys) = (backend.clone(), keys.clone());
-                        async move { backend.release(&keys, hold).await.map(drop) }
+                        async move {
+                            backend.release(&keys, hold).await?;
+                            backend.undo_again_later(&keys, hold);
+                            Ok(())
+                        }
                     },
                     move || drop(permit),
                 );

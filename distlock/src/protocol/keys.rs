@@ -1,5 +1,6 @@
 //! Redis key names of a lock. Every key of one lock shares one hash tag, so one cluster slot.
 
+use crate::terms::owner::Hold;
 use crate::{LockError, LockKind};
 
 /// Longest key accepted, in bytes.
@@ -120,6 +121,17 @@ impl Format {
     /// Whether it is Redisson's format.
     pub(crate) fn is_redisson(&self) -> bool {
         matches!(self, Format::Redisson(_))
+    }
+
+    /// The undo `hold` as sent again after its first answer (`backend/undo.rs`): in
+    /// distlock's format the same (its level's mark tells a second run from the first);
+    /// in Redisson's under a new unlock request id, since its unlock latch answers a
+    /// request id from its first run, which found nothing to release.
+    pub(crate) fn undo_sent_again(&self, hold: Hold) -> Hold {
+        match self {
+            Format::Distlock => hold,
+            Format::Redisson(_) => hold.renumbered(),
+        }
     }
 
     /// Whether an attempt whose outcome is unknown (an error) is retried under a new owner

@@ -142,6 +142,15 @@ impl Hold {
         }
     }
 
+    /// The same hold under a new level id (Redisson's format: a new unlock request id,
+    /// `Hold::redisson_request`; its owner field stays).
+    pub(crate) fn renumbered(self) -> Hold {
+        Hold {
+            level: rand::random(),
+            ..self
+        }
+    }
+
     /// The level id as the scripts take it.
     pub(crate) fn level_hex(&self) -> String {
         format!("{:016x}", self.level)

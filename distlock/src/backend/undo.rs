@@ -1,0 +1,52 @@
+//! Undoing an acquisition whose outcome the client never learned (its reply lost or late,
+//! its future dropped): the undo can run *before* the acquisition it undoes. A request the
+//! client gave up on may still sit unread on the connection that carried it — a paused
+//! server reads it when it resumes, a slow path delivers it late, a direct connection
+//! closed after its drain timed out still has it in the server's buffer — while the undo
+//! goes out on another connection and is answered first. The acquisition then runs, and
+//! takes the lock for nobody, for a whole lease.
+//!
+//! So an undo is sent once more at each of [`AGAIN_AFTER`] after its first answer: a
+//! late acquisition that runs within 2 s of the undo is freed within the
+//! pause before the next send (at most 1.5 s; documented: within 3 s). Each send is the
+//! same undo (a level released twice is released once), or for Redisson's format the
+//! same field under a new unlock request id
+//! ([`crate::protocol::keys::Format::undo_sent_again`]): the field is that acquisition's
+//! alone, and a nested acquisition is never undone there. An acquisition that runs later
+//! still holds until its lease ends (documented limit).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Backend;
+use crate::protocol::keys::LockKeys;
+use crate::terms::owner::Hold;
+
+/// The pauses before each send again of an undo, from its first answer.
+pub(crate) const AGAIN_AFTER: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+    Duration::from_millis(1500),
+];
+
+impl Backend {
+    /// `hold` was just released in the background: if that release is an undo, send it
+    /// again at each of [`AGAIN_AFTER`], on the background runtime (not awaited by a
+    /// graceful shutdown: the lease bounds what it would catch). Errors are logged only.
+    pub(crate) fn undo_again_later(self: &Arc<Self>, keys: &Arc<LockKeys>, hold: Hold) {
+        if !hold.undo {
+            return;
+        }
+        let (backend, keys) = (self.clone(), keys.clone());
+        drop(self.runtime.spawn(async move {
+            for pause in AGAIN_AFTER {
+                tokio::time::sleep(pause).await;
+                let again = keys.format.undo_sent_again(hold);
+                if let Err(e) = backend.release(&keys, again).await {
+                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
+                        "distlock: an undo sent again, in case its acquisition ran late, failed");
+                }
+            }
+        }));
+    }
+}
