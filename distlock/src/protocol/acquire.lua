@@ -46,10 +46,11 @@ if not at_least or at_least < 0 or at_least > 86400000 then
   return redis.error_reply('ERR distlock: hold_at_least out of range (0..86400000 ms): ' .. tostring(ARGV[5]))
 end
 -- A run again of this acquisition (its first reply was lost or late): answer the same,
--- and make the expiry a full lease from now (only ever extending): the client counts its
--- lease from when it sent this run, so the server must not end it earlier.
-local function again(answer)
-  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+-- and make the expiry a full lease from now (only ever extending; `pttl` the lock's
+-- current one): the client counts its lease from when it sent this run, so the server
+-- must not end it earlier.
+local function again(answer, pttl)
+  if (pttl or redis.call('pttl', lock)) < lease then redis.call('pexpire', lock, lease) end
   return answer
 end
 if nested then
@@ -63,10 +64,15 @@ if nested then
   return {2, 0}
 end
 -- A lock that does not exist cannot carry this level's mark: the common case costs one
--- EXISTS, and only an existing lock is looked at for a first run of this acquisition.
-if redis.call('exists', lock) == 1 then
+-- EXISTS, which also asks for the key's own counter of earlier builds (KEYS[3], when there
+-- is one): when neither exists, the token is drawn without reading it. Only an existing
+-- lock is looked at for a first run of this acquisition.
+local legacy = KEYS[3]
+local found = legacy and redis.call('exists', lock, legacy) or redis.call('exists', lock)
+local pttl = found > 0 and redis.call('pttl', lock) or -2
+if pttl ~= -2 then
   if redis.call('hexists', lock, level) == 1 then
-    return again({1, tonumber(redis.call('hget', lock, level))})
+    return again({1, tonumber(redis.call('hget', lock, level))}, pttl)
   end
   if ARGV[7] and ARGV[7] ~= '' then
     local w = redis.call('hget', lock, 'w') or ''
@@ -75,9 +81,10 @@ if redis.call('exists', lock) == 1 then
       redis.call('hset', lock, 'w', w .. ',' .. ARGV[7] .. ':' .. t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)))
     end
   end
-  return {0, redis.call('pttl', lock)}
+  return {0, pttl}
 end
-local token = next_token(fence, KEYS[3], ARGV[8])
+if found == 0 then legacy = nil end
+local token = next_token(fence, legacy, ARGV[8])
 local mark = string.format('%.0f', token)
 if holder or at_least > 0 then
   local t = redis.call('time')

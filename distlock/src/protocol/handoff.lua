@@ -12,9 +12,9 @@
 -- Safe to run twice: a run again after a transfer finds the new holder's level mark and
 -- answers the same token (the expiry raised to a full lease from the run again, as
 -- acquire.lua does); every argument is checked before the first write.
--- Costs 7 calls when it hands the owner's only level (INCR, HDEL, HGET, DEL, TIME, HSET,
--- PEXPIRE; TIME only with holder information or waiters of other processes; HINCRBY more
--- for a level that is not known to be the only one).
+-- Costs 6 calls when it hands the owner's only level (INCR, HMGET, DEL, TIME, HSET,
+-- PEXPIRE; TIME only with holder information or waiters of other processes; HGET and
+-- HINCRBY more for a level that is not known to be the only one).
 --
 -- KEYS[1] lock hash (as acquire.lua and release.lua)
 -- KEYS[2] fencing counter (fence_prologue.lua)
@@ -70,7 +70,7 @@ if stays then return stays end
 -- `,<tag>:<server ms>`): one that has waited `turn` ms or more gets the lock free, and a
 -- younger one is kept for a later release; this process's own entries go (its waiters are
 -- handed the lock here).
-local w, t, kept = redis.call('hget', lock, 'w'), nil, nil
+local w, t, kept = waiting, nil, nil
 if w then
   t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -15,9 +15,14 @@
 -- level is the owner's only one (no nested hold of it is live, and none can run before
 -- this release: see `Hold::sole`), so a level that goes frees the lock without counting
 -- down.
+-- `waiting` (set by release_level): the lock's field `w` (false when not there): the
+-- acquisitions refused it while it was held (acquire.lua), which wait for its release.
+local waiting = false
 local function release_level(lock, owner, level, may_keep, gone, sole)
   local mark = 'l:' .. level
-  if redis.call('hexists', lock, mark) == 0 then
+  local found = redis.call('hmget', lock, mark, 'w')
+  waiting = found[2]
+  if not found[1] then
     local answer = gone and gone()
     if answer then return answer end
     local count = tonumber(redis.call('hget', lock, owner) or 0)

@@ -1,0 +1,59 @@
+//! What one lock costs the server: the commands Redis runs (scripts' inner calls counted)
+//! for an uncontended acquire + release of a reentrant lock, with every guarantee on
+//! (fencing token, holder information, reentrancy marks, wake-up by pub/sub). A private
+//! server, its statistics reset before the pairs.
+
+use std::collections::BTreeMap;
+
+use distlock::Registry;
+use distlock_tests::resp_command;
+use distlock_tests::RedisProcess;
+
+/// Pairs measured.
+const PAIRS: u64 = 50;
+
+/// Every command's calls since `CONFIG RESETSTAT` (`INFO commandstats`), but the
+/// statistics' own.
+fn calls(addr: &str) -> BTreeMap<String, u64> {
+    let info = resp_command(addr, &["INFO", "commandstats"]).expect("INFO");
+    let text = info.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let n = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), n))
+        })
+        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_lock_and_unlock_runs_ten_commands_on_the_server() {
+    let server = RedisProcess::start();
+    let reg = Registry::from_str(&format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\n",
+        server.url()
+    ))
+    .await
+    .unwrap();
+    // Warm: the scripts loaded, the connections up, the subscriber's channel joined.
+    for i in 0..5 {
+        let g = reg.lock(format!("warm-{i}")).acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    resp_command(&server.addr(), &["CONFIG", "RESETSTAT"]).expect("CONFIG RESETSTAT");
+    for i in 0..PAIRS {
+        let g = reg.lock(format!("pair-{i}")).acquire().await.unwrap();
+        assert!(g.fencing_token() > 0);
+        g.release().await.unwrap();
+    }
+    let calls = calls(&server.addr());
+    let total: u64 = calls.values().sum();
+    let per_pair = total as f64 / PAIRS as f64;
+    eprintln!("{per_pair:.2} commands per pair: {calls:?}");
+    // Background work (a renewal, a subscriber's PING) may add a few over the run.
+    assert!(
+        per_pair <= 10.2,
+        "{per_pair:.2} commands per uncontended lock+unlock (at most 10): {calls:?}"
+    );
+}
