@@ -5,12 +5,13 @@
 # tests/src/bin/explore.rs; docs/fault-testing.md "The explorer").
 #
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
-#                      [--report FILE] [--failing]
+#                      [--extended] [--report FILE] [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
 #   backend and format asked for, plus random schedules: 120 on memory, 20 on single
 #   (EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20), none on the other backends (their
-#   schedules take several seconds each); their first seed is printed. Without --backend
+#   schedules take several seconds each), and as many again from the same first seed in
+#   the extended generator: 30 on memory, 4 on single; the first seed is printed. Without --backend
 #   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
 #   in Redisson's format; --quick takes about four minutes.
 # --long: an hour (split over the backends asked for), random seeds; writes a report
@@ -18,7 +19,9 @@
 # --backend: memory | single | cluster | sentinel | redlock | multi (repeatable).
 #   --format: distlock (default) | redisson (single, cluster, sentinel; the seeds file
 #   names them `single/redisson`). --seed S --schedules N: exactly those schedules
-#   (`--seed S --schedules 1` replays a seed). --failing: the seeds of
+#   (`--seed S --schedules 1` replays a seed). --extended: the extended generator
+#   (multi-key locks, leader elections, run-once jobs, fenced increments; the seeds file
+#   marks its seeds `extended`) for --seed/--schedules and --long. --failing: the seeds of
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
 # Exits 1 on a violation, 2 on bad usage. Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
@@ -41,6 +44,7 @@ seed=
 schedules=
 report=
 failing=
+extended=
 while (($#)); do
     case "$1" in
     --quick) mode=quick ;;
@@ -51,6 +55,7 @@ while (($#)); do
     --schedules) schedules="${2:?--schedules needs a value}" && shift ;;
     --report) report="${2:?--report needs a value}" && shift ;;
     --failing) failing=1 ;;
+    --extended) extended=1 ;;
     *) die "unknown argument $1 (see the head of scripts/explore.sh)" ;;
     esac
     shift
@@ -100,6 +105,7 @@ for run in "${runs[@]}"; do
     args=(--backend "$b")
     [[ "$run" == */redisson ]] && args+=(--format redisson)
     [[ -n "$report" ]] && args+=(--report "$report")
+    [[ -n "$extended" ]] && args+=(--extended)
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)
     elif [[ -n "$schedules" ]]; then
@@ -109,12 +115,13 @@ for run in "${runs[@]}"; do
     else
         # A schedule on single takes about 1.6 s (faults, restarts): 20 of them there; on
         # the other topologies several seconds (failovers settle): their fixed seeds only.
+        # The extended generator's random schedules: fewer (its seeds are listed too).
         case "$run" in
-        memory) n=120 ;;
-        single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" ;;
-        *) n=0 ;;
+        memory) n=120 x=30 ;;
+        single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" x=4 ;;
+        *) n=0 x=0 ;;
         esac
-        args+=(--seeds-file "$seeds_file" --seed "$seed" --schedules "$n")
+        args+=(--seeds-file "$seeds_file" --seed "$seed" --schedules "$n" --extended-schedules "$x")
     fi
     echo "scripts/explore.sh: $bin ${args[*]}"
     "$bin" "${args[@]}" || status=$?

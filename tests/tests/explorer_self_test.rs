@@ -80,3 +80,40 @@ const REDLOCK_SEED: u64 = 1000;
 /// A single-server schedule in which releases by a raw `DEL` (never through the library)
 /// leave a lock that the end check finds unavailable.
 const RAW_DEL_SEED: u64 = 329;
+
+#[test]
+fn a_fenced_resource_without_its_token_check_loses_an_update() {
+    let run = |plant| {
+        let mut opts = Options::new(BackendKind::Memory, FENCE_SEED, 1);
+        opts.extended = true;
+        opts.plant = plant;
+        opts.shrink_iters = 0;
+        let summary = explore(&opts);
+        for f in &summary.findings {
+            eprintln!("{}", f.text(BackendKind::Memory));
+        }
+        assert_eq!(summary.schedules, 1, "the schedule ran");
+        assert!(summary.operations > 0, "the schedule has lock operations");
+        summary.findings
+    };
+    assert!(run(Plant::None).is_empty(), "the seed passes unplanted");
+    let found = run(Plant::FenceWithoutCheck);
+    assert_eq!(
+        found.len(),
+        1,
+        "planted: the fenced resource takes any token"
+    );
+    assert!(
+        found[0]
+            .violations
+            .iter()
+            .any(|v| v.starts_with("lost update") || v.starts_with("fenced:")),
+        "reported as a lost update or a stale token: {:?}",
+        found[0].violations
+    );
+}
+
+/// An extended schedule on memory in which a fair and a read lock of `k1` are held at once
+/// (other families, one fencing counter) and their fenced increments interleave: without
+/// the resource's token check an older token's write is taken and an update is lost.
+const FENCE_SEED: u64 = 135;

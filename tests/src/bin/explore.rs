@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -14,12 +14,14 @@ use distlock_tests::explore::{explore, BackendKind, Format, Options, Plant, Summ
 
 struct Args {
     opts: Options,
-    seeds: Vec<u64>,
+    seeds: Vec<(u64, bool)>,
+    /// Random schedules of the extended generator after the others (same first seed).
+    extended_schedules: u64,
     report: Option<String>,
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -30,10 +32,10 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
 }
 
 /// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
-/// lines `BACKEND SEED pass|fail`, `#` starts a comment.
-/// `fail` seeds (known violations, listed until their fix is merged) are taken only with
-/// `failing`.
-fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<u64> {
+/// lines `BACKEND SEED pass|fail [extended]`, `#` starts a comment; `extended`: a seed of
+/// the extended generator. `fail` seeds (known violations, listed until their fix is
+/// merged) are taken only with `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, bool)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
     let want = if failing { "fail" } else { "pass" };
     text.lines()
@@ -41,7 +43,12 @@ fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<u64> {
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
             match w.as_slice() {
-                [b, seed, status] if *b == backend && *status == want => seed.parse().ok(),
+                [b, seed, status] if *b == backend && *status == want => {
+                    seed.parse().ok().map(|s| (s, false))
+                }
+                [b, seed, status, "extended"] if *b == backend && *status == want => {
+                    seed.parse().ok().map(|s| (s, true))
+                }
                 _ => None,
             }
         })
@@ -59,6 +66,7 @@ fn parse() -> Args {
     let mut format = Format::Distlock;
     let mut scan: Option<String> = None;
     let mut shrink: Option<u32> = None;
+    let mut extended_schedules = 0;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -89,6 +97,10 @@ fn parse() -> Args {
             }
             "--verbose" => opts.verbose = true,
             "--siblings" => opts.siblings = true,
+            "--extended" => opts.extended = true,
+            "--extended-schedules" => {
+                extended_schedules = value::<u64>(&mut it, "--extended-schedules")
+            }
             "--skip-differential" => opts.skip_differential = true,
             "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
             "--show" => scan = Some(String::new()),
@@ -104,6 +116,7 @@ fn parse() -> Args {
         fresh.plant = opts.plant;
         fresh.verbose = opts.verbose;
         fresh.siblings = opts.siblings;
+        fresh.extended = opts.extended;
         fresh.names = opts.names;
         fresh.skip_differential = opts.skip_differential;
         opts = fresh;
@@ -131,6 +144,7 @@ fn parse() -> Args {
         opts,
         seeds,
         report,
+        extended_schedules,
     }
 }
 
@@ -180,10 +194,14 @@ fn main() {
     let start = Instant::now();
     let mut total = Summary::default();
     let b = args.opts.backend;
-    for seed in &args.seeds {
+    for &(seed, extended) in &args.seeds {
         let mut o = args.opts.clone();
-        (o.seed, o.schedules) = (*seed, 1);
-        println!("explore: {} fixed seed {seed}", label(&args.opts));
+        (o.seed, o.schedules, o.extended) = (seed, 1, extended);
+        let generator = if extended { " (extended)" } else { "" };
+        println!(
+            "explore: {} fixed seed {seed}{generator}",
+            label(&args.opts)
+        );
         merge(&mut total, explore(&o));
     }
     if args.opts.schedules > 0 {
@@ -195,6 +213,18 @@ fn main() {
             args.opts.schedules
         );
         merge(&mut total, explore(&args.opts));
+    }
+    if args.extended_schedules > 0 {
+        let mut o = args.opts.clone();
+        (o.schedules, o.extended) = (args.extended_schedules, true);
+        println!(
+            "explore: {} random seeds {}..{} of the extended generator ({} schedules)",
+            label(&o),
+            o.seed,
+            o.seed.wrapping_add(o.schedules),
+            o.schedules
+        );
+        merge(&mut total, explore(&o));
     }
     let mut text = String::new();
     for f in &total.findings {

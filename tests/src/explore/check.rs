@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use distlock::LockError;
 
-use super::model::{Family, Kind, PERMITS};
+use super::model::{Family, Kind, NAMES, PERMITS, RUN_ONCE_HOLD_MS};
 
 /// How late after another holder got in an earlier holder's `lost()` may be recorded
 /// (the explorer's own scheduling of the task that watches it).
@@ -39,6 +39,12 @@ struct Hold {
     /// before the holder hears of it, which is judged by the revocation bound
     /// ([`REVOKE_BOUND`], [`Checker::revoked`]) instead of the overlap rule.
     revoked_at: Option<Instant>,
+    /// A run-once job: nobody else may get in before the first instant (its start plus
+    /// `hold_at_least`, on our clock: the server's window ends no earlier), nor is the
+    /// lock free before the second (its reply plus `hold_at_least`, plus slack).
+    window: Option<(Instant, Instant)>,
+    /// The run-once window's keys were lost (a fault, a `force_unlock`): not judged.
+    window_lost: bool,
 }
 
 impl Hold {
@@ -66,6 +72,28 @@ struct Model {
     /// How many times acknowledged writes may have been lost (an uncoordinated
     /// failover): a token drawn across one may be below an earlier one.
     losses: u64,
+    /// How many times every key may have been lost (a server restarted empty, a failover):
+    /// a fencing counter may have started again, so a token may be handed out twice.
+    resets: u64,
+    /// The fenced counters (the resource of the fenced read-modify-write check), per
+    /// fencing counter ([`name_key`]).
+    fenced: HashMap<(u8, u8), FencedCounter>,
+    /// The fenced resource skips its token checks (a planted bug).
+    fence_unchecked: bool,
+}
+
+/// An in-process resource that takes a read-modify-write only with a fencing token at
+/// least the highest it has seen (claimed or written), claimed before it is read.
+#[derive(Default, Debug)]
+struct FencedCounter {
+    /// The highest token claimed or written.
+    claimed: u64,
+    /// The value.
+    value: u64,
+    /// How many increments it accepted.
+    accepted: u64,
+    /// The token and hold of the last accepted write.
+    last: Option<(u64, u64)>,
 }
 
 impl Model {
@@ -86,7 +114,8 @@ impl Model {
 /// A snapshot taken when an acquisition starts.
 #[derive(Clone, Copy, Debug)]
 pub struct Started {
-    max_token: u64,
+    /// Per name, the largest token its counter handed out.
+    max_token: [u64; NAMES as usize],
     generation: u64,
     faults: u64,
     losses: u64,
@@ -109,6 +138,7 @@ pub struct Checker {
 fn name_key(m: &Model, name: u8, kind: Kind) -> (u8, u8) {
     match kind {
         Kind::Semaphore(_) => (name, 1),
+        Kind::Leader => (name, 3),
         Kind::Read | Kind::Write if m.redisson => (name, 2),
         _ => (name, 0),
     }
@@ -146,14 +176,21 @@ impl Checker {
     pub fn started(&self, name: u8, kind: Kind) -> Started {
         let mut m = self.model();
         let family = m.family(kind);
-        *m.started.entry((name, family)).or_default() += 1;
-        Started {
-            max_token: m
+        for n in names_of(name, kind) {
+            *m.started.entry((n, family)).or_default() += 1;
+        }
+        let mut max_token = [0; NAMES as usize];
+        for (n, max) in max_token.iter_mut().enumerate() {
+            let n = n as u8;
+            *max = m
                 .max_token
-                .get(&name_key(&m, name, kind))
+                .get(&name_key(&m, n, kind))
                 .copied()
-                .unwrap_or(0),
-            generation: m.started[&(name, family)],
+                .unwrap_or(0);
+        }
+        Started {
+            max_token,
+            generation: generation(&m, name, kind),
             faults: m.faults,
             losses: m.losses,
             at: Instant::now(),
@@ -167,7 +204,7 @@ impl Checker {
         let settled = m
             .fault_ended
             .is_none_or(|t| t.elapsed() > Duration::from_millis(500));
-        m.started.get(&(name, m.family(kind))).copied() == Some(s.generation)
+        generation(&m, name, kind) == s.generation
             && m.faults == s.faults
             && m.faults_on == 0
             && settled
@@ -183,6 +220,9 @@ impl Checker {
     /// `name`, live and never told of a loss since a fault-free acquisition.
     pub fn reentered_by(&self, ancestors: &[u64], name: u8, kind: Kind) -> Option<String> {
         let m = self.model();
+        if kind == Kind::Multi {
+            return None;
+        }
         ancestors.iter().find_map(|id| {
             let h = m.holds.get(id)?;
             let same = h.name == name && m.family(h.kind) == m.family(kind);
@@ -211,11 +251,15 @@ impl Checker {
         // limit: docs/fault-testing.md "sentinel-failover") the new master's counter may
         // be behind tokens the old one handed out: not judged.
         let lossless = m.losses == a.started.losses;
-        if !reentry && lossless && a.token <= a.started.max_token {
+        let before = a.started.max_token[usize::from(a.name)];
+        if !reentry && lossless && a.token <= before {
             self.violation(format!(
-                "token: {who} got token {} after a holder of that name had {} (tokens must grow strictly per key)",
-                a.token, a.started.max_token
+                "token: {who} got token {} after a holder of that name had {before} (tokens must grow strictly per key)",
+                a.token
             ));
+        }
+        if !reentry {
+            self.judge_windows(&m, &a, &who, now);
         }
         let counter = name_key(&m, a.name, a.kind);
         let max = m.max_token.entry(counter).or_default();
@@ -233,6 +277,14 @@ impl Checker {
             exempt: false,
             ended: false,
             revoked_at: None,
+            window: (a.kind == Kind::RunOnce && !reentry).then(|| {
+                let hold = Duration::from_millis(u64::from(RUN_ONCE_HOLD_MS));
+                // The server's window starts when its script ran: after the call began,
+                // before its reply; its clock counts in milliseconds.
+                let min = a.started.at + hold - Duration::from_millis(5);
+                (min, now + hold + Duration::from_millis(50))
+            }),
+            window_lost: false,
         };
         let rivals = rivals(&m, &hold);
         m.holds.insert(id, hold.clone());
@@ -380,12 +432,149 @@ impl Checker {
         });
     }
 
-    /// A fault took the keys of `name` (`None`: of every name): their holds are exempt.
+    /// A fault took the keys of `name` (`None`: of every name): their holds are exempt,
+    /// and run-once windows (of ended holds too) are not judged.
     pub fn keys_lost(&self, name: Option<u8>) {
-        for h in self.model().holds.values_mut() {
-            if name.is_none_or(|n| n == h.name) && !h.ended {
-                h.exempt = true;
+        let mut m = self.model();
+        if name.is_none() {
+            m.resets += 1;
+        }
+        for h in m.holds.values_mut() {
+            if name.is_none_or(|n| n == h.name) {
+                h.window_lost = true;
+                if !h.ended {
+                    h.exempt = true;
+                }
             }
+        }
+    }
+
+    /// A `force_unlock` of `name`'s reentrant lock is sent: it deletes a run-once
+    /// window's keys too, so from then on the windows of `name` are not judged.
+    pub fn windows_cleared(&self, name: u8) {
+        for h in self.model().holds.values_mut() {
+            if h.name == name {
+                h.window_lost = true;
+            }
+        }
+    }
+
+    /// Whether a run-once window on `name` may have kept its lock after `s` began (a busy
+    /// answer then is the window's, not a lock held by nobody).
+    pub fn window_open(&self, name: u8, s: &Started) -> bool {
+        self.model()
+            .holds
+            .values()
+            .any(|h| h.name == name && h.window.is_some_and(|(_, max)| max > s.at))
+    }
+
+    /// A run-once job's window: a newcomer of its lock (not its own task's re-entry) that
+    /// got in before the window can have ended.
+    fn judge_windows(&self, m: &Model, a: &Acquired<'_>, who: &str, now: Instant) {
+        if m.family(a.kind) != Family::Reentrant {
+            return;
+        }
+        for (id, h) in &m.holds {
+            let Some((min, _)) = h.window else { continue };
+            let revoked = h.revoked_at.is_some_and(|t| t <= now);
+            if h.name == a.name
+                && now < min
+                && !h.window_lost
+                && !revoked
+                && !a.ancestors.contains(id)
+            {
+                self.violation(format!(
+                    "run-once: {who} got in while the run-once job {} had run less than its hold_at_least ({RUN_ONCE_HOLD_MS} ms) ago ({:?} before its window can end)",
+                    h.text(*id),
+                    min.saturating_duration_since(now)
+                ));
+            }
+        }
+    }
+
+    /// The fenced resource skips its token checks (a planted bug the checks must catch).
+    pub fn fence_unchecked(&self) {
+        self.model().fence_unchecked = true;
+    }
+
+    /// The hold's fencing counter and token (the fenced resource it increments).
+    pub fn fence_of(&self, id: u64) -> Option<((u8, u8), u64)> {
+        let m = self.model();
+        let h = m.holds.get(&id)?;
+        Some((name_key(&m, h.name, h.kind), h.token))
+    }
+
+    /// Claim the fenced counter with `token` before reading it: refused (`None`) below the
+    /// highest token it has seen; else its value.
+    pub fn fence_claim(&self, counter: (u8, u8), token: u64) -> Option<u64> {
+        let mut m = self.model();
+        let unchecked = m.fence_unchecked;
+        let c = m.fenced.entry(counter).or_default();
+        if token < c.claimed && !unchecked {
+            return None;
+        }
+        c.claimed = c.claimed.max(token);
+        Some(c.value)
+    }
+
+    /// Write `value` to the fenced counter with `token` (hold `id`'s): accepted when
+    /// `token` is at least the highest seen. An accepted write with a token below the
+    /// last accepted one, or with its token from another hold, is a violation.
+    pub fn fence_write(&self, counter: (u8, u8), value: u64, token: u64, id: u64) -> bool {
+        let mut m = self.model();
+        let unchecked = m.fence_unchecked;
+        let judged = m.resets == 0 && m.losses == 0;
+        let c = m.fenced.entry(counter).or_default();
+        if token < c.claimed && !unchecked {
+            return false;
+        }
+        let last = c.last;
+        c.claimed = c.claimed.max(token);
+        c.value = value;
+        c.accepted += 1;
+        c.last = Some((token, id));
+        // A re-entry shares its enclosing hold's token.
+        let nested = |inner: u64, outer: u64| {
+            m.holds
+                .get(&inner)
+                .is_some_and(|h| h.ancestors.contains(&outer))
+        };
+        let related = last.is_some_and(|(_, other)| nested(id, other) || nested(other, id));
+        drop(m);
+        match last {
+            Some((t, _)) if token < t && judged => self.violation(format!(
+                "fenced: counter {counter:?} accepted token {token} after token {t} (tokens must increase per key)"
+            )),
+            Some((t, other)) if token == t && other != id && !related && judged => self.violation(format!(
+                "fenced: counter {counter:?} accepted token {token} from hold #{id} and from hold #{other} (each holder has a token of its own)"
+            )),
+            _ => {}
+        }
+        true
+    }
+
+    /// At the end: no lost update (each counter's value is the number of increments it
+    /// accepted), unless a fault may have handed a token out twice (a documented limit).
+    pub fn check_fenced(&self) {
+        let m = self.model();
+        if m.resets > 0 || m.losses > 0 {
+            return;
+        }
+        let mut lost: Vec<String> = m
+            .fenced
+            .iter()
+            .filter(|(_, c)| c.value != c.accepted)
+            .map(|(k, c)| {
+                format!(
+                    "lost update: fenced counter {k:?} holds {} after {} accepted increments (claim before read, fenced write)",
+                    c.value, c.accepted
+                )
+            })
+            .collect();
+        drop(m);
+        lost.sort();
+        for v in lost {
+            self.violation(v);
         }
     }
 
@@ -458,9 +647,11 @@ pub struct Acquired<'a> {
 /// The live holds that exclude `new` and are not told yet (semaphores: the permits taken
 /// beyond [`PERMITS`]).
 fn rivals(m: &Model, new: &Hold) -> Vec<(u64, Hold)> {
+    // An election has one leader: a task that leads is not let in again either.
+    let leader = new.kind == Kind::Leader;
     let live = m.holds.iter().filter(|(id, h)| {
         h.name == new.name
-            && !new.ancestors.contains(id)
+            && (leader || !new.ancestors.contains(id))
             && h.lost_at.is_none()
             && !h.exempt
             && !h.ended
@@ -493,4 +684,21 @@ impl Started {
     pub fn at(&self) -> Instant {
         self.at
     }
+}
+
+/// The names a kind takes: every name for a multi-key lock, else its own.
+pub fn names_of(name: u8, kind: Kind) -> Vec<u8> {
+    match kind {
+        Kind::Multi => (0..NAMES).collect(),
+        _ => vec![name],
+    }
+}
+
+/// How many acquisitions of `kind`'s family began on the names it takes.
+fn generation(m: &Model, name: u8, kind: Kind) -> u64 {
+    let family = m.family(kind);
+    names_of(name, kind)
+        .into_iter()
+        .map(|n| m.started.get(&(n, family)).copied().unwrap_or(0))
+        .sum()
 }

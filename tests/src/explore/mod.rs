@@ -45,6 +45,9 @@ pub enum Plant {
     /// A reentrant lock is released with a raw `DEL` of its hash: no owner check
     /// (Redis backends).
     ReleaseWithoutOwnerCheck,
+    /// The fenced resource of the increments takes every claim and write, whatever its
+    /// token (the extended generator).
+    FenceWithoutCheck,
 }
 
 impl Plant {
@@ -55,6 +58,7 @@ impl Plant {
             "ignore-lost" => Some(Plant::IgnoreLost),
             "try-without-server" => Some(Plant::TryWithoutServer),
             "release-without-owner-check" => Some(Plant::ReleaseWithoutOwnerCheck),
+            "fence-without-check" => Some(Plant::FenceWithoutCheck),
             _ => None,
         }
     }
@@ -65,7 +69,11 @@ pub(crate) fn task_kind(k: model::Kind) -> distlock::LockKind {
         model::Kind::Fair => distlock::LockKind::Fair,
         model::Kind::Read => distlock::LockKind::Read,
         model::Kind::Write => distlock::LockKind::Write,
-        model::Kind::Reentrant | model::Kind::Semaphore(_) => distlock::LockKind::Reentrant,
+        model::Kind::Reentrant
+        | model::Kind::Semaphore(_)
+        | model::Kind::Multi
+        | model::Kind::Leader
+        | model::Kind::RunOnce => distlock::LockKind::Reentrant,
     }
 }
 
@@ -95,6 +103,9 @@ pub struct Options {
     /// Names per schedule (default 2; 1 concentrates every step on one lock, another
     /// generator again).
     pub names: u8,
+    /// The extended generator: multi-key locks, leader elections, run-once jobs and
+    /// fenced increments too (another generator: its seeds are listed with `extended`).
+    pub extended: bool,
     /// Run differential steps as no-ops (the same schedules, without the memory-vs-Redis
     /// check, e.g. while a known disagreement would hide everything else).
     pub skip_differential: bool,
@@ -120,6 +131,7 @@ impl Options {
             verbose: false,
             siblings: false,
             names: model::NAMES,
+            extended: false,
             skip_differential: false,
         }
     }
@@ -140,6 +152,8 @@ pub struct Finding {
     pub violations: Vec<String>,
     /// The format it ran in.
     pub format: Format,
+    /// Whether the extended generator drew it.
+    pub extended: bool,
 }
 
 impl Finding {
@@ -148,6 +162,11 @@ impl Finding {
         let format = match self.format {
             Format::Distlock => String::new(),
             f => format!(" --format {}", f.name()),
+        };
+        let format = if self.extended {
+            format!("{format} --extended")
+        } else {
+            format
         };
         format!(
             "VIOLATION seed {} (replay: scripts/explore.sh --backend {}{format} --seed {} --schedules 1)\nshrunk schedule ({} of {} steps):\n{}violations of the shrunk schedule:\n{}\nviolations of the generated schedule:\n{}\n",
@@ -223,6 +242,7 @@ fn gen_config(opts: &Options) -> model::GenConfig {
         topology: opts.backend.topology(),
         redisson: opts.format == Format::Redisson,
         reentrant_only: opts.backend.quorum(),
+        extended: opts.extended,
     }
 }
 
@@ -243,7 +263,10 @@ fn counts(steps: &[Step]) -> (u64, u64) {
     let ops = steps
         .iter()
         .map(|s| match s {
-            Step::Acquire(_) | Step::Release { .. } | Step::ForceUnlock { .. } => 1,
+            Step::Acquire(_)
+            | Step::Release { .. }
+            | Step::ForceUnlock { .. }
+            | Step::Increment { .. } => 1,
             Step::Siblings(..) => 2,
             _ => 0,
         })
@@ -366,6 +389,7 @@ fn one(
                 shrunk,
                 violations,
                 format: opts.format,
+                extended: opts.extended,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -375,6 +399,7 @@ fn one(
             shrunk: original,
             violations: vec![format!("aborted: {msg}")],
             format: opts.format,
+            extended: opts.extended,
         }),
     }
 }

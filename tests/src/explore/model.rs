@@ -32,7 +32,18 @@ pub enum Kind {
     Write,
     /// A semaphore of [`PERMITS`] permits; the number taken.
     Semaphore(u32),
+    /// A multi-key lock (`Registry::lock_all`) of every name's reentrant lock, `k0` and
+    /// `k1`: each key its own reentrant lock, so it conflicts with any holder of any of them.
+    Multi,
+    /// A leader election (`Registry::leader`, `e<n>`): the lock `leader:e<n>`, auto lease.
+    Leader,
+    /// A run-once job: the reentrant lock `k<n>` taken with `hold_at_least`
+    /// ([`RUN_ONCE_HOLD_MS`]): once in, nobody else gets in before that much has passed.
+    RunOnce,
 }
+
+/// The `hold_at_least` of a run-once job (below the shortest fixed lease drawn, 400 ms).
+pub const RUN_ONCE_HOLD_MS: u32 = 300;
 
 /// Which Redis keys a kind uses: kinds of one family on one name exclude each other,
 /// kinds of different families do not (docs/locks.md).
@@ -46,13 +57,16 @@ pub enum Family {
     Rw,
     /// Semaphores.
     Semaphore,
+    /// Leader elections (keys of their own).
+    Leader,
 }
 
 impl Kind {
     /// The family of Redis keys it takes.
     pub fn family(self) -> Family {
         match self {
-            Kind::Reentrant => Family::Reentrant,
+            Kind::Reentrant | Kind::Multi | Kind::RunOnce => Family::Reentrant,
+            Kind::Leader => Family::Leader,
             Kind::Fair => Family::Fair,
             Kind::Read | Kind::Write => Family::Rw,
             Kind::Semaphore(_) => Family::Semaphore,
@@ -62,6 +76,11 @@ impl Kind {
     /// Whether a task holding `self` re-enters it when it asks for `inner` on the same
     /// name (docs/design.md "Reentrancy": no upgrade from read to write).
     pub fn reenters(self, inner: Kind) -> bool {
+        use Kind::{Multi, Reentrant, RunOnce};
+        // A multi-key lock inner may need a key its task does not hold: never judged here.
+        if matches!(self, Reentrant | Multi | RunOnce) && matches!(inner, Reentrant | RunOnce) {
+            return true;
+        }
         matches!(
             (self, inner),
             (Kind::Reentrant, Kind::Reentrant)
@@ -163,6 +182,14 @@ pub enum Step {
     },
     /// Let time pass.
     Sleep(u32),
+    /// A task increments the fenced counter of its innermost hold's name: claim with its
+    /// token, read, 20 ms later write the value plus one with the same token.
+    Increment {
+        /// Which owner.
+        owner: u8,
+        /// Which task.
+        task: u8,
+    },
     /// A fault begins.
     FaultBegin(Fault),
     /// The active fault ends.
@@ -264,10 +291,13 @@ pub struct GenConfig {
     /// Whether the mode offers only reentrant locks (redlock, multi): other kinds are
     /// drawn rarely, and must be refused with `Unsupported`.
     pub reentrant_only: bool,
+    /// The extended generator: multi-key locks, leader elections, run-once jobs and fenced
+    /// increments too (another generator: its seeds are listed with `extended`).
+    pub extended: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -324,8 +354,30 @@ fn reentrant_mostly() -> BoxedStrategy<Kind> {
     .boxed()
 }
 
+/// The extended generator's kinds: the others, and multi-key locks, elections and
+/// run-once jobs.
+fn extended_kinds(reentrant_only: bool) -> BoxedStrategy<Kind> {
+    let base = if reentrant_only {
+        reentrant_mostly()
+    } else {
+        kind_strategy(true)
+    };
+    // Where only reentrant locks are offered: multi-key locks and run-once jobs are
+    // reentrant locks (offered), elections are not.
+    let (multi, leader, run_once) = if reentrant_only { (6, 1, 4) } else { (2, 2, 2) };
+    prop_oneof![
+        8 => base,
+        multi => Just(Kind::Multi),
+        leader => Just(Kind::Leader),
+        run_once => Just(Kind::RunOnce),
+    ]
+    .boxed()
+}
+
 fn kinds_of(cfg: &GenConfig) -> BoxedStrategy<Kind> {
-    if cfg.reentrant_only {
+    if cfg.extended {
+        extended_kinds(cfg.reentrant_only)
+    } else if cfg.reentrant_only {
         reentrant_mostly()
     } else {
         kind_strategy(cfg.all_kinds)
@@ -410,6 +462,15 @@ impl ReferenceStateMachine for Schedules {
                 .prop_map(|(owner, name, kind)| Step::ForceUnlock { owner, name, kind }),
             1 => prop_oneof![Just(50u32), Just(300), Just(1200)].prop_map(Step::Sleep),
         ];
+        let ops = if state.cfg.extended {
+            prop_oneof![
+                15 => ops,
+                4 => (0..OWNERS, 0..TASKS).prop_map(|(owner, task)| Step::Increment { owner, task }),
+            ]
+            .boxed()
+        } else {
+            ops.boxed()
+        };
         let ops = if state.cfg.siblings {
             let siblings = (acquire_strategy(&cfg, names), acquire_strategy(&cfg, names)).prop_map(
                 |(a, mut b)| {
@@ -464,7 +525,9 @@ impl ReferenceStateMachine for Schedules {
         match step {
             Step::Acquire(a) => state.depth(a.owner, a.task) < MAX_DEPTH,
             Step::Siblings(a, b) => (a.owner, a.task) == (b.owner, b.task),
-            Step::Release { owner, task } => state.depth(*owner, *task) > 0,
+            Step::Release { owner, task } | Step::Increment { owner, task } => {
+                state.depth(*owner, *task) > 0
+            }
             Step::FaultBegin(_) => state.cfg.faults && !state.fault_on,
             Step::FaultEnd => state.fault_on,
             Step::Failover => {
@@ -500,6 +563,9 @@ impl fmt::Display for Kind {
             Kind::Read => f.write_str("read"),
             Kind::Write => f.write_str("write"),
             Kind::Semaphore(n) => write!(f, "semaphore({n} of {PERMITS})"),
+            Kind::Multi => f.write_str("multi-key"),
+            Kind::Leader => f.write_str("leader"),
+            Kind::RunOnce => write!(f, "run-once(hold_at_least {RUN_ONCE_HOLD_MS}ms)"),
         }
     }
 }
@@ -508,6 +574,11 @@ impl fmt::Display for Kind {
 pub fn name_text(kind: Kind, n: u8) -> String {
     match kind {
         Kind::Semaphore(_) => format!("s{n}"),
+        Kind::Multi => (0..NAMES)
+            .map(|i| format!("k{i}"))
+            .collect::<Vec<_>>()
+            .join("+"),
+        Kind::Leader => format!("e{n}"),
         _ => format!("k{n}"),
     }
 }
@@ -547,6 +618,10 @@ impl fmt::Display for Step {
                 Ok(())
             }
             Step::Release { owner, task } => write!(f, "o{owner}.t{task} release innermost"),
+            Step::Increment { owner, task } => write!(
+                f,
+                "o{owner}.t{task} fenced increment (claim, read, write) under its innermost hold"
+            ),
             Step::ForceUnlock { owner, name, kind } => {
                 write!(
                     f,

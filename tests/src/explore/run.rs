@@ -75,6 +75,9 @@ pub async fn run_schedule(
     plant: Plant,
 ) -> Vec<String> {
     let checker = Checker::for_format(world.format == Format::Redisson);
+    if plant == Plant::FenceWithoutCheck {
+        checker.fence_unchecked();
+    }
     world.schedule_begins(prefix);
     let tasks = spawn_tasks(&world, &checker, prefix, plant);
     let settle = settle(world.backend);
@@ -96,6 +99,7 @@ pub async fn run_schedule(
     for (name, family_kind) in used {
         available(&world, &checker, prefix, name, family_kind, bound).await;
     }
+    checker.check_fenced();
     world.schedule_ends(checker.faults() > 0);
     checker.violations()
 }
@@ -112,13 +116,13 @@ async fn step_once(
     match step {
         Step::Acquire(a) => {
             if world.offers(a.kind) {
-                used.insert((a.name, KindKey::of(a.kind)));
+                used.extend(KindKey::used(a));
             }
             send(tasks, a.owner, a.task, Op::Acquire(a.clone()), settle).await;
         }
         Step::Siblings(a, b) => {
             for x in [a, b].into_iter().filter(|x| world.offers(x.kind)) {
-                used.insert((x.name, KindKey::of(x.kind)));
+                used.extend(KindKey::used(x));
             }
             send(
                 tasks,
@@ -130,6 +134,7 @@ async fn step_once(
             .await;
         }
         Step::Release { owner, task } => send(tasks, *owner, *task, Op::Release, settle).await,
+        Step::Increment { owner, task } => send(tasks, *owner, *task, Op::Increment, settle).await,
         Step::ForceUnlock { owner, name, kind } => {
             force_unlock(world, checker, prefix, *owner, *name, *kind).await
         }
@@ -158,6 +163,17 @@ async fn force_unlock(
     name: u8,
     kind: Kind,
 ) {
+    // A multi-key lock's and a run-once job's keys are reentrant locks: force_unlock of
+    // the name's reentrant lock (which ends a run-once window too).
+    let kind = match kind {
+        Kind::Multi | Kind::RunOnce => Kind::Reentrant,
+        // An election is unlocked as the lock behind it; without elections, nothing to do.
+        Kind::Leader if !world.offers(kind) => return,
+        k => k,
+    };
+    if kind == Kind::Reentrant {
+        checker.windows_cleared(name);
+    }
     let key = world.key(prefix, name, kind);
     let reg = world.owner(owner);
     let live = checker.live_holds(name, kind);
@@ -199,12 +215,22 @@ enum KindKey {
     Fair,
     Rw,
     Semaphore,
+    Leader,
 }
 
 impl KindKey {
+    /// The names and families an acquisition takes.
+    fn used(a: &super::model::Acquire) -> Vec<(u8, KindKey)> {
+        super::check::names_of(a.name, a.kind)
+            .into_iter()
+            .map(|n| (n, KindKey::of(a.kind)))
+            .collect()
+    }
+
     fn of(k: Kind) -> KindKey {
         match k {
-            Kind::Reentrant => KindKey::Reentrant,
+            Kind::Reentrant | Kind::Multi | Kind::RunOnce => KindKey::Reentrant,
+            Kind::Leader => KindKey::Leader,
             Kind::Fair => KindKey::Fair,
             Kind::Read | Kind::Write => KindKey::Rw,
             Kind::Semaphore(_) => KindKey::Semaphore,
@@ -217,6 +243,7 @@ impl KindKey {
             KindKey::Fair => Kind::Fair,
             KindKey::Rw => Kind::Write,
             KindKey::Semaphore => Kind::Semaphore(PERMITS),
+            KindKey::Leader => Kind::Leader,
         }
     }
 }
@@ -283,6 +310,13 @@ async fn available(
             Ok(g) => released(g.release().await),
             Err(e) => Err(e),
         },
+        Kind::Leader => {
+            let name = key.strip_prefix("leader:").unwrap_or(&key);
+            match reg.leader(name).wait(bound).campaign().await {
+                Ok(g) => released(g.resign().await),
+                Err(e) => Err(e),
+            }
+        }
         k => match reg
             .lock(&key)
             .kind(super::task_kind(k))

@@ -6,13 +6,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Lease, LockError, LockGuard, LockKind, Registry, SemaphoreGuard};
-use futures_util::future::Either;
+use distlock::{
+    LeaderGuard, Lease, LockError, LockGuard, LockKind, MultiLockGuard, Registry, SemaphoreGuard,
+};
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::check::{Acquired, Checker, WAIT_SLACK};
-use super::model::{name_text, Acquire, Kind, LeaseSpec, PERMITS};
+use super::model::{name_text, Acquire, Kind, LeaseSpec, NAMES, PERMITS, RUN_ONCE_HOLD_MS};
 use super::world::World;
 use super::Plant;
 
@@ -27,6 +28,8 @@ pub enum Op {
     Siblings(Acquire, Acquire),
     /// Release the innermost hold.
     Release,
+    /// A fenced increment under the innermost hold.
+    Increment,
     /// Release everything and end.
     Unwind,
 }
@@ -75,13 +78,24 @@ enum Exit {
 enum Guard {
     Lock(LockGuard),
     Sem(SemaphoreGuard),
+    Multi(MultiLockGuard),
+    Leader(Box<LeaderGuard>),
 }
 
 impl Guard {
-    fn token(&self) -> u64 {
+    /// Each name's token (a multi-key lock: every name's, in order).
+    fn tokens(&self, name: u8) -> Vec<(u8, u64)> {
         match self {
-            Guard::Lock(g) => g.fencing_token(),
-            Guard::Sem(g) => g.fencing_token(),
+            Guard::Lock(g) => vec![(name, g.fencing_token())],
+            Guard::Sem(g) => vec![(name, g.fencing_token())],
+            Guard::Leader(g) => vec![(name, g.epoch())],
+            // Keys sorted: `k0`, `k1` (`names_of`).
+            Guard::Multi(g) => g
+                .fencing_tokens()
+                .into_iter()
+                .enumerate()
+                .map(|(i, (_, t))| (i as u8, t))
+                .collect(),
         }
     }
 
@@ -89,6 +103,8 @@ impl Guard {
         match self {
             Guard::Lock(g) => g.lost().await,
             Guard::Sem(g) => g.lost().await,
+            Guard::Multi(g) => g.lost().await,
+            Guard::Leader(g) => g.lost().await,
         }
     }
 
@@ -96,6 +112,8 @@ impl Guard {
         match self {
             Guard::Lock(g) => g.release().await,
             Guard::Sem(g) => g.release().await,
+            Guard::Multi(g) => g.release().await,
+            Guard::Leader(g) => g.resign().await,
         }
     }
 }
@@ -124,6 +142,12 @@ fn serve<'a>(
                 Op::Release => {
                     let _ = cmd.done.send(());
                 }
+                Op::Increment => {
+                    if let Some(id) = chain.last() {
+                        increment(ctx, *id).await;
+                    }
+                    let _ = cmd.done.send(());
+                }
                 Op::Unwind => return Exit::Unwind(Some(cmd.done)),
                 Op::Siblings(a, b) => {
                     tokio::join!(sibling(ctx, &a, &chain), sibling(ctx, &b, &chain));
@@ -132,11 +156,11 @@ fn serve<'a>(
                 Op::Acquire(a) => {
                     let got = acquire(ctx, &a, &chain).await;
                     let _ = cmd.done.send(());
-                    let Some((guard, id)) = got else { continue };
+                    let Some((guard, ids)) = got else { continue };
                     let mut inner = chain.clone();
-                    inner.push(id);
-                    let exit = hold(ctx, &mut *rx, &guard, id, inner).await;
-                    finish(ctx, guard, id, &a).await;
+                    inner.extend(&ids);
+                    let exit = hold(ctx, &mut *rx, &guard, &ids, inner).await;
+                    finish(ctx, guard, &ids, &a).await;
                     match exit {
                         Exit::Release(done) => {
                             let _ = done.send(());
@@ -149,23 +173,40 @@ fn serve<'a>(
     })
 }
 
+/// How long a fenced increment waits between its read and its write (long enough for
+/// the next step's increment to read in between).
+const INCREMENT_PAUSE: Duration = Duration::from_millis(20);
+
+/// A fenced read-modify-write under hold `id`: claim the counter with its token, read it,
+/// wait, write it plus one with the same token (refused once a newer token claimed it).
+async fn increment(ctx: &TaskCtx, id: u64) {
+    let Some((counter, token)) = ctx.checker.fence_of(id) else {
+        return;
+    };
+    let Some(value) = ctx.checker.fence_claim(counter, token) else {
+        return;
+    };
+    tokio::time::sleep(INCREMENT_PAUSE).await;
+    ctx.checker.fence_write(counter, value + 1, token, id);
+}
+
 /// How long each of two siblings holds.
 const SIBLING_HOLD: Duration = Duration::from_millis(30);
 
 /// One of two `join!` siblings: acquire, hold briefly (hearing `lost()`), release.
 async fn sibling(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) {
-    let Some((guard, id)) = acquire_as(ctx, a, chain, true).await else {
+    let Some((guard, ids)) = acquire_as(ctx, a, chain, true).await else {
         return;
     };
     tokio::select! {
         _ = tokio::time::sleep(SIBLING_HOLD) => {}
         _ = guard.lost() => {
             if ctx.plant != Plant::IgnoreLost {
-                ctx.checker.lost(id);
+                ids.iter().for_each(|id| ctx.checker.lost(*id));
             }
         }
     }
-    finish(ctx, guard, id, a).await;
+    finish(ctx, guard, &ids, a).await;
 }
 
 /// Serve nested steps inside the hold, recording when its `lost()` fires.
@@ -173,15 +214,17 @@ async fn hold(
     ctx: &TaskCtx,
     rx: &mut mpsc::UnboundedReceiver<Cmd>,
     guard: &Guard,
-    id: u64,
+    ids: &[u64],
     chain: Vec<u64>,
 ) -> Exit {
     let inner = serve(ctx, rx, chain);
-    let inner = match guard {
-        Guard::Lock(g) => Either::Left(g.scope(inner)),
-        Guard::Sem(_) => Either::Right(inner),
+    let inner: Serving<'_> = match guard {
+        Guard::Lock(g) => Box::pin(g.scope(inner)),
+        Guard::Multi(g) => Box::pin(g.scope(inner)),
+        Guard::Sem(_) | Guard::Leader(_) => inner,
     };
-    let mut inner = std::pin::pin!(inner);
+    let mut inner = inner;
+    let lost_all = |ctx: &TaskCtx| ids.iter().for_each(|id| ctx.checker.lost(*id));
     let lost = guard.lost();
     let mut lost = std::pin::pin!(lost);
     let mut heard = false;
@@ -191,21 +234,21 @@ async fn hold(
             _ = &mut lost, if !heard => {
                 heard = true;
                 if ctx.plant != Plant::IgnoreLost {
-                    ctx.checker.lost(id);
+                    lost_all(ctx);
                 }
             }
         }
     };
     // Both may have been ready at once: a signal that came is recorded.
     if !heard && ctx.plant != Plant::IgnoreLost && lost.as_mut().now_or_never().is_some() {
-        ctx.checker.lost(id);
+        lost_all(ctx);
     }
     exit
 }
 
 /// Release a hold (its end is recorded first: from then on it is not inside).
-async fn finish(ctx: &TaskCtx, guard: Guard, id: u64, a: &Acquire) {
-    ctx.checker.ended(id);
+async fn finish(ctx: &TaskCtx, guard: Guard, ids: &[u64], a: &Acquire) {
+    ids.iter().for_each(|id| ctx.checker.ended(*id));
     let key = ctx.key(a.name, a.kind);
     if ctx.plant == Plant::ReleaseWithoutOwnerCheck && a.kind == Kind::Reentrant {
         ctx.world.raw_release(&key);
@@ -235,11 +278,19 @@ fn lock_kind(k: Kind) -> LockKind {
         Kind::Fair => LockKind::Fair,
         Kind::Read => LockKind::Read,
         Kind::Write => LockKind::Write,
-        Kind::Reentrant | Kind::Semaphore(_) => LockKind::Reentrant,
+        Kind::Reentrant | Kind::Semaphore(_) | Kind::Multi | Kind::Leader | Kind::RunOnce => {
+            LockKind::Reentrant
+        }
     }
 }
 
+/// The keys of a multi-key lock: every name's reentrant lock.
+fn multi_keys(ctx: &TaskCtx) -> Vec<String> {
+    (0..NAMES).map(|n| ctx.key(n, Kind::Reentrant)).collect()
+}
+
 async fn call(
+    ctx: &TaskCtx,
     reg: &Registry,
     a: &Acquire,
     key: &str,
@@ -258,6 +309,38 @@ async fn call(
                 Ok(Some(Guard::Sem(s.acquire(n).await?)))
             }
         }
+        Kind::Multi => {
+            let l = reg
+                .lock_all(multi_keys(ctx))
+                .wait(wait)
+                .lease(lease(a.lease));
+            if a.try_once {
+                Ok(l.try_acquire().await?.map(Guard::Multi))
+            } else {
+                Ok(Some(Guard::Multi(l.acquire().await?)))
+            }
+        }
+        Kind::Leader => {
+            // An election's lock has an auto lease; its name is the key without `leader:`.
+            let name = key.strip_prefix("leader:").unwrap_or(key);
+            match reg.leader(name).wait(wait).campaign().await {
+                Ok(g) => Ok(Some(Guard::Leader(Box::new(g)))),
+                Err(LockError::Timeout { .. }) if a.try_once => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        Kind::RunOnce => {
+            let l = reg
+                .lock(key)
+                .wait(wait)
+                .lease(lease(a.lease))
+                .hold_at_least(Duration::from_millis(u64::from(RUN_ONCE_HOLD_MS)));
+            if a.try_once {
+                Ok(l.try_acquire().await?.map(Guard::Lock))
+            } else {
+                Ok(Some(Guard::Lock(l.acquire().await?)))
+            }
+        }
         k => {
             let l = reg
                 .lock(key)
@@ -274,7 +357,7 @@ async fn call(
 }
 
 /// Acquire as `a` says, checking the answer; the guard and its hold id on success.
-async fn acquire(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) -> Option<(Guard, u64)> {
+async fn acquire(ctx: &TaskCtx, a: &Acquire, chain: &[u64]) -> Option<(Guard, Vec<u64>)> {
     acquire_as(ctx, a, chain, false).await
 }
 
@@ -284,7 +367,7 @@ async fn acquire_as(
     a: &Acquire,
     chain: &[u64],
     sibling: bool,
-) -> Option<(Guard, u64)> {
+) -> Option<(Guard, Vec<u64>)> {
     let key = ctx.key(a.name, a.kind);
     let who = format!(
         "o{}.t{} {} {} {key}",
@@ -300,7 +383,7 @@ async fn acquire_as(
     }
     let once = wait.is_zero();
     let free_before = if once {
-        ctx.world.is_free(&key, a.kind).await
+        is_free(ctx, a, &key).await
     } else {
         None
     };
@@ -309,7 +392,7 @@ async fn acquire_as(
         .checker
         .reentered_by(chain, a.name, a.kind)
         .filter(|_| !sibling);
-    let fut = call(ctx.world.owner(a.owner), a, &key, wait, ctx.plant);
+    let fut = call(ctx, ctx.world.owner(a.owner), a, &key, wait, ctx.plant);
     let limit = wait + HANG;
     let budget = a
         .drop_after_ms
@@ -331,18 +414,24 @@ async fn acquire_as(
     }
     match res {
         Ok(Some(guard)) => {
-            let id = ctx.checker.acquired(Acquired {
-                owner: a.owner,
-                task: a.task,
-                name: a.name,
-                kind: a.kind,
-                token: guard.token(),
-                ancestors: chain,
-                started,
-            });
-            Some((guard, id))
+            let ids = guard
+                .tokens(a.name)
+                .into_iter()
+                .map(|(name, token)| {
+                    ctx.checker.acquired(Acquired {
+                        owner: a.owner,
+                        task: a.task,
+                        name,
+                        kind: a.kind,
+                        token,
+                        ancestors: chain,
+                        started,
+                    })
+                })
+                .collect();
+            Some((guard, ids))
         }
-        Ok(None) | Err(LockError::Timeout { .. }) => {
+        Ok(None) | Err(LockError::Timeout { .. } | LockError::Skipped { .. }) => {
             busy(ctx, a, &key, &who, chain, reentry, free_before, &started).await;
             if let Err(e) = &res {
                 ctx.checker.error(&who, e);
@@ -359,7 +448,7 @@ async fn acquire_as(
 /// A kind the backend does not offer (a quorum mode's fair, read-write and semaphores;
 /// Redisson's semaphores): it must be refused with `Unsupported`, at once.
 async fn unoffered(ctx: &TaskCtx, a: &Acquire, key: &str, who: &str, wait: Duration) {
-    let fut = call(ctx.world.owner(a.owner), a, key, wait, Plant::None);
+    let fut = call(ctx, ctx.world.owner(a.owner), a, key, wait, Plant::None);
     match tokio::time::timeout(HANG, fut).await {
         Ok(Err(e @ LockError::Unsupported { .. })) => ctx.checker.error(who, &e),
         Ok(Err(e)) => ctx.checker.violation(format!(
@@ -401,13 +490,34 @@ async fn busy(
             ));
         }
     }
-    if free_before == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) {
-        let after = ctx.world.is_free(key, a.kind).await;
-        if after == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) {
+    let window = |ctx: &TaskCtx| {
+        super::check::names_of(a.name, a.kind)
+            .into_iter()
+            .any(|n| ctx.checker.window_open(n, started))
+    };
+    if free_before == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) && !window(ctx)
+    {
+        let after = is_free(ctx, a, key).await;
+        if after == Some(true) && ctx.checker.quiet_since(started, a.name, a.kind) && !window(ctx) {
             let shown = ctx.world.describe(key).await;
             ctx.checker.violation(format!(
                 "free but busy: {who} answered busy while the server held no key of it before and after (no fault on; server shows: [{shown}])"
             ));
         }
     }
+}
+
+/// Whether the server holds nothing of what `a` asks for (a multi-key lock: of any of its
+/// keys); `None` where the explorer cannot tell.
+async fn is_free(ctx: &TaskCtx, a: &Acquire, key: &str) -> Option<bool> {
+    if a.kind != Kind::Multi {
+        return ctx.world.is_free(key, a.kind).await;
+    }
+    for k in multi_keys(ctx) {
+        match ctx.world.is_free(&k, Kind::Reentrant).await {
+            Some(true) => {}
+            other => return other,
+        }
+    }
+    Some(true)
 }

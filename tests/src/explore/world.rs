@@ -386,7 +386,11 @@ impl World {
     /// redlock and multi only reentrant locks, Redisson's format no semaphores.
     pub fn offers(&self, kind: Kind) -> bool {
         match kind {
-            Kind::Reentrant => true,
+            Kind::Reentrant | Kind::Multi => true,
+            // Elections: one place to read the leader from, in distlock's format.
+            Kind::Leader => !self.backend.quorum() && self.format == Format::Distlock,
+            // hold_at_least: reentrant locks in distlock's format.
+            Kind::RunOnce => self.format == Format::Distlock,
             Kind::Fair | Kind::Read | Kind::Write => !self.backend.quorum(),
             Kind::Semaphore(_) => !self.backend.quorum() && self.format == Format::Distlock,
         }
@@ -399,6 +403,7 @@ impl World {
     pub fn key(&self, prefix: &str, n: u8, kind: Kind) -> String {
         let base = super::task::key_of(prefix, n, kind);
         match (self.format, kind) {
+            (_, Kind::Leader) => format!("leader:{base}"),
             (Format::Redisson, Kind::Read | Kind::Write) => format!("{base}rw"),
             _ => base,
         }
@@ -430,9 +435,12 @@ impl World {
     /// Whether the server holds nothing of `key` for `kind` (no holder, no waiter); `None`
     /// where the explorer cannot tell (semaphores; an error).
     pub async fn is_free(&self, key: &str, kind: Kind) -> Option<bool> {
-        if matches!(kind, Kind::Semaphore(_)) {
-            return None;
-        }
+        let kind = match kind {
+            Kind::Semaphore(_) | Kind::Multi => return None,
+            // An election's lock and a run-once job's are reentrant locks.
+            Kind::Leader | Kind::RunOnce => Kind::Reentrant,
+            k => k,
+        };
         let infos = self.observer.inspect(key, None).await.ok()?;
         let busy = |i: &LockInfo| !i.holders.is_empty() || !i.waiters.is_empty();
         let rw = |k: distlock::inspect::Kind| k == LockKind::Read || k == LockKind::Write;
@@ -448,7 +456,7 @@ impl World {
                     || (i.kind == LockKind::Read && !i.waiters.is_empty())
             }
             Kind::Write => rw(i.kind) && busy(i),
-            Kind::Semaphore(_) => false,
+            Kind::Semaphore(_) | Kind::Multi | Kind::Leader | Kind::RunOnce => false,
         }))
     }
 
