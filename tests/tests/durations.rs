@@ -157,3 +157,41 @@ fn the_fence_script_checks_its_ttl_before_writing() {
     );
     let _ = resp_command(&addr, &["DEL", &key]);
 }
+
+/// On redlock and multi a lease is valid for `lease − elapsed − (lease × drift_factor +
+/// 2 ms)`: a fixed lease of 2 ms or less can never be granted. It is refused as a bad
+/// duration naming the shortest one that leaves anything (3 ms), before anything is sent,
+/// rather than failing every attempt with `QuorumNotReached`.
+#[tokio::test]
+async fn a_lease_shorter_than_the_quorum_drift_allowance_is_refused() {
+    let nodes: Vec<String> = distlock_tests::redlock_urls()
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect();
+    let reg = Registry::from_str(&format!(
+        "[backends.main]\nmode = \"redlock\"\nnodes = [{}]\n",
+        nodes.join(", ")
+    ))
+    .await
+    .unwrap();
+    let key = unique("drift-short");
+    let attempt = |ms| {
+        reg.lock(key.as_str())
+            .lease(Lease::Fixed(Duration::from_millis(ms)))
+            .wait(Duration::from_secs(1))
+            .acquire()
+    };
+    for ms in [1, 2] {
+        let r = attempt(ms).await;
+        if let Err(LockError::InvalidDuration { min, .. }) = &r {
+            assert_eq!(
+                *min,
+                Duration::from_millis(3),
+                "the shortest lease that leaves any"
+            );
+        }
+        assert_invalid("redlock", r, &key, "drift");
+    }
+    let g = attempt(50).await;
+    assert!(g.is_ok(), "a 50 ms lease is taken: {g:?}");
+}

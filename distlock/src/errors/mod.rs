@@ -249,7 +249,8 @@ pub enum LockError {
         /// Which duration: `"lease"`, `"lease (watchdog_timeout)"`, `"hold_at_least"`
         /// (with a fixed lease: `"hold_at_least (longer than the fixed lease)"`), or
         /// `"fence ttl"` (then `key` is the fence's); a Redisson-format read lock's lease
-        /// over 30 s names Redisson's `lockWatchdogTimeout`.
+        /// over 30 s names Redisson's `lockWatchdogTimeout`; on redlock and multi a lease
+        /// with nothing left after the clock-drift allowance names that allowance.
         what: &'static str,
         /// The value given.
         value: Duration,

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::lease::handoff::{Outcome, Place, Waiters};
 use crate::lease::heard::InFlight;
+use crate::lease::policy::MAX_LEASE;
 use crate::lease::state::{Granted, LeaseState};
 use crate::primitives::guard::{GuardCore, ReleaseOnDrop};
 use crate::primitives::nesting;
@@ -306,6 +307,22 @@ fn check_terms(
         Lease::Fixed(d) => (d, false),
     };
     crate::lease::policy::check_lease(lease, lease_len, &keys.user, &backend.name)?;
+    // On redlock and multi a grant is valid for the lease less the clock-drift allowance:
+    // a lease with nothing left after it could never be granted.
+    if backend.validity(lease_len).is_zero() {
+        let shortest = (1..=MAX_LEASE.as_millis() as u64)
+            .map(Duration::from_millis)
+            .find(|l| !backend.validity(*l).is_zero())
+            .unwrap_or(MAX_LEASE);
+        return Err(LockError::InvalidDuration {
+            key: keys.user.clone(),
+            backend: backend.name.to_string(),
+            what: "lease (nothing is left of it after the clock-drift allowance, lease × drift_factor + 2 ms)",
+            value: lease_len,
+            min: shortest,
+            limit: MAX_LEASE,
+        });
+    }
     if let Some(limit) = keys.lease_limit().filter(|l| lease_len > *l) {
         return Err(LockError::InvalidDuration {
             key: keys.user.clone(),
