@@ -621,7 +621,9 @@ async fn pump(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            if hold.is_some_and(|needle| flow.has_sent(&needle)) {
+            // The chunk itself too: the log keeps only a connection's first bytes.
+            let in_chunk = |needle: &[u8]| buf[..n].windows(needle.len()).any(|w| w == needle);
+            if hold.is_some_and(|needle| flow.has_sent(&needle) || in_chunk(&needle)) {
                 flow.held.store(true, Ordering::SeqCst);
             }
             // Held: this chunk, and every read after it (the client's close too), waits.
