@@ -15,8 +15,7 @@ use distlock_tests::RedisProcess;
 
 /// The backend's response timeout.
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(300);
-/// The lease the late acquisition asks for: its digits are what the proxy holds on (no
-/// other request carries them), and it is far longer than [`BOUND`], so a lock freed by
+/// The lease the late acquisition asks for: far longer than [`BOUND`], so a lock freed by
 /// its lease running out cannot pass for one freed by the library.
 const LEASE_MS: u64 = 27_183;
 /// How soon after the late acquisition runs its lock must be free again (the docs state
@@ -41,6 +40,24 @@ async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
                 .ok()
         })
         .sum()
+}
+
+/// The SHA1 of the script that acquires `target` in `protocol`: what the proxy holds on
+/// (the release, which carries the lease too in Redisson's format, is another script).
+fn acquire_sha(protocol: &str, target: Target) -> String {
+    use distlock::__private::scripts as s;
+    let source = match (protocol, target) {
+        ("redisson", Target::Lock(LockKind::Reentrant)) => s::REDISSON_LOCK,
+        ("redisson", Target::Lock(LockKind::Fair)) => s::REDISSON_FAIR_LOCK,
+        ("redisson", Target::Lock(LockKind::Read)) => s::REDISSON_READ_LOCK,
+        ("redisson", Target::Lock(LockKind::Write)) => s::REDISSON_WRITE_LOCK,
+        (_, Target::Lock(LockKind::Reentrant)) => s::ACQUIRE,
+        (_, Target::Lock(LockKind::Fair)) => s::FAIR_ACQUIRE,
+        (_, Target::Lock(LockKind::Read | LockKind::Write)) => s::RW_ACQUIRE,
+        (_, Target::Semaphore) => s::SEM_ACQUIRE,
+        (_, Target::Lock(other)) => panic!("no acquire script here for {other:?}"),
+    };
+    redis::Script::new(source).get_hash().to_owned()
 }
 
 /// What is acquired late, and how a second owner finds it free.
@@ -102,7 +119,7 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         );
     }
     // The acquisition's bytes wait in the proxy; the client gives up on it.
-    proxy.set_hold_on_send(Some(LEASE_MS.to_string().as_bytes()));
+    proxy.set_hold_on_send(Some(acquire_sha(protocol, target).as_bytes()));
     let before = scripts_run(&mut direct).await;
     let lease = Duration::from_millis(LEASE_MS);
     let outcome = try_once(&reg, &key, target, lease).await;
