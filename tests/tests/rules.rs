@@ -51,15 +51,8 @@ enum Format {
     Redisson,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Single,
-    Cluster,
-    Sentinel,
-    Redlock,
-    Multi,
-    Memory,
-}
+/// The backend modes, as the configuration names them.
+use distlock::config::ModeKind as Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell {
