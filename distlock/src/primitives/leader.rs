@@ -603,8 +603,8 @@ async fn read(
     backend: &Backend,
     keys: &LockKeys,
 ) -> Result<(Option<LeaderInfo>, Option<Duration>), LockError> {
-    if let Some(m) = backend.memory() {
-        return Ok(match m.holder(keys) {
+    if let Some(found) = backend.local_holder(keys) {
+        return Ok(match found {
             Some((text, epoch, ttl)) => (
                 Some(LeaderInfo {
                     info: info_of(&text),
