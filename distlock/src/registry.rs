@@ -454,7 +454,7 @@ impl Registry {
             .backends
             .get(backend)
             .and_then(Slot::get)
-            .and_then(|b| b.memory().map(|m| m.holders()))
+            .and_then(|b| b.local_holders())
     }
 
     /// How many auto-leases the backend's watchdog renews now (for tests and benchmarks).

@@ -36,16 +36,20 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 
+use futures_util::future::BoxFuture;
+
+use super::capabilities::{Announce, Facts};
 use super::cluster_slots::Routed;
 use super::conn::{addresses, Settings};
 use super::link::Link;
 use super::redisson_once::{self, InFlight};
+use super::topology::{ScriptReplies, Topology};
 use crate::errors::backend::{bounded, DriverError};
 use crate::obs::report::ServerReport;
 use crate::protocol::exec::load_all;
-use crate::protocol::keys::{Format, LockKeys};
+use crate::protocol::keys::{FenceScope, Format, LockKeys};
 use crate::protocol::probe::Probe;
-use crate::protocol::{Publish, Released};
+use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 use crate::terms::owner::{Hold, OwnerId};
 
@@ -654,6 +658,106 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+impl Topology for Cluster {
+    fn facts(&self) -> Facts {
+        Facts {
+            fence_scope: FenceScope::Slot,
+            hand_off: true,
+            quorum: None,
+            announce: Announce::Publish(Publish::Sharded),
+            cluster: true,
+            reply_addresses: None,
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, DriverError>> {
+        Box::pin(Cluster::acquire(self, keys, hold, lease, wait))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<Released, DriverError>> {
+        Box::pin(Cluster::release(self, keys, hold))
+    }
+
+    fn hand_off<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        to: Hold,
+        lease: Duration,
+        holder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<HandedOff>, DriverError>> {
+        Box::pin(self.link.handoff(keys, hold, to, lease, holder))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        owner: OwnerId,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(Cluster::cancel(self, keys, owner))
+    }
+
+    fn renew_each<'a>(
+        &'a self,
+        items: &'a [(&'a LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> BoxFuture<'a, Vec<Result<bool, DriverError>>> {
+        Box::pin(Cluster::renew_each(self, items, lease))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        revocation: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(self.link.force_release(keys, revocation))
+    }
+
+    fn next_sequence<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<u64, DriverError>> {
+        Box::pin(self.link.next_sequence(key, ttl))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        pattern: &'a str,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<String>, DriverError>>> {
+        Some(Box::pin(Cluster::scan(self, pattern, limit)))
+    }
+
+    fn probe<'a>(
+        &'a self,
+        probe: &'a Probe,
+    ) -> Option<BoxFuture<'a, Vec<Result<ServerReport, DriverError>>>> {
+        Some(Box::pin(async move {
+            match Cluster::probe(self, probe).await {
+                Ok(v) => v.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            }
+        }))
+    }
+
+    fn run_script<'a>(&'a self, call: &'a Call) -> Option<BoxFuture<'a, ScriptReplies>> {
+        Some(Box::pin(async move {
+            (vec![self.link.run(call, "script timed out").await], 1)
+        }))
     }
 }
 

@@ -2,10 +2,14 @@
 //!
 //! One module per topology owns all of it — connecting, commands, renewal and its wake-up
 //! subscriber: [`single`], [`cluster`], [`sentinel`], [`quorum`] (redlock and multi) and
-//! [`memory`]. The Redis ones speak the protocol of `crate::protocol`; `server.rs` is the
-//! protocol on one server connection (single, the sentinel master, each quorum node), and
-//! `conn.rs` builds every connection's settings. Every failure is a [`DriverError`],
-//! turned into a public error in one place (`errors/backend.rs`). This file only dispatches.
+//! [`memory`]. Each implements the backend contract, [`topology::Topology`], and a
+//! [`Backend`] holds one behind it: the only dispatch over topologies. What a backend
+//! offers is computed once, when it is connected ([`capabilities::Capabilities`]). The
+//! Redis ones speak the protocol of `crate::protocol`; `server.rs` is the protocol on one
+//! server connection (single, the sentinel master, each quorum node), and `conn.rs` builds
+//! every connection's settings. Every failure is a [`DriverError`], turned into a public
+//! error in one place (`errors/backend.rs`). Every async method enters distlock's
+//! background runtime itself (`crate::rt::runtime::entered`): callers need not.
 
 mod auth;
 pub(crate) use auth::explain as explain_auth;
@@ -25,6 +29,7 @@ mod sentinel_resolve;
 mod server;
 mod single;
 mod subscriber;
+mod topology;
 mod undo;
 
 use std::sync::atomic::AtomicUsize;
@@ -34,24 +39,16 @@ use std::time::Duration;
 use distlock_config::{BackendConfig, Defaults, Mode, Protocol};
 
 pub(crate) use self::capabilities::{mode_offers, mode_offers_semaphore};
-use self::capabilities::{offers, protocol_fits, semaphore_offered};
+use self::capabilities::{offers, protocol_fits, semaphore_offered, Announce, Capabilities};
+use self::topology::{FencedSet, Topology};
 use crate::errors::backend::DriverError;
 use crate::lease::state::Leases;
-use crate::protocol::keys::{FenceScope, LockKeys, Shape};
+use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
+use crate::rt::runtime::entered;
 use crate::terms::owner::{Hold, OwnerId};
 use crate::{InitError, LockError, LockKind};
-
-/// The store behind a backend.
-#[derive(Debug)]
-enum Driver {
-    Single(server::Server),
-    Cluster(cluster::Cluster),
-    Sentinel(Arc<sentinel::SentinelMaster>),
-    Quorum(quorum::QuorumDriver),
-    Memory(Box<memory::MemoryDriver>),
-}
 
 /// One configured backend.
 #[derive(Debug)]
@@ -84,7 +81,95 @@ pub(crate) struct Backend {
     /// The releases, undos and queue cancels being sent again until the server answers
     /// (`resend.rs`).
     resends: Arc<resend::Resends>,
-    driver: Driver,
+    /// What it offers, computed when it was connected.
+    caps: Capabilities,
+    /// Its topology.
+    driver: Arc<dyn Topology>,
+}
+
+/// A connected topology, its hub and its address (for messages).
+type Connected = (Arc<dyn Topology>, Arc<Hub>, String);
+
+/// `e`, a failure connecting the backend `cfg` describes, as an init error; `user`: the
+/// ACL user its self-check runs as.
+fn init_error(cfg: &BackendConfig, user: Option<&str>, e: DriverError) -> InitError {
+    match e.into_init_error(&cfg.name) {
+        InitError::MissingRights {
+            backend,
+            address,
+            user: _,
+            missing,
+            grant,
+        } => InitError::MissingRights {
+            backend,
+            address,
+            user: user.map(str::to_owned),
+            missing,
+            grant,
+        },
+        other => other,
+    }
+}
+
+/// Connect to the topology `cfg` describes and start its subscriber.
+async fn connect_topology(
+    cfg: &BackendConfig,
+    name: &Arc<str>,
+    settings: &conn::Settings,
+) -> Result<Connected, DriverError> {
+    Ok(match &cfg.mode {
+        Mode::Memory => {
+            let hub = Hub::local();
+            let driver = Arc::new(memory::MemoryDriver::new(hub.clone()));
+            (driver, hub, "memory".to_string())
+        }
+        Mode::Single { url, .. } => {
+            let (single, hub) = single::connect(name, url, settings).await?;
+            (Arc::new(single), hub, url.address.clone())
+        }
+        Mode::Cluster {
+            nodes,
+            sharded_subscription_mode,
+            ..
+        } => {
+            let redisson =
+                (cfg.protocol == Protocol::Redisson).then_some(*sharded_subscription_mode);
+            let (cluster, hub) = cluster::connect(name, nodes, redisson, settings).await?;
+            let address = cluster.address().to_owned();
+            (Arc::new(cluster), hub, address)
+        }
+        Mode::Sentinel {
+            master_name,
+            sentinels,
+            sync_replicas,
+            sync_timeout,
+            master_username,
+            master_password,
+            ..
+        } => {
+            let sync = (*sync_replicas > 0).then_some(sentinel::SyncReplicas {
+                needed: *sync_replicas,
+                timeout: *sync_timeout,
+            });
+            let auth = sentinel::MasterAuth {
+                username: master_username.as_deref(),
+                password: master_password.as_ref().map(|p| p.expose()),
+            };
+            let (master, hub) =
+                sentinel::connect(name, master_name, sentinels, auth, sync, settings).await?;
+            let address = format!("{master_name} via {}", conn::addresses(sentinels));
+            (master, hub, address)
+        }
+        Mode::Redlock { nodes, quorum, .. } | Mode::Multi { nodes, quorum, .. } => {
+            let kind = match &cfg.mode {
+                Mode::Multi { .. } => quorum::QuorumKind::Multi,
+                _ => quorum::QuorumKind::Redlock,
+            };
+            let (driver, hub) = quorum::connect(name, kind, nodes, *quorum, settings).await?;
+            let address = driver.addresses();
+            (Arc::new(driver), hub, address)
+        }
+    })
 }
 
 impl Backend {
@@ -108,82 +193,11 @@ impl Backend {
                 "distlock: tls_insecure_skip_verify = true: the server's certificate is NOT verified; anyone on the path can impersonate the server");
         }
         let check = check::SelfCheck::of(cfg, &defaults.key_prefix);
-        let user = check.as_ref().and_then(|c| c.user()).map(str::to_owned);
-        let fail = |e: DriverError| match e.into_init_error(&cfg.name) {
-            InitError::MissingRights {
-                backend,
-                address,
-                user: _,
-                missing,
-                grant,
-            } => InitError::MissingRights {
-                backend,
-                address,
-                user: user.clone(),
-                missing,
-                grant,
-            },
-            other => other,
-        };
-        let (driver, hub, address) = match &cfg.mode {
-            Mode::Memory => {
-                let hub = Hub::local();
-                let driver = Driver::Memory(Box::new(memory::MemoryDriver::new(hub.clone())));
-                (driver, hub, "memory".to_string())
-            }
-            Mode::Single { url, .. } => {
-                let (server, hub) = single::connect(&name, url, &settings).await.map_err(fail)?;
-                (Driver::Single(server), hub, url.address.clone())
-            }
-            Mode::Cluster {
-                nodes,
-                sharded_subscription_mode,
-                ..
-            } => {
-                let redisson =
-                    (cfg.protocol == Protocol::Redisson).then_some(*sharded_subscription_mode);
-                let (cluster, hub) = cluster::connect(&name, nodes, redisson, &settings)
-                    .await
-                    .map_err(fail)?;
-                let address = cluster.address().to_owned();
-                (Driver::Cluster(cluster), hub, address)
-            }
-            Mode::Sentinel {
-                master_name,
-                sentinels,
-                sync_replicas,
-                sync_timeout,
-                master_username,
-                master_password,
-                ..
-            } => {
-                let sync = (*sync_replicas > 0).then_some(sentinel::SyncReplicas {
-                    needed: *sync_replicas,
-                    timeout: *sync_timeout,
-                });
-                let auth = sentinel::MasterAuth {
-                    username: master_username.as_deref(),
-                    password: master_password.as_ref().map(|p| p.expose()),
-                };
-                let (master, hub) =
-                    sentinel::connect(&name, master_name, sentinels, auth, sync, &settings)
-                        .await
-                        .map_err(fail)?;
-                let address = format!("{master_name} via {}", conn::addresses(sentinels));
-                (Driver::Sentinel(master), hub, address)
-            }
-            Mode::Redlock { nodes, quorum, .. } | Mode::Multi { nodes, quorum, .. } => {
-                let kind = match &cfg.mode {
-                    Mode::Multi { .. } => quorum::QuorumKind::Multi,
-                    _ => quorum::QuorumKind::Redlock,
-                };
-                let (driver, hub) = quorum::connect(&name, kind, nodes, *quorum, &settings)
-                    .await
-                    .map_err(fail)?;
-                let address = driver.addresses();
-                (Driver::Quorum(driver), hub, address)
-            }
-        };
+        let user = check.as_ref().and_then(|c| c.user());
+        let (driver, hub, address) = connect_topology(cfg, &name, &settings)
+            .await
+            .map_err(|e| init_error(cfg, user, e))?;
+        let caps = Capabilities::of(cfg, driver.facts());
         // Redisson's forceUnlock publishes on the lock's channel only: in its format every
         // held lease listens there too.
         let leases = if cfg.protocol == Protocol::Redisson {
@@ -191,16 +205,8 @@ impl Backend {
         } else {
             Leases::default()
         };
-        // `handoff = false`: barging on every mode (a release frees the lock and publishes).
-        let hands_off = cfg.handoff
-            && cfg.protocol == Protocol::Distlock
-            && match &driver {
-                Driver::Single(_) | Driver::Cluster(_) => true,
-                Driver::Sentinel(m) => m.hands_off(),
-                Driver::Memory(_) | Driver::Quorum(_) => false,
-            };
         let handoffs: Option<Arc<crate::lease::handoff::Waiters>> =
-            hands_off.then(Default::default);
+            caps.hand_off.then(Default::default);
         let leases = Arc::new(leases.handing_off(handoffs.clone()));
         let backend = Backend {
             handoffs,
@@ -217,6 +223,7 @@ impl Backend {
             protocol: cfg.protocol,
             mode: cfg.mode.kind(),
             resends: Arc::default(),
+            caps,
             driver,
         };
         if judge {
@@ -232,17 +239,7 @@ impl Backend {
         &self,
     ) -> Option<Vec<Result<crate::obs::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
-        let probe = &check.probe;
-        let reports = match &self.driver {
-            Driver::Memory(_) => return None,
-            Driver::Single(s) => vec![s.probe(probe).await],
-            Driver::Cluster(c) => match c.probe(probe).await {
-                Ok(v) => v.into_iter().map(Ok).collect(),
-                Err(e) => vec![Err(e)],
-            },
-            Driver::Sentinel(m) => vec![m.probe(probe).await],
-            Driver::Quorum(q) => q.probe(probe).await,
-        };
+        let reports = self.driver.probe(&check.probe)?.await;
         Some(
             reports
                 .into_iter()
@@ -259,12 +256,7 @@ impl Backend {
     /// How long a lease of `lease` granted now is valid, as far as this process can tell:
     /// less the clock drift allowance on the quorum backends.
     pub(crate) fn validity(&self, lease: Duration) -> Duration {
-        match &self.driver {
-            Driver::Quorum(q) => q.validity(lease),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                lease
-            }
-        }
+        self.caps.validity(lease)
     }
 
     /// Whether locks of `kind` can be taken here: fair and read-write locks need the whole
@@ -272,11 +264,17 @@ impl Backend {
     /// backend (redlock, multi) would have to agree on a queue or a reader set across
     /// independent masters, which this protocol does not do.
     pub(crate) fn supports(&self, kind: LockKind) -> Result<(), LockError> {
+        if self.caps.offers(kind) {
+            return Ok(());
+        }
         offers(&self.name, self.mode, self.protocol, kind)
     }
 
     /// Whether semaphores can be taken here (see [`semaphore_offered`]).
     pub(crate) fn supports_semaphore(&self) -> Result<(), LockError> {
+        if self.caps.semaphores {
+            return Ok(());
+        }
         semaphore_offered(&self.name, self.mode, self.protocol)
     }
 
@@ -305,7 +303,7 @@ impl Backend {
         match self.protocol {
             Protocol::Redisson => LockKeys::redisson(key, kind, lease),
             Protocol::Distlock => {
-                Ok(LockKeys::for_kind(&self.prefix, key, kind)?.scoped(self.fence_scope()))
+                Ok(LockKeys::for_kind(&self.prefix, key, kind)?.scoped(self.caps.fence_scope))
             }
         }
     }
@@ -321,17 +319,8 @@ impl Backend {
     ) -> Result<LockKeys, LockError> {
         Ok(
             LockKeys::semaphore(&self.prefix, key, permits, limit, fair)?
-                .scoped(self.fence_scope()),
+                .scoped(self.caps.fence_scope),
         )
-    }
-
-    /// Which counter this backend's fencing tokens come from (`FenceScope`).
-    fn fence_scope(&self) -> FenceScope {
-        match &self.driver {
-            Driver::Single(_) | Driver::Sentinel(_) => FenceScope::Server,
-            Driver::Cluster(_) => FenceScope::Slot,
-            Driver::Quorum(_) | Driver::Memory(_) => FenceScope::Key,
-        }
     }
 
     /// Whether this backend speaks Redisson's format.
@@ -351,51 +340,43 @@ impl Backend {
     ) -> Result<Attempt, LockError> {
         // What the keys lay out was checked once, before the first attempt (the engine's
         // `check_terms`), not again per attempt.
-        let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.acquire(keys, hold, lease, wait)),
-            Driver::Single(s) => s.acquire(keys, hold, lease, wait).await,
-            Driver::Cluster(c) => c.acquire(keys, hold, lease, wait).await,
-            Driver::Sentinel(m) => m.acquire(keys, hold, lease, wait).await,
-            Driver::Quorum(q) => Ok(q.acquire(keys, hold, lease).await),
-        };
+        let r = entered(self.driver.acquire(keys, hold, lease, wait)).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// A fair or write waiter gives up waiting: it leaves the queue. Returns whether it
     /// was queued.
     pub(crate) async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
-        let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.cancel(keys, owner)),
-            Driver::Single(s) => s.cancel(keys, owner).await,
-            Driver::Cluster(c) => c.cancel(keys, owner).await,
-            Driver::Sentinel(m) => m.cancel(keys, owner).await,
-            Driver::Quorum(_) => Ok(false),
-        };
+        entered(self.send_cancel(keys, owner)).await
+    }
+
+    /// [`Backend::cancel`], in the task that polls it.
+    async fn send_cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
+        let r = self.driver.cancel(keys, owner).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// Leave the queue without waiting (a waiter that timed out or was dropped): in the
     /// background, sent again until the server answers (`resend.rs`).
     pub(crate) fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
-        match &self.driver {
-            Driver::Memory(m) => {
-                m.cancel(&keys, owner);
-            }
-            Driver::Quorum(_) => {}
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) => {
-                let backend = self.clone();
-                let keys = Arc::new(keys);
-                self.resend(
-                    "leaving the wait queue",
-                    &keys.clone(),
-                    move || {
-                        let (backend, keys) = (backend.clone(), keys.clone());
-                        async move { backend.cancel(&keys, owner).await.map(drop) }
-                    },
-                    || {},
-                );
-            }
+        if let Some(store) = self.driver.local() {
+            return store.cancel_now(&keys, owner);
         }
+        // No queue to leave where fair and write locks are not offered (redlock, multi).
+        if !self.caps.offers(LockKind::Fair) {
+            return;
+        }
+        let backend = self.clone();
+        let keys = Arc::new(keys);
+        self.resend(
+            "leaving the wait queue",
+            &keys.clone(),
+            move || {
+                let (backend, keys) = (backend.clone(), keys.clone());
+                async move { backend.send_cancel(&keys, owner).await.map(drop) }
+            },
+            || {},
+        );
     }
 
     /// Run `attempt` (a release, an undo or a queue cancel of `keys`: safe to run twice) in
@@ -430,30 +411,29 @@ impl Backend {
     /// timeout.
     #[allow(dead_code)] // The graceful shutdown's; tests use it meanwhile.
     pub(crate) async fn flush_resends(&self) {
-        self.resends.flush().await;
-        if let Driver::Quorum(q) = &self.driver {
-            q.resends.flush().await;
-        }
+        entered(async {
+            self.resends.flush().await;
+            if let Some(own) = self.driver.resends() {
+                own.flush().await;
+            }
+        })
+        .await;
     }
 
     /// How many releases, undos and queue cancels are being sent again.
     #[allow(dead_code)] // Diagnostics and tests.
     pub(crate) fn resends_pending(&self) -> usize {
-        let nodes = match &self.driver {
-            Driver::Quorum(q) => q.resends.pending(),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => 0,
-        };
-        self.resends.pending() + nodes
+        let own = self.driver.resends().map_or(0, |r| r.pending());
+        self.resends.pending() + own
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
-        let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.release(keys, hold)),
-            Driver::Single(s) => s.release(keys, hold).await,
-            Driver::Cluster(c) => c.release(keys, hold).await,
-            Driver::Sentinel(m) => m.release(keys, hold).await,
-            Driver::Quorum(q) => q.release(keys, hold).await,
-        };
+        entered(self.send_release(keys, hold)).await
+    }
+
+    /// [`Backend::release`], in the task that polls it.
+    async fn send_release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
+        let r = self.driver.release(keys, hold).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
@@ -467,12 +447,7 @@ impl Backend {
         lease: Duration,
         holder: Option<&str>,
     ) -> Result<Option<crate::protocol::HandedOff>, LockError> {
-        let r = match &self.driver {
-            Driver::Memory(_) | Driver::Quorum(_) => Ok(None),
-            Driver::Single(s) => s.handoff(keys, hold, to, lease, holder).await,
-            Driver::Cluster(c) => c.handoff(keys, hold, to, lease, holder).await,
-            Driver::Sentinel(m) => m.handoff(keys, hold, to, lease, holder).await,
-        };
+        let r = entered(self.driver.hand_off(keys, hold, to, lease, holder)).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
@@ -483,13 +458,7 @@ impl Backend {
         items: &[(&LockKeys, OwnerId)],
         lease: Duration,
     ) -> Vec<Result<bool, LockError>> {
-        let results = match &self.driver {
-            Driver::Memory(m) => m.renew(items, lease).into_iter().map(Ok).collect(),
-            Driver::Single(s) => s.renew_each(items, lease).await,
-            Driver::Cluster(c) => c.renew_each(items, lease).await,
-            Driver::Sentinel(m) => m.renew_each(items, lease).await,
-            Driver::Quorum(q) => q.renew_each(items, lease).await,
-        };
+        let results = entered(self.driver.renew_each(items, lease)).await;
         results
             .into_iter()
             .zip(items)
@@ -502,40 +471,32 @@ impl Backend {
     /// processes check their leases (`crate::upkeep::revoke`).
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
         let to = crate::protocol::revocation_channel(&self.prefix);
-        let r = match &self.driver {
-            // Every holder is in this process: each is marked lost before this returns.
-            Driver::Memory(m) => {
-                let freed = m.force_release(keys);
-                let only = match &keys.shape {
-                    Shape::Semaphore(sem) => sem.only_holder.as_deref(),
-                    Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => None,
-                };
-                let concerned = |l: &crate::lease::state::LeaseState| {
-                    l.keys.hash == keys.hash
-                        && only.is_none_or(|o| l.owner.hex().as_slice() == o.as_bytes())
-                };
-                for lease in self.leases.held(concerned) {
-                    lease.mark_lost("the lock was force-released".into());
-                }
-                Ok(freed)
-            }
-            Driver::Single(s) => s.force_release(keys, &to).await,
-            Driver::Cluster(c) => c.force_release(keys, &to).await,
-            Driver::Sentinel(m) => m.force_release(keys, &to).await,
-            Driver::Quorum(q) => q.force_release(keys, &to).await,
-        };
+        let r = entered(self.driver.force_release(keys, &to)).await;
+        if r.is_ok() && self.driver.local().is_some() {
+            self.mark_force_released(keys);
+        }
         r.map_err(self.fail(Some(&keys.user)))
+    }
+
+    /// Every holder of `keys` is in this process (memory): each is marked lost before the
+    /// forced release returns.
+    fn mark_force_released(&self, keys: &LockKeys) {
+        let only = match &keys.shape {
+            Shape::Semaphore(sem) => sem.only_holder.as_deref(),
+            Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => None,
+        };
+        let concerned = |l: &crate::lease::state::LeaseState| {
+            l.keys.hash == keys.hash
+                && only.is_none_or(|o| l.owner.hex().as_slice() == o.as_bytes())
+        };
+        for lease in self.leases.held(concerned) {
+            lease.mark_lost("the lock was force-released".into());
+        }
     }
 
     /// INCR `key` (a plain counter, outside the lock layout), giving it `ttl` when new.
     pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, LockError> {
-        let r = match &self.driver {
-            Driver::Memory(m) => Ok(m.next_sequence(key)),
-            Driver::Single(s) => s.next_sequence(key, ttl).await,
-            Driver::Cluster(c) => c.next_sequence(key, ttl).await,
-            Driver::Sentinel(m) => m.next_sequence(key, ttl).await,
-            Driver::Quorum(q) => q.next_sequence(key, ttl).await,
-        };
+        let r = entered(self.driver.next_sequence(key, ttl)).await;
         r.map_err(self.fail(Some(key)))
     }
 
@@ -546,13 +507,7 @@ impl Backend {
         pattern: &str,
         limit: usize,
     ) -> Option<Result<Vec<String>, LockError>> {
-        let r = match &self.driver {
-            Driver::Memory(_) => return None,
-            Driver::Single(s) => s.scan(pattern, limit).await,
-            Driver::Cluster(c) => c.scan(pattern, limit).await,
-            Driver::Sentinel(m) => m.scan(pattern, limit).await,
-            Driver::Quorum(q) => q.scan(pattern, limit).await,
-        };
+        let r = entered(self.driver.scan(pattern, limit)?).await;
         Some(r.map_err(self.fail(None)))
     }
 
@@ -561,27 +516,15 @@ impl Backend {
     pub(crate) async fn probe(
         &self,
     ) -> Option<Vec<Result<crate::obs::report::ServerReport, LockError>>> {
-        let r = self.probe_servers().await?;
+        let r = entered(self.probe_servers()).await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }
 
     /// The address each reply of [`Backend::run_script`] came from.
     pub(crate) fn script_addresses(&self) -> Vec<String> {
-        match &self.driver {
-            Driver::Quorum(q) => q.node_addresses(),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                vec![self.address.clone()]
-            }
-        }
-    }
-
-    /// The in-process store, on a memory backend (`crate::ops::fence` keeps its values there).
-    pub(crate) fn memory(&self) -> Option<&memory::MemoryDriver> {
-        match &self.driver {
-            Driver::Memory(m) => Some(m),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
-                None
-            }
+        match &self.caps.reply_addresses {
+            Some(nodes) => nodes.clone(),
+            None => vec![self.address.clone()],
         }
     }
 
@@ -594,13 +537,7 @@ impl Backend {
         key: &str,
         call: &crate::protocol::Call,
     ) -> Option<(Vec<Result<redis::Value, LockError>>, usize)> {
-        let (replies, needed) = match &self.driver {
-            Driver::Memory(_) => return None,
-            Driver::Single(s) => (vec![s.run(call, "script timed out").await], 1),
-            Driver::Cluster(c) => (vec![c.run(call, "script timed out").await], 1),
-            Driver::Sentinel(m) => (vec![m.run(call).await], 1),
-            Driver::Quorum(q) => q.run_on_all(call).await,
-        };
+        let (replies, needed) = entered(self.driver.run_script(call)?).await;
         let replies = replies
             .into_iter()
             .map(|r| r.map_err(|e| e.into_lock_error(&self.name, Some(key))))
@@ -611,12 +548,7 @@ impl Backend {
     /// Whether it is a Redis Cluster backend (inspection asks the node that answers for its
     /// own address: `protocol/inspect.lua`).
     pub(crate) fn is_cluster(&self) -> bool {
-        match &self.driver {
-            Driver::Cluster(_) => true,
-            Driver::Single(_) | Driver::Sentinel(_) | Driver::Quorum(_) | Driver::Memory(_) => {
-                false
-            }
-        }
+        self.caps.cluster
     }
 
     /// A fenced write (`crate::ops::fence`) on a redlock or multi backend: stored on a
@@ -631,21 +563,16 @@ impl Backend {
         token: u64,
         ttl_ms: u64,
     ) -> Option<Result<bool, LockError>> {
-        let q = match &self.driver {
-            Driver::Quorum(q) => q,
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                return None
-            }
-        };
-        Some(match q.fenced_set(name, value, token, ttl_ms).await {
-            quorum::fenced::FencedSet::Stored => Ok(true),
-            quorum::fenced::FencedSet::Stale => Ok(false),
-            quorum::fenced::FencedSet::Failed {
+        let set = entered(self.driver.fenced_set(name, value, token, ttl_ms)?).await;
+        Some(match set {
+            FencedSet::Stored => Ok(true),
+            FencedSet::Stale => Ok(false),
+            FencedSet::Failed {
                 error: Some(e),
                 nodes: 1,
                 ..
             } => Err(e.into_lock_error(&self.name, Some(key))),
-            quorum::fenced::FencedSet::Failed {
+            FencedSet::Failed {
                 stored,
                 needed,
                 nodes,
@@ -662,12 +589,53 @@ impl Backend {
 
     /// The mode's name when it is a quorum backend (redlock, multi), else `None`.
     pub(crate) fn quorum_mode(&self) -> Option<&'static str> {
-        match &self.driver {
-            Driver::Quorum(q) => Some(q.mode_name()),
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Memory(_) => {
-                None
-            }
-        }
+        self.caps.quorum_mode
+    }
+
+    /// A fenced write (`crate::ops::fence`) done at once where the store is in this
+    /// process (memory): whether it was stored. `None` elsewhere: a script does it.
+    pub(crate) fn local_fenced_set(
+        &self,
+        name: &str,
+        value: &[u8],
+        token: u64,
+        ttl: Option<Duration>,
+    ) -> Option<bool> {
+        Some(self.driver.local()?.fenced_set(name, value, token, ttl))
+    }
+
+    /// A fenced claim (`crate::ops::fence`) done at once where the store is in this
+    /// process (memory): whether it was claimed. `None` elsewhere: a script does it.
+    pub(crate) fn local_fenced_claim(
+        &self,
+        name: &str,
+        token: u64,
+        ttl: Option<Duration>,
+    ) -> Option<bool> {
+        Some(self.driver.local()?.fenced_claim(name, token, ttl))
+    }
+
+    /// A fenced value and its token (`crate::ops::fence`), read at once where the store is
+    /// in this process (memory). `None` elsewhere: a script reads it.
+    pub(crate) fn local_fenced_get(&self, name: &str) -> Option<Option<(Vec<u8>, u64)>> {
+        Some(self.driver.local()?.fenced_get(name))
+    }
+
+    /// The holder text, token and lease left of the reentrant lock `keys`, read at once
+    /// where the store is in this process (memory; `crate::primitives::leader`): the inner
+    /// `None` when nobody holds it. `None` elsewhere: inspection reads it.
+    pub(crate) fn local_holder(
+        &self,
+        keys: &LockKeys,
+    ) -> Option<Option<(Arc<str>, u64, Duration)>> {
+        Some(self.driver.local()?.holder(keys))
+    }
+
+    /// How many holders the store keeps now, where it is in this process (memory); `None`
+    /// elsewhere (the servers know). Feature `test-support`.
+    #[cfg(feature = "test-support")]
+    pub(crate) fn local_holders(&self) -> Option<usize> {
+        Some(self.driver.local()?.holders())
     }
 
     /// Publish `message` on `channel`, a channel under the hash tag of the lock `keys`
@@ -680,19 +648,20 @@ impl Backend {
         channel: &str,
         message: &str,
     ) -> Result<(), LockError> {
-        let verb = match &self.driver {
-            Driver::Memory(m) => {
-                m.deliver(channel);
+        let verb = match self.caps.announce {
+            Announce::Publish(verb) => verb,
+            Announce::Deliver => {
+                if let Some(store) = self.driver.local() {
+                    store.deliver(channel);
+                }
                 return Ok(());
             }
-            Driver::Quorum(_) => {
+            Announce::NotOffered => {
                 return Err(self.unsupported(
                     crate::Feature::Announce,
                     "a message goes to one server; a quorum backend has independent masters",
                 ))
             }
-            Driver::Cluster(_) => crate::protocol::Publish::Sharded,
-            Driver::Single(_) | Driver::Sentinel(_) => crate::protocol::Publish::Plain,
         };
         let call = crate::protocol::Call::raw(
             crate::protocol::Script::Announce,
@@ -723,30 +692,26 @@ impl Backend {
         hold: Hold,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
-        match &self.driver {
-            Driver::Memory(m) => {
-                m.release(&keys, hold);
-            }
-            Driver::Single(_) | Driver::Cluster(_) | Driver::Sentinel(_) | Driver::Quorum(_) => {
-                let backend = self.clone();
-                let keys = Arc::new(keys);
-                // Sent until the server answers (`resend.rs`); on a runtime that is
-                // shutting down the task is dropped, and the lease runs out on its own.
-                self.resend(
-                    "a background release",
-                    &keys.clone(),
-                    move || {
-                        let (backend, keys) = (backend.clone(), keys.clone());
-                        async move {
-                            backend.release(&keys, hold).await?;
-                            backend.undo_again_later(&keys, hold);
-                            Ok(())
-                        }
-                    },
-                    move || drop(permit),
-                );
-            }
+        if let Some(store) = self.driver.local() {
+            return store.release_now(&keys, hold);
         }
+        let backend = self.clone();
+        let keys = Arc::new(keys);
+        // Sent until the server answers (`resend.rs`); on a runtime that is shutting
+        // down the task is dropped, and the lease runs out on its own.
+        self.resend(
+            "a background release",
+            &keys.clone(),
+            move || {
+                let (backend, keys) = (backend.clone(), keys.clone());
+                async move {
+                    backend.send_release(&keys, hold).await?;
+                    backend.undo_again_later(&keys, hold);
+                    Ok(())
+                }
+            },
+            move || drop(permit),
+        );
     }
 
     /// Run `fut` on distlock's background runtime, counted as this backend's background
@@ -768,7 +733,7 @@ impl Backend {
     /// and queue cancels being sent again until the server answers ([`Backend::resend`])
     /// are flushed too, those asleep in their backoff sent at once.
     pub(crate) async fn flush_releases(&self) {
-        self.leases.background.idle().await;
+        entered(self.leases.background.idle()).await;
         self.flush_resends().await;
     }
 }

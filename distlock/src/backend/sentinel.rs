@@ -27,19 +27,24 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use distlock_config::RedisUrl;
+use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::{ConnectionInfo, Value};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use super::capabilities::{Announce, Facts};
 use super::conn::Settings;
 use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
+use super::topology::{ScriptReplies, Topology};
 use crate::errors::backend::{bounded, DriverError};
-use crate::protocol::keys::LockKeys;
-use crate::protocol::{Attempt, Call, Publish, Released};
+use crate::obs::report::ServerReport;
+use crate::protocol::keys::{FenceScope, LockKeys};
+use crate::protocol::probe::Probe;
+use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
 use crate::terms::owner::{Hold, OwnerId};
@@ -642,6 +647,101 @@ async fn monitor(
             let i = master.next_sentinel.load(Ordering::Relaxed);
             master.next_sentinel.store((i + 1) % n, Ordering::Relaxed);
         }
+    }
+}
+
+impl Topology for SentinelMaster {
+    fn facts(&self) -> Facts {
+        Facts {
+            fence_scope: FenceScope::Server,
+            hand_off: self.hands_off(),
+            quorum: None,
+            announce: Announce::Publish(Publish::Plain),
+            cluster: false,
+            reply_addresses: None,
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, DriverError>> {
+        Box::pin(SentinelMaster::acquire(self, keys, hold, lease, wait))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<Released, DriverError>> {
+        Box::pin(SentinelMaster::release(self, keys, hold))
+    }
+
+    fn hand_off<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        to: Hold,
+        lease: Duration,
+        holder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<HandedOff>, DriverError>> {
+        Box::pin(self.handoff(keys, hold, to, lease, holder))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        owner: OwnerId,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(SentinelMaster::cancel(self, keys, owner))
+    }
+
+    fn renew_each<'a>(
+        &'a self,
+        items: &'a [(&'a LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> BoxFuture<'a, Vec<Result<bool, DriverError>>> {
+        Box::pin(SentinelMaster::renew_each(self, items, lease))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        revocation: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(SentinelMaster::force_release(self, keys, revocation))
+    }
+
+    fn next_sequence<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<u64, DriverError>> {
+        Box::pin(SentinelMaster::next_sequence(self, key, ttl))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        pattern: &'a str,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<String>, DriverError>>> {
+        Some(Box::pin(SentinelMaster::scan(self, pattern, limit)))
+    }
+
+    fn probe<'a>(
+        &'a self,
+        probe: &'a Probe,
+    ) -> Option<BoxFuture<'a, Vec<Result<ServerReport, DriverError>>>> {
+        Some(Box::pin(async move {
+            vec![SentinelMaster::probe(self, probe).await]
+        }))
+    }
+
+    fn run_script<'a>(&'a self, call: &'a Call) -> Option<BoxFuture<'a, ScriptReplies>> {
+        Some(Box::pin(async move { (vec![self.run(call).await], 1) }))
     }
 }
 

@@ -306,8 +306,8 @@ impl Fence {
     pub async fn set(&self, value: impl AsRef<[u8]>, token: u64) -> Result<bool, LockError> {
         let (backend, name) = self.resolve()?;
         let ttl_ms = self.ttl_ms(&backend.name)?;
-        if let Some(m) = backend.memory() {
-            return Ok(m.fenced_set(&name, value.as_ref(), token, self.ttl));
+        if let Some(stored) = backend.local_fenced_set(&name, value.as_ref(), token, self.ttl) {
+            return Ok(stored);
         }
         if let Some(r) = backend
             .quorum_fenced_set(&self.key, &name, value.as_ref(), token, ttl_ms)
@@ -399,8 +399,8 @@ impl Fence {
     pub async fn claim(&self, token: u64) -> Result<bool, LockError> {
         let (backend, name) = self.resolve()?;
         let ttl_ms = self.ttl_ms(&backend.name)?;
-        if let Some(m) = backend.memory() {
-            return Ok(m.fenced_claim(&name, token, self.ttl));
+        if let Some(claimed) = backend.local_fenced_claim(&name, token, self.ttl) {
+            return Ok(claimed);
         }
         let call = Call::raw(
             Script::FenceClaim,
@@ -449,10 +449,8 @@ impl Fence {
     /// among a quorum of nodes' answers.
     pub async fn get(&self) -> Result<Option<Fenced>, LockError> {
         let (backend, name) = self.resolve()?;
-        if let Some(m) = backend.memory() {
-            return Ok(m
-                .fenced_get(&name)
-                .map(|(value, token)| Fenced { value, token }));
+        if let Some(found) = backend.local_fenced_get(&name) {
+            return Ok(found.map(|(value, token)| Fenced { value, token }));
         }
         let call = Call::raw(Script::FenceGet, vec![name], Vec::new());
         let Some((replies, needed)) = backend.run_script(&self.key, &call).await else {

@@ -70,7 +70,7 @@ impl IdGenerator {
             .saturating_sub(EPOCH_UNIX_SECS);
         let day = secs / 86_400;
         let key = format!("{}ids:{}:{day}", backend.prefix, self.name);
-        let seq = crate::rt::runtime::entered(backend.next_sequence(&key, SEQUENCE_TTL)).await?;
+        let seq = backend.next_sequence(&key, SEQUENCE_TTL).await?;
         Ok(((secs & 0xffff_ffff) << 32) | (seq & 0xffff_ffff))
     }
 }

@@ -195,9 +195,7 @@ impl Registry {
         backend: Option<&str>,
     ) -> Result<Vec<Result<ServerReport, LockError>>, LockError> {
         let backend = self.backend(backend)?;
-        Ok(crate::rt::runtime::entered(backend.probe())
-            .await
-            .unwrap_or_default())
+        Ok(backend.probe().await.unwrap_or_default())
     }
 
     /// Everything about the locks on `key` (of every kind: a reentrant, a fair, a read or
@@ -218,7 +216,7 @@ impl Registry {
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
         redisson_uninspectable(&backend)?;
-        crate::rt::runtime::entered(inspect_on(&backend, key)).await
+        inspect_on(&backend, key).await
     }
 
     /// The locks held or waited for on `backend` (`None`: the default) whose key matches
@@ -240,25 +238,22 @@ impl Registry {
     ) -> Result<Vec<LockInfo>, LockError> {
         let backend = self.backend(backend)?;
         redisson_uninspectable(&backend)?;
-        crate::rt::runtime::entered(async {
-            let glob = pattern.unwrap_or("*");
-            let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
-            let names = match backend.scan(&scan, SCAN_LIMIT).await {
-                Some(r) => r?,
-                None => return Err(no_inspection(&backend)),
-            };
-            let keys: BTreeSet<String> = names
-                .iter()
-                .filter_map(|n| user_key(&backend.prefix, n))
-                .filter(|k| glob_match(glob.as_bytes(), k.as_bytes()))
-                .collect();
-            let mut out = Vec::new();
-            for key in keys {
-                out.extend(inspect_on(&backend, &key).await?);
-            }
-            Ok(out)
-        })
-        .await
+        let glob = pattern.unwrap_or("*");
+        let scan = format!("{}{{{}*", escape_glob(&backend.prefix), glob_for_scan(glob));
+        let names = match backend.scan(&scan, SCAN_LIMIT).await {
+            Some(r) => r?,
+            None => return Err(no_inspection(&backend)),
+        };
+        let keys: BTreeSet<String> = names
+            .iter()
+            .filter_map(|n| user_key(&backend.prefix, n))
+            .filter(|k| glob_match(glob.as_bytes(), k.as_bytes()))
+            .collect();
+        let mut out = Vec::new();
+        for key in keys {
+            out.extend(inspect_on(&backend, &key).await?);
+        }
+        Ok(out)
     }
 }
 

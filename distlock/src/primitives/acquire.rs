@@ -396,7 +396,7 @@ impl Attempts {
         let Some(q) = self.stale.as_mut() else {
             return Ok(false);
         };
-        match crate::rt::runtime::entered(t.backend.cancel(&q.keys, q.owner)).await {
+        match t.backend.cancel(&q.keys, q.owner).await {
             Ok(_) => {
                 q.armed = false;
                 self.stale = None;
@@ -458,8 +458,9 @@ impl Attempts {
                 ttl: Some(until.saturating_duration_since(sent)),
             }),
             None => {
-                let acquire = t.backend.acquire(&self.keys, self.hold, t.lease_len, left);
-                crate::rt::runtime::entered(acquire).await
+                t.backend
+                    .acquire(&self.keys, self.hold, t.lease_len, left)
+                    .await
             }
         };
         (sent, result)

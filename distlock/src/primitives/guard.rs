@@ -244,9 +244,9 @@ async fn hand_off(
         sole,
     };
     let sent = tokio::time::Instant::now();
-    let result =
-        crate::rt::runtime::entered(backend.hand_off(keys, hold, to, lease, holder.as_deref()))
-            .await;
+    let result = backend
+        .hand_off(keys, hold, to, lease, holder.as_deref())
+        .await;
     tracing::debug!(backend = %backend.name, key = %keys.user, result = ?result, "distlock: released (hand-off)");
     let released = match result {
         Ok(Some(HandedOff::To { token })) => {
@@ -370,7 +370,7 @@ async fn release_plain(
     // run harmless.
     let mut pending = ReleaseOnDrop::new(backend, keys, hold);
     pending.permit = sole;
-    let result = crate::rt::runtime::entered(backend.release(keys, hold)).await;
+    let result = backend.release(keys, hold).await;
     // A transient failure (the reply lost, the server restarting): sent again in the
     // background; otherwise the outcome is known.
     if !matches!(&result, Err(e) if e.is_transient()) {

@@ -325,9 +325,7 @@ impl Leader {
     /// ```
     pub async fn current(&self) -> Result<Option<LeaderInfo>, LockError> {
         let (_, backend, keys) = self.resolve()?;
-        crate::rt::runtime::entered(read(&backend, &keys))
-            .await
-            .map(|(now, _)| now)
+        read(&backend, &keys).await.map(|(now, _)| now)
     }
 
     /// Who leads now, and every change after: a [`tokio::sync::watch::Receiver`] whose value
@@ -560,8 +558,7 @@ impl LeaderGuard {
     /// Publish a change on the election's channel; a failure is logged (observers then
     /// see the change at their next poll).
     async fn announce(&self, what: &str) {
-        let r = crate::rt::runtime::entered(self.backend.announce(&self.keys, &self.channel, what))
-            .await;
+        let r = self.backend.announce(&self.keys, &self.channel, what).await;
         if let Err(e) = r {
             tracing::warn!(backend = %self.backend.name, key = %self.keys.user, error = %e,
                 "distlock: announcing a change of leader failed; observers see it within their poll interval");
@@ -603,8 +600,8 @@ async fn read(
     backend: &Backend,
     keys: &LockKeys,
 ) -> Result<(Option<LeaderInfo>, Option<Duration>), LockError> {
-    if let Some(m) = backend.memory() {
-        return Ok(match m.holder(keys) {
+    if let Some(found) = backend.local_holder(keys) {
+        return Ok(match found {
             Some((text, epoch, ttl)) => (
                 Some(LeaderInfo {
                     info: info_of(&text),

@@ -392,7 +392,7 @@ impl Lock {
         let backend = registry.backend(self.backend.as_deref())?;
         backend.supports(self.kind)?;
         let keys = backend.keys(self.key, self.kind, backend.watchdog_timeout)?;
-        crate::rt::runtime::entered(backend.force_release(&keys)).await
+        backend.force_release(&keys).await
     }
 }
 

@@ -389,7 +389,7 @@ impl Semaphore {
         backend.supports_semaphore()?;
         let permits = self.permits.max(1);
         let keys = backend.semaphore_keys(self.key, permits, permits, false)?;
-        crate::rt::runtime::entered(backend.force_release(&keys)).await
+        backend.force_release(&keys).await
     }
 
     /// Administration: give back the permits of one holder of this semaphore, its holder
@@ -431,7 +431,7 @@ impl Semaphore {
         if let crate::protocol::keys::Shape::Semaphore(sem) = &mut keys.shape {
             sem.only_holder = Some(holder.to_owned());
         }
-        crate::rt::runtime::entered(backend.force_release(&keys)).await
+        backend.force_release(&keys).await
     }
 }
 

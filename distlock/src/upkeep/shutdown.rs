@@ -64,11 +64,7 @@ pub(crate) async fn shut_down(backend: &Arc<Backend>, deadline: Instant) {
 
 /// Release `lease` (its guard still lives and did not let go), by `deadline`.
 async fn release(backend: &Arc<Backend>, lease: &Arc<LeaseState>, deadline: Instant) {
-    let sent = tokio::time::timeout_at(
-        deadline,
-        crate::rt::runtime::entered(backend.release(&lease.keys, lease.hold)),
-    )
-    .await;
+    let sent = tokio::time::timeout_at(deadline, backend.release(&lease.keys, lease.hold)).await;
     match sent {
         Ok(Ok(r)) => {
             tracing::debug!(backend = %backend.name, key = %lease.keys.user, result = ?r, "distlock: released at shutdown");
@@ -85,11 +81,9 @@ async fn release(backend: &Arc<Backend>, lease: &Arc<LeaseState>, deadline: Inst
         }
     }
     if let Some(channel) = lease.resign_channel() {
-        let announced = tokio::time::timeout_at(
-            deadline,
-            crate::rt::runtime::entered(backend.announce(&lease.keys, channel, "resigned")),
-        )
-        .await;
+        let announced =
+            tokio::time::timeout_at(deadline, backend.announce(&lease.keys, channel, "resigned"))
+                .await;
         if !matches!(announced, Ok(Ok(()))) {
             tracing::debug!(backend = %backend.name, key = %lease.keys.user,
                 "distlock: announcing a leader's resignation at shutdown failed; observers see it within their poll interval");

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::{finish_in_background, QuorumDriver, Settle};
+use crate::backend::topology::FencedSet;
 use crate::errors::backend::DriverError;
 use crate::protocol::{Call, Script};
 
@@ -29,23 +30,6 @@ enum NodeSet {
     Stored,
     /// Refused: the node holds a newer token.
     Stale,
-}
-
-/// What a fenced write on a quorum backend came to.
-#[derive(Debug)]
-pub(crate) enum FencedSet {
-    /// Stored on a quorum; no node that answered holds a newer token.
-    Stored,
-    /// A node that answered holds a newer token: refused (and undone where it was taken).
-    Stale,
-    /// Too few nodes answered (undone where it was taken): how many stored it, of how
-    /// many nodes, how many were needed, and the first node's error.
-    Failed {
-        stored: usize,
-        needed: usize,
-        nodes: usize,
-        error: Option<DriverError>,
-    },
 }
 
 impl QuorumDriver {

@@ -126,12 +126,20 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use self::node::Node;
+use super::capabilities::{validity_under_drift, Announce, Facts};
 use super::conn::Settings;
+use super::resend::Resends;
+use super::topology::{ready, FencedSet, ScriptReplies, Topology};
 use crate::errors::backend::DriverError;
+use crate::obs::report::ServerReport;
+use crate::protocol::keys::{FenceScope, LockKeys};
+use crate::protocol::probe::Probe;
+use crate::protocol::{Attempt, Call, HandedOff, Released};
 use crate::rt::hub::{Hub, SubscribeRequest};
+use crate::terms::owner::{Hold, OwnerId};
 
 mod fanout;
-pub(crate) mod fenced;
+mod fenced;
 mod node;
 mod ops;
 
@@ -196,7 +204,7 @@ pub(crate) struct QuorumDriver {
     options: QuorumOptions,
     /// Releases re-sent to single nodes that failed while the quorum's release was
     /// decided (`ops.rs`, `super::resend`).
-    pub(super) resends: Arc<super::resend::Resends>,
+    resends: Arc<Resends>,
     /// The backend's name, for the re-sends' logs.
     backend: Arc<str>,
 }
@@ -312,11 +320,6 @@ pub(crate) async fn connect(
 }
 
 impl QuorumDriver {
-    /// `redlock` or `multi`, as in the configuration.
-    pub(crate) fn mode_name(&self) -> &'static str {
-        self.kind.name()
-    }
-
     /// The nodes' addresses, comma-separated.
     pub(crate) fn addresses(&self) -> String {
         self.nodes
@@ -374,14 +377,9 @@ impl QuorumDriver {
         }
     }
 
-    /// The part of a lease that clock drift may eat: `lease × drift_factor + 2 ms`.
-    fn drift(&self, lease: Duration) -> Duration {
-        lease.mul_f64(self.options.drift_factor) + Duration::from_millis(2)
-    }
-
     /// How long a lease granted (or renewed) now is valid, as far as this process can tell.
-    pub(crate) fn validity(&self, lease: Duration) -> Duration {
-        lease.saturating_sub(self.drift(lease))
+    fn validity(&self, lease: Duration) -> Duration {
+        validity_under_drift(lease, self.options.drift_factor)
     }
 
     /// The random pause before the next attempt: `retry_delay / 2 ..= retry_delay`.
@@ -491,6 +489,117 @@ impl QuorumDriver {
             nodes: self.nodes.len(),
             failures,
         })
+    }
+}
+
+impl Topology for QuorumDriver {
+    fn facts(&self) -> Facts {
+        Facts {
+            fence_scope: FenceScope::Key,
+            hand_off: false,
+            quorum: Some((self.kind.name(), self.options.drift_factor)),
+            announce: Announce::NotOffered,
+            cluster: false,
+            reply_addresses: Some(self.node_addresses()),
+        }
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        lease: Duration,
+        _wait: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, DriverError>> {
+        Box::pin(async move { Ok(QuorumDriver::acquire(self, keys, hold, lease).await) })
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<Released, DriverError>> {
+        Box::pin(QuorumDriver::release(self, keys, hold))
+    }
+
+    /// Not offered: a hand-off is one script on one server.
+    fn hand_off<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        _hold: Hold,
+        _to: Hold,
+        _lease: Duration,
+        _holder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<HandedOff>, DriverError>> {
+        ready(Ok(None))
+    }
+
+    /// No queues: fair and write locks are not offered here.
+    fn cancel<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        _owner: OwnerId,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        ready(Ok(false))
+    }
+
+    fn renew_each<'a>(
+        &'a self,
+        items: &'a [(&'a LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> BoxFuture<'a, Vec<Result<bool, DriverError>>> {
+        Box::pin(QuorumDriver::renew_each(self, items, lease))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        revocation: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        Box::pin(QuorumDriver::force_release(self, keys, revocation))
+    }
+
+    fn next_sequence<'a>(
+        &'a self,
+        key: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<u64, DriverError>> {
+        Box::pin(QuorumDriver::next_sequence(self, key, ttl))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        pattern: &'a str,
+        limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<String>, DriverError>>> {
+        Some(Box::pin(QuorumDriver::scan(self, pattern, limit)))
+    }
+
+    fn probe<'a>(
+        &'a self,
+        probe: &'a Probe,
+    ) -> Option<BoxFuture<'a, Vec<Result<ServerReport, DriverError>>>> {
+        Some(Box::pin(QuorumDriver::probe(self, probe)))
+    }
+
+    fn run_script<'a>(&'a self, call: &'a Call) -> Option<BoxFuture<'a, ScriptReplies>> {
+        Some(Box::pin(self.run_on_all(call)))
+    }
+
+    fn fenced_set<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        token: u64,
+        ttl_ms: u64,
+    ) -> Option<BoxFuture<'a, FencedSet>> {
+        Some(Box::pin(QuorumDriver::fenced_set(
+            self, name, value, token, ttl_ms,
+        )))
+    }
+
+    fn resends(&self) -> Option<&Arc<Resends>> {
+        Some(&self.resends)
     }
 }
 

@@ -6,11 +6,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::protocol::keys::{LockKeys, Shape};
-use crate::protocol::{Attempt, Released};
+use self::fenced::FencedValues;
+use super::capabilities::{Announce, Facts};
+use super::topology::{ready, LocalStore, ScriptReplies, Topology};
+use crate::errors::backend::DriverError;
+use crate::obs::report::ServerReport;
+use crate::protocol::keys::{FenceScope, LockKeys, Shape};
+use crate::protocol::probe::Probe;
+use crate::protocol::{Attempt, Call, HandedOff, Released};
 use crate::rt::hub::Hub;
 use crate::terms::owner::{Hold, OwnerId, Under};
 use crate::LockKind;
+use futures_util::future::BoxFuture;
+
+mod fenced;
 
 #[derive(Debug)]
 struct HeldLock {
@@ -88,8 +97,6 @@ struct State {
     rw: HashMap<String, RwState>,
     queues: HashMap<String, FairQueue>,
     ops: u64,
-    /// Fenced values (`crate::ops::fence`).
-    fenced: HashMap<String, FencedEntry>,
     /// Semaphores (as `protocol/sem_*.lua`): by holders' key, each holder's permits, lease
     /// end and token.
     sems: HashMap<String, HashMap<OwnerId, SemHolder>>,
@@ -152,8 +159,10 @@ fn clock_seed() -> u64 {
 
 /// Locks held in this process only.
 #[derive(Debug)]
-pub(crate) struct MemoryDriver {
+pub(super) struct MemoryDriver {
     state: Mutex<State>,
+    /// Fenced values (`crate::ops::fence`).
+    fenced: FencedValues,
     hub: Arc<Hub>,
 }
 
@@ -161,37 +170,9 @@ impl MemoryDriver {
     pub(super) fn new(hub: Arc<Hub>) -> MemoryDriver {
         MemoryDriver {
             state: Mutex::new(State::default()),
+            fenced: FencedValues::default(),
             hub,
         }
-    }
-
-    /// How many holders it keeps now (unexpired): owners of reentrant and fair locks,
-    /// readers and writers, semaphore holders; a run-once lock kept without owners until
-    /// its `hold_at_least` counts as one. For tests (feature `test-support`).
-    #[cfg(feature = "test-support")]
-    pub(crate) fn holders(&self) -> usize {
-        let now = Instant::now();
-        let state = self.state();
-        let locks: usize = state
-            .locks
-            .values()
-            .filter(|h| h.expires_at > now)
-            .map(|h| h.owners.len().max(1))
-            .sum();
-        let rw: usize = state
-            .rw
-            .values()
-            .map(|r| {
-                usize::from(r.writer.is_some_and(|(_, _, e)| e > now))
-                    + r.readers.values().filter(|(_, e)| *e > now).count()
-            })
-            .sum();
-        let sems: usize = state
-            .sems
-            .values()
-            .map(|h| h.values().filter(|s| s.expires_at > now).count())
-            .sum();
-        locks + rw + sems
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -207,13 +188,7 @@ impl MemoryDriver {
         state.locks.get_mut(hash)
     }
 
-    pub(super) fn acquire(
-        &self,
-        keys: &LockKeys,
-        hold: Hold,
-        lease: Duration,
-        wait: Duration,
-    ) -> Attempt {
+    fn acquire(&self, keys: &LockKeys, hold: Hold, lease: Duration, wait: Duration) -> Attempt {
         let owner = hold.owner;
         let now = Instant::now();
         let mut st = self.state();
@@ -493,7 +468,7 @@ impl MemoryDriver {
     }
 
     /// A fair or write waiter (or a fair semaphore's) gives up; returns whether it was queued.
-    pub(super) fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
+    fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> bool {
         let now = Instant::now();
         let mut st = self.state();
         let was = match &keys.shape {
@@ -521,7 +496,7 @@ impl MemoryDriver {
         was
     }
 
-    pub(super) fn release(&self, keys: &LockKeys, hold: Hold) -> Released {
+    fn release(&self, keys: &LockKeys, hold: Hold) -> Released {
         let owner = hold.owner;
         match &keys.shape {
             Shape::Semaphore(_) => return self.sem_release(keys, owner),
@@ -555,7 +530,7 @@ impl MemoryDriver {
         Released::Freed
     }
 
-    pub(super) fn renew(&self, items: &[(&LockKeys, OwnerId)], lease: Duration) -> Vec<bool> {
+    fn renew(&self, items: &[(&LockKeys, OwnerId)], lease: Duration) -> Vec<bool> {
         let now = Instant::now();
         let mut st = self.state();
         items
@@ -610,23 +585,8 @@ impl MemoryDriver {
         }
     }
 
-    /// The recorded holder information of the reentrant lock `keys`, its fencing token and
-    /// what is left of its lease, while it is held (the leader election's observers).
-    pub(crate) fn holder(&self, keys: &LockKeys) -> Option<(Arc<str>, u64, Duration)> {
-        let now = Instant::now();
-        let mut st = self.state();
-        let held = Self::live(&mut st, &keys.hash, now)?;
-        let (text, token) = held.holder.clone()?;
-        Some((text, token, held.expires_at - now))
-    }
-
-    /// Wake the waiters of `channel` in this process (a message outside the lock scripts).
-    pub(crate) fn deliver(&self, channel: &str) {
-        self.hub.deliver(channel);
-    }
-
     /// A counter outside the lock layout (ids).
-    pub(super) fn next_sequence(&self, key: &str) -> u64 {
+    fn next_sequence(&self, key: &str) -> u64 {
         let now = Instant::now();
         let mut st = self.state();
         let entry = st.fences.entry(key.to_owned()).or_insert((0, now));
@@ -635,7 +595,7 @@ impl MemoryDriver {
         entry.0
     }
 
-    pub(super) fn force_release(&self, keys: &LockKeys) -> bool {
+    fn force_release(&self, keys: &LockKeys) -> bool {
         let now = Instant::now();
         let mut st = self.state();
         // One semaphore holder only (`Semaphore::force_unlock_holder`).
@@ -669,105 +629,169 @@ impl MemoryDriver {
         }
         existed
     }
+}
 
-    // `crate::ops::fence`: the fenced-write protocol of `protocol/fence.lua` and
-    // `protocol/fence_claim.lua`, in memory.
-
-    /// The live entry of `key` (an expired one is removed first).
-    fn fenced_entry<'a>(st: &'a mut State, key: &str, now: Instant) -> Option<&'a mut FencedEntry> {
-        if st
-            .fenced
-            .get(key)
-            .is_some_and(|e| e.expires.is_some_and(|at| at <= now))
-        {
-            st.fenced.remove(key);
-        }
-        st.fenced.get_mut(key)
-    }
-
-    /// Store `value` under `key` unless `token` is below the last token stored or claimed
-    /// there. Returns whether it was stored.
-    pub(crate) fn fenced_set(
-        &self,
-        key: &str,
-        value: &[u8],
-        token: u64,
-        ttl: Option<Duration>,
-    ) -> bool {
-        let now = Instant::now();
-        let mut st = self.state();
-        let claimed = match Self::fenced_entry(&mut st, key, now) {
-            Some(e) if token < e.floor() => return false,
-            Some(e) => e.claimed,
-            None => 0,
-        };
-        st.fenced.insert(
-            key.to_owned(),
-            FencedEntry {
-                value: Some(value.to_vec()),
-                token,
-                claimed,
-                // The ttl was checked (at most 365 days); a later Instant that cannot be
-                // represented is "never".
-                expires: ttl.and_then(|t| now.checked_add(t)),
-            },
-        );
-        true
-    }
-
-    /// Raise the token stored under `key` to `token` (the value stays) unless a larger one
-    /// is stored or claimed there. Returns whether it was claimed.
-    pub(crate) fn fenced_claim(&self, key: &str, token: u64, ttl: Option<Duration>) -> bool {
-        let now = Instant::now();
-        let mut st = self.state();
-        let expires = ttl.and_then(|t| now.checked_add(t));
-        match Self::fenced_entry(&mut st, key, now) {
-            Some(e) if token < e.floor() => false,
-            Some(e) => {
-                e.claimed = token;
-                e.expires = expires;
-                true
-            }
-            None => {
-                st.fenced.insert(
-                    key.to_owned(),
-                    FencedEntry {
-                        value: None,
-                        token: 0,
-                        claimed: token,
-                        expires,
-                    },
-                );
-                true
-            }
+impl Topology for MemoryDriver {
+    fn facts(&self) -> Facts {
+        Facts {
+            fence_scope: FenceScope::Key,
+            hand_off: false,
+            quorum: None,
+            announce: Announce::Deliver,
+            cluster: false,
+            reply_addresses: None,
         }
     }
 
-    /// The value and token stored under `key`, if any (and not expired).
-    pub(crate) fn fenced_get(&self, key: &str) -> Option<(Vec<u8>, u64)> {
-        let now = Instant::now();
-        let st = self.state();
-        st.fenced
-            .get(key)
-            .filter(|e| e.expires.is_none_or(|at| at > now))
-            .and_then(|e| Some((e.value.clone()?, e.token)))
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+        lease: Duration,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<Attempt, DriverError>> {
+        ready(Ok(MemoryDriver::acquire(self, keys, hold, lease, wait)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<Released, DriverError>> {
+        ready(Ok(MemoryDriver::release(self, keys, hold)))
+    }
+
+    /// Not offered: no waiter of this process is behind a round trip.
+    fn hand_off<'a>(
+        &'a self,
+        _keys: &'a LockKeys,
+        _hold: Hold,
+        _to: Hold,
+        _lease: Duration,
+        _holder: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<HandedOff>, DriverError>> {
+        ready(Ok(None))
+    }
+
+    fn cancel<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        owner: OwnerId,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        ready(Ok(MemoryDriver::cancel(self, keys, owner)))
+    }
+
+    fn renew_each<'a>(
+        &'a self,
+        items: &'a [(&'a LockKeys, OwnerId)],
+        lease: Duration,
+    ) -> BoxFuture<'a, Vec<Result<bool, DriverError>>> {
+        ready(self.renew(items, lease).into_iter().map(Ok).collect())
+    }
+
+    /// Every holder is in this process: the backend marks their leases lost.
+    fn force_release<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        _revocation: &'a str,
+    ) -> BoxFuture<'a, Result<bool, DriverError>> {
+        ready(Ok(MemoryDriver::force_release(self, keys)))
+    }
+
+    fn next_sequence<'a>(
+        &'a self,
+        key: &'a str,
+        _ttl: Duration,
+    ) -> BoxFuture<'a, Result<u64, DriverError>> {
+        ready(Ok(MemoryDriver::next_sequence(self, key)))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        _pattern: &'a str,
+        _limit: usize,
+    ) -> Option<BoxFuture<'a, Result<Vec<String>, DriverError>>> {
+        None
+    }
+
+    fn probe<'a>(
+        &'a self,
+        _probe: &'a Probe,
+    ) -> Option<BoxFuture<'a, Vec<Result<ServerReport, DriverError>>>> {
+        None
+    }
+
+    fn run_script<'a>(&'a self, _call: &'a Call) -> Option<BoxFuture<'a, ScriptReplies>> {
+        None
+    }
+
+    fn local(&self) -> Option<&dyn LocalStore> {
+        Some(self)
     }
 }
 
-/// A fenced value in memory: the value and the token it was written with (none yet when
-/// only claimed), the largest token claimed, the expiry.
-#[derive(Debug)]
-struct FencedEntry {
-    value: Option<Vec<u8>>,
-    token: u64,
-    claimed: u64,
-    expires: Option<Instant>,
-}
+impl LocalStore for MemoryDriver {
+    fn release_now(&self, keys: &LockKeys, hold: Hold) {
+        MemoryDriver::release(self, keys, hold);
+    }
 
-impl FencedEntry {
-    /// The smallest token accepted from now on.
-    fn floor(&self) -> u64 {
-        self.token.max(self.claimed)
+    fn cancel_now(&self, keys: &LockKeys, owner: OwnerId) {
+        MemoryDriver::cancel(self, keys, owner);
+    }
+
+    fn deliver(&self, channel: &str) {
+        self.hub.deliver(channel);
+    }
+
+    fn fenced_set(&self, name: &str, value: &[u8], token: u64, ttl: Option<Duration>) -> bool {
+        self.fenced.set(name, value, token, ttl)
+    }
+
+    fn fenced_claim(&self, name: &str, token: u64, ttl: Option<Duration>) -> bool {
+        self.fenced.claim(name, token, ttl)
+    }
+
+    fn fenced_get(&self, name: &str) -> Option<(Vec<u8>, u64)> {
+        self.fenced.get(name)
+    }
+
+    /// The recorded holder information of the reentrant lock `keys`, its fencing token and
+    /// what is left of its lease, while it is held (the leader election's observers).
+    fn holder(&self, keys: &LockKeys) -> Option<(Arc<str>, u64, Duration)> {
+        let now = Instant::now();
+        let mut st = self.state();
+        let held = Self::live(&mut st, &keys.hash, now)?;
+        let (text, token) = held.holder.clone()?;
+        Some((text, token, held.expires_at - now))
+    }
+
+    /// How many holders it keeps now (unexpired): owners of reentrant and fair locks,
+    /// readers and writers, semaphore holders; a run-once lock kept without owners until
+    /// its `hold_at_least` counts as one. For tests (feature `test-support`).
+    #[cfg(feature = "test-support")]
+    fn holders(&self) -> usize {
+        let now = Instant::now();
+        let state = self.state();
+        let locks: usize = state
+            .locks
+            .values()
+            .filter(|h| h.expires_at > now)
+            .map(|h| h.owners.len().max(1))
+            .sum();
+        let rw: usize = state
+            .rw
+            .values()
+            .map(|r| {
+                usize::from(r.writer.is_some_and(|(_, _, e)| e > now))
+                    + r.readers.values().filter(|(_, e)| *e > now).count()
+            })
+            .sum();
+        let sems: usize = state
+            .sems
+            .values()
+            .map(|h| h.values().filter(|s| s.expires_at > now).count())
+            .sum();
+        locks + rw + sems
     }
 }
 
