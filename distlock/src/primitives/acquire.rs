@@ -364,6 +364,13 @@ impl Attempts {
         GuardCore::new(state, backend.clone(), self.permit)
     }
 
+    /// Claimed, and not handed over: the grant to this waiter's level may have been made
+    /// and undone, and that undo is sent again a while later (`backend/undo.rs`), so
+    /// the next attempt takes a level of its own, which the undo cannot release.
+    fn renumber_after_undone_hand_off(&mut self) {
+        self.hold = self.hold.renumbered();
+    }
+
     /// A local waiter takes its place back before an attempt of its own; a releaser that
     /// claimed it meanwhile decides for it (its level may be granted already): the token
     /// and send time of a grant handed over.
@@ -379,7 +386,10 @@ impl Attempts {
                 undo.disarm();
                 Ok(Some((token, sent)))
             }
-            Ok(Outcome::Retry) => Ok(None),
+            Ok(Outcome::Retry) => {
+                self.renumber_after_undone_hand_off();
+                Ok(None)
+            }
             // Its grant, should one come, is released by the releaser.
             Err(_) => Err(timeout(
                 &t.backend,
@@ -681,6 +691,7 @@ impl Attempts {
             // Claimed, not handed over: the place is gone; try as usual.
             Some(Outcome::Retry) => {
                 self.place = None;
+                self.renumber_after_undone_hand_off();
                 None
             }
             None => None,
