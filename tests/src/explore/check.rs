@@ -406,16 +406,24 @@ impl Checker {
             return;
         }
         let at = Instant::now();
-        {
+        let faults_then = {
             let mut m = self.model();
             for id in &ids {
                 if let Some(h) = m.holds.get_mut(id) {
                     h.revoked_at.get_or_insert(at);
                 }
             }
-        }
+            m.faults
+        };
         self.later(REVOKE_BOUND, move |me| {
             let m = me.model();
+            // A fault within the bound (the server paused, every client killed) holds the
+            // message back, or cuts the subscriber that was to carry it; the holder then
+            // hears it when its subscriber is back (a check of every lease held), which
+            // this bound does not time.
+            if m.faults_on > 0 || m.faults != faults_then {
+                return;
+            }
             for id in ids {
                 if let Some(h) = m
                     .holds
