@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::ops::target::Target;
 use crate::primitives::guard::LockGuard;
 use crate::primitives::lock::Lock;
 use crate::protocol::keys::LockKeys;
@@ -78,10 +79,10 @@ const SITE: &str = "distlock::Leader";
 #[must_use = "a Leader does nothing until it campaigns or observes"]
 pub struct Leader {
     name: String,
-    backend: Option<String>,
+    /// The registry, backend and wait (the lease is always `Lease::Auto`, the site the
+    /// election's name).
+    target: Target,
     info: Option<String>,
-    wait: Option<Duration>,
-    registry: Option<Registry>,
 }
 
 /// Who leads: what [`Leader::current`] returns and [`Leader::changes`] sends.
@@ -132,18 +133,16 @@ impl Leader {
     pub fn new(name: impl Into<String>) -> Leader {
         Leader {
             name: name.into(),
-            backend: None,
+            target: Target::here(),
             info: None,
-            wait: None,
-            registry: None,
         }
     }
 
+    /// An election named `name` in `registry`.
     pub(crate) fn with_registry(name: String, registry: Registry) -> Leader {
-        Leader {
-            registry: Some(registry),
-            ..Leader::new(name)
-        }
+        let mut leader = Leader::new(name);
+        leader.target.set_registry(registry);
+        leader
     }
 
     /// Use the backend of this name (`[backends.NAME]`) instead of the default.
@@ -153,7 +152,7 @@ impl Leader {
     /// # drop(election);
     /// ```
     pub fn backend(mut self, name: impl Into<String>) -> Leader {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
@@ -178,7 +177,7 @@ impl Leader {
     /// # drop(election);
     /// ```
     pub fn wait(mut self, wait: std::time::Duration) -> Leader {
-        self.wait = Some(wait);
+        self.target.set_wait(wait);
         self
     }
 
@@ -198,11 +197,7 @@ impl Leader {
 
     /// The backend, checked to offer leader election, and the lock's key.
     fn resolve(&self) -> Result<(Registry, Arc<Backend>, LockKeys), LockError> {
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let (registry, backend) = self.target.locate()?;
         if self.name.is_empty() {
             return Err(LockError::InvalidKey {
                 key: self.name.clone(),
@@ -275,7 +270,7 @@ impl Leader {
         let guard = Lock::with_registry(keys.user.clone(), registry)
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
-            .wait(self.wait.unwrap_or(crate::lease::policy::MAX_WAIT))
+            .wait(self.target.wait().unwrap_or(crate::lease::policy::MAX_WAIT))
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
