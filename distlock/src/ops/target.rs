@@ -81,6 +81,18 @@ impl Target {
         self.wait
     }
 
+    /// The lease chosen, if one was (what the tower layer's `Debug` shows).
+    #[cfg(feature = "tower")]
+    pub(crate) fn lease(&self) -> Option<Lease> {
+        self.lease
+    }
+
+    /// The backend's name, if one was chosen (what the tower layer's `Debug` shows).
+    #[cfg(feature = "tower")]
+    pub(crate) fn backend_name(&self) -> Option<&str> {
+        self.backend.as_deref()
+    }
+
     /// The call site.
     pub(crate) fn site(&self) -> LockSite {
         self.site

@@ -115,12 +115,6 @@ impl Lock {
         lock
     }
 
-    /// Report `site` instead of where the lock was made (a multi-key lock's, a layer's).
-    pub(crate) fn with_site(mut self, site: LockSite) -> Lock {
-        self.target.set_site(site);
-        self
-    }
-
     /// A lock on `key` with the terms of `target` (a multi-key lock's, for each key).
     #[track_caller]
     pub(crate) fn with_target(key: String, target: Target) -> Lock {
