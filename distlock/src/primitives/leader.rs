@@ -501,6 +501,64 @@ impl LeaderGuard {
         }
     }
 
+    /// The fencing token of the leadership: the same as [`epoch`](Self::epoch), under the
+    /// name every guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.fencing_token(), g.epoch());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.epoch()
+    }
+
+    /// Whether this process still leads: the same as [`is_leader`](Self::is_leader), under
+    /// the name every guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert!(g.is_held());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.is_leader()
+    }
+
+    /// The key of the lock behind the election: `leader:NAME`.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.key(), "leader:scheduler");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.keys.user
+    }
+
+    /// The backend's name.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.backend(), "m");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn backend(&self) -> &str {
+        &self.backend.name
+    }
+
     /// What observers see of this leader ([`Leader::info`]).
     ///
     /// ```
@@ -548,6 +606,31 @@ impl LeaderGuard {
         let released = guard.release().await;
         self.announce("resigned").await;
         released
+    }
+
+    /// Give up the leadership: the same as [`resign`](Self::resign), under the name every
+    /// guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// g.release().await?;
+    /// assert_eq!(registry.leader("scheduler").current().await?, None);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`resign`](Self::resign): `NotHeld` when the leadership had been lost already;
+    /// `Backend` when Redis failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`resign`](Self::resign): the lock is freed either way.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.resign().await
     }
 
     /// Publish a change on the election's channel; a failure is logged (observers then

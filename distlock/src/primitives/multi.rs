@@ -354,6 +354,21 @@ impl MultiLockGuard {
             .collect()
     }
 
+    /// The backend's name (every key is locked on the same backend).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.lock_all(["a", "b"]).acquire().await?;
+    /// assert_eq!(g.backend(), "m");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn backend(&self) -> &str {
+        // Never empty: an acquisition takes at least one key.
+        self.guards.first().map_or("", LockGuard::backend)
+    }
+
     /// The guard of each key, in the order taken.
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
