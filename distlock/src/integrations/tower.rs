@@ -104,6 +104,7 @@ use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::obs::sites::LockSite;
+use crate::ops::target::Target;
 use crate::{Lease, Lock, LockError, LockKind, OnLost, Registry};
 
 /// How [`LockLayer`] makes the lock key of a request; `None`: the request takes no lock.
@@ -470,43 +471,24 @@ impl<B> RequestKey<B> for HeaderKey {
 /// How the layer's locks are taken.
 #[derive(Clone)]
 struct Settings {
-    wait: Option<Duration>,
-    lease: Option<Lease>,
-    backend: Option<String>,
+    /// The registry, backend, wait, lease and site of every lock.
+    target: Target,
     kind: LockKind,
     on_lost: OnLost,
-    registry: Option<Registry>,
-    site: LockSite,
     with_key: bool,
 }
 
 impl Settings {
     /// The registry the locks are taken in (`None`: none in force).
     fn registry(&self) -> Option<Registry> {
-        match &self.registry {
-            Some(r) => Some(r.clone()),
-            None => crate::registry::current().ok(),
-        }
+        self.target.registry().ok()
     }
 
+    /// The lock of a request's `key`.
     fn lock(&self, key: String) -> Lock {
-        let mut lock = match &self.registry {
-            Some(r) => Lock::with_registry(key, r.clone()),
-            None => Lock::new(key),
-        }
-        .with_site(self.site)
-        .kind(self.kind)
-        .on_lost(self.on_lost);
-        if let Some(b) = &self.backend {
-            lock = lock.backend(b.clone());
-        }
-        if let Some(w) = self.wait {
-            lock = lock.wait(w);
-        }
-        if let Some(l) = self.lease {
-            lock = lock.lease(l);
-        }
-        lock
+        Lock::with_target(key, self.target.clone())
+            .kind(self.kind)
+            .on_lost(self.on_lost)
     }
 }
 
@@ -534,11 +516,11 @@ impl<K> Clone for LockLayer<K> {
 impl<K> fmt::Debug for LockLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
-            .field("wait", &self.settings.wait)
-            .field("lease", &self.settings.lease)
-            .field("backend", &self.settings.backend)
+            .field("wait", &self.settings.target.wait())
+            .field("lease", &self.settings.target.lease())
+            .field("backend", &self.settings.target.backend_name())
             .field("kind", &self.settings.kind)
-            .field("site", &format_args!("{}", self.settings.site))
+            .field("site", &format_args!("{}", self.settings.target.site()))
             .finish_non_exhaustive()
     }
 }
@@ -673,13 +655,9 @@ impl<K> LockLayer<K> {
         LockLayer {
             key: Arc::new(key),
             settings: Arc::new(Settings {
-                wait: None,
-                lease: None,
-                backend: None,
+                target: Target::here(),
                 kind: LockKind::Reentrant,
                 on_lost: OnLost::Cancel,
-                registry: None,
-                site: LockSite::Caller(std::panic::Location::caller()),
                 with_key: false,
             }),
         }
@@ -693,18 +671,18 @@ impl<K> LockLayer<K> {
     /// Longest wait for a busy key; `Duration::ZERO` tries once (a busy key answers 409 at
     /// once). Default: `[defaults].wait`.
     pub fn wait(self, wait: Duration) -> Self {
-        self.set(|s| s.wait = Some(wait))
+        self.set(|s| s.target.set_wait(wait))
     }
 
     /// The lease of the locks (see [`Lock::lease`]). Default: `[defaults].lease`.
     pub fn lease(self, lease: Lease) -> Self {
-        self.set(|s| s.lease = Some(lease))
+        self.set(|s| s.target.set_lease(lease))
     }
 
     /// Take the locks on the backend of this name instead of the default one.
     pub fn backend(self, name: impl Into<String>) -> Self {
         let name = name.into();
-        self.set(|s| s.backend = Some(name))
+        self.set(|s| s.target.set_backend(name))
     }
 
     /// The kind of lock (see [`Lock::kind`]): e.g. `LockKind::Fair` to serve waiting
@@ -722,12 +700,12 @@ impl<K> LockLayer<K> {
 
     /// Take the locks in this registry instead of the one in force when a request comes.
     pub fn registry(self, registry: Registry) -> Self {
-        self.set(|s| s.registry = Some(registry))
+        self.set(|s| s.target.set_registry(registry))
     }
 
     /// Name the lock site (see [`Lock::site`]) instead of where the layer was made.
     pub fn site(self, name: &'static str) -> Self {
-        self.set(|s| s.site = LockSite::Named(name))
+        self.set(|s| s.target.set_site(LockSite::Named(name)))
     }
 
     /// Error bodies name the key and the backend, as
@@ -818,7 +796,7 @@ where
             // a `distlock run` command, ...), from the holder information.
             let e = match (&e, settings.registry()) {
                 (LockError::Timeout { .. }, Some(registry)) => {
-                    let own = crate::obs::metrics::site_label(settings.site);
+                    let own = crate::obs::metrics::site_label(settings.target.site());
                     e.with_holder_from(&registry, Some(own)).await
                 }
                 _ => e,

@@ -160,6 +160,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::backend::Backend;
+use crate::ops::target::Target;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Call, Script};
 use crate::registry::Registry;
@@ -190,9 +191,8 @@ pub const SQL_FENCE_COLUMN: &str = "fence";
 pub fn fence(key: impl Into<String>) -> Fence {
     Fence {
         key: key.into(),
-        backend: None,
+        target: Target::here(),
         ttl: None,
-        registry: None,
     }
 }
 
@@ -208,10 +208,9 @@ impl Registry {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
     pub fn fence(&self, key: impl Into<String>) -> Fence {
-        Fence {
-            registry: Some(self.clone()),
-            ..fence(key)
-        }
+        let mut fence = fence(key);
+        fence.target.set_registry(self.clone());
+        fence
     }
 }
 
@@ -220,9 +219,9 @@ impl Registry {
 #[derive(Debug, Clone)]
 pub struct Fence {
     key: String,
-    backend: Option<String>,
+    /// The registry and backend (a fence neither waits nor leases).
+    target: Target,
     ttl: Option<Duration>,
-    registry: Option<Registry>,
 }
 
 /// A fenced value as stored, with the token of the write that stored it.
@@ -241,7 +240,7 @@ impl Fence {
     /// let f = distlock::fence("balance:42").backend("orders");
     /// ```
     pub fn backend(mut self, name: impl Into<String>) -> Fence {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
@@ -259,11 +258,7 @@ impl Fence {
     }
 
     fn resolve(&self) -> Result<(std::sync::Arc<Backend>, String), LockError> {
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let backend = self.target.backend()?;
         let name = format!(
             "{}:fenced",
             LockKeys::new(&backend.prefix, self.key.clone())?.hash

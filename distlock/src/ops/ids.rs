@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::ops::target::Target;
 use crate::registry::Registry;
 use crate::LockError;
 
@@ -30,8 +31,8 @@ const SEQUENCE_TTL: Duration = Duration::from_secs(2 * 86_400);
 #[derive(Debug, Clone)]
 pub struct IdGenerator {
     name: String,
-    backend: Option<String>,
-    registry: Option<Registry>,
+    /// The registry and backend (a generator neither waits nor leases).
+    target: Target,
 }
 
 impl IdGenerator {
@@ -39,30 +40,25 @@ impl IdGenerator {
     pub fn new(name: impl Into<String>) -> IdGenerator {
         IdGenerator {
             name: name.into(),
-            backend: None,
-            registry: None,
+            target: Target::here(),
         }
     }
 
     /// Use the backend of this name.
     pub fn backend(mut self, name: impl Into<String>) -> IdGenerator {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
     /// Use this registry instead of the global one.
     pub fn registry(mut self, registry: Registry) -> IdGenerator {
-        self.registry = Some(registry);
+        self.target.set_registry(registry);
         self
     }
 
     /// The next id.
     pub async fn next(&self) -> Result<u64, LockError> {
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let backend = self.target.backend()?;
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())

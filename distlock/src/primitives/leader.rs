@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::ops::target::Target;
 use crate::primitives::guard::LockGuard;
 use crate::primitives::lock::Lock;
 use crate::protocol::keys::LockKeys;
@@ -78,10 +79,10 @@ const SITE: &str = "distlock::Leader";
 #[must_use = "a Leader does nothing until it campaigns or observes"]
 pub struct Leader {
     name: String,
-    backend: Option<String>,
+    /// The registry, backend and wait (the lease is always `Lease::Auto`, the site the
+    /// election's name).
+    target: Target,
     info: Option<String>,
-    wait: Option<Duration>,
-    registry: Option<Registry>,
 }
 
 /// Who leads: what [`Leader::current`] returns and [`Leader::changes`] sends.
@@ -132,18 +133,16 @@ impl Leader {
     pub fn new(name: impl Into<String>) -> Leader {
         Leader {
             name: name.into(),
-            backend: None,
+            target: Target::here(),
             info: None,
-            wait: None,
-            registry: None,
         }
     }
 
+    /// An election named `name` in `registry`.
     pub(crate) fn with_registry(name: String, registry: Registry) -> Leader {
-        Leader {
-            registry: Some(registry),
-            ..Leader::new(name)
-        }
+        let mut leader = Leader::new(name);
+        leader.target.set_registry(registry);
+        leader
     }
 
     /// Use the backend of this name (`[backends.NAME]`) instead of the default.
@@ -153,7 +152,7 @@ impl Leader {
     /// # drop(election);
     /// ```
     pub fn backend(mut self, name: impl Into<String>) -> Leader {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
@@ -178,7 +177,7 @@ impl Leader {
     /// # drop(election);
     /// ```
     pub fn wait(mut self, wait: std::time::Duration) -> Leader {
-        self.wait = Some(wait);
+        self.target.set_wait(wait);
         self
     }
 
@@ -198,11 +197,7 @@ impl Leader {
 
     /// The backend, checked to offer leader election, and the lock's key.
     fn resolve(&self) -> Result<(Registry, Arc<Backend>, LockKeys), LockError> {
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let (registry, backend) = self.target.locate()?;
         if self.name.is_empty() {
             return Err(LockError::InvalidKey {
                 key: self.name.clone(),
@@ -275,7 +270,7 @@ impl Leader {
         let guard = Lock::with_registry(keys.user.clone(), registry)
             .backend(backend.name.to_string())
             .lease(Lease::Auto)
-            .wait(self.wait.unwrap_or(crate::lease::policy::MAX_WAIT))
+            .wait(self.target.wait().unwrap_or(crate::lease::policy::MAX_WAIT))
             .site(crate::metrics::name_label(&self.name).unwrap_or(SITE))
             .with_holder(holder)
             .acquire()
@@ -506,6 +501,64 @@ impl LeaderGuard {
         }
     }
 
+    /// The fencing token of the leadership: the same as [`epoch`](Self::epoch), under the
+    /// name every guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.fencing_token(), g.epoch());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.epoch()
+    }
+
+    /// Whether this process still leads: the same as [`is_leader`](Self::is_leader), under
+    /// the name every guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert!(g.is_held());
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn is_held(&self) -> bool {
+        self.is_leader()
+    }
+
+    /// The key of the lock behind the election: `leader:NAME`.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.key(), "leader:scheduler");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.keys.user
+    }
+
+    /// The backend's name.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// assert_eq!(g.backend(), "m");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn backend(&self) -> &str {
+        &self.backend.name
+    }
+
     /// What observers see of this leader ([`Leader::info`]).
     ///
     /// ```
@@ -553,6 +606,31 @@ impl LeaderGuard {
         let released = guard.release().await;
         self.announce("resigned").await;
         released
+    }
+
+    /// Give up the leadership: the same as [`resign`](Self::resign), under the name every
+    /// guard gives it.
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.leader("scheduler").campaign().await?;
+    /// g.release().await?;
+    /// assert_eq!(registry.leader("scheduler").current().await?, None);
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`resign`](Self::resign): `NotHeld` when the leadership had been lost already;
+    /// `Backend` when Redis failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`resign`](Self::resign): the lock is freed either way.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.resign().await
     }
 
     /// Publish a change on the election's channel; a failure is logged (observers then

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 pub(crate) use crate::obs::sites::LockSite;
+use crate::ops::target::Target;
 use crate::primitives::acquire::Request;
 use crate::primitives::guard::LockGuard;
 use crate::registry::Registry;
@@ -52,13 +53,10 @@ use crate::{Lease, LockError, LockKind, OnLost};
 #[must_use = "a Lock does nothing until acquired"]
 pub struct Lock {
     key: String,
-    backend: Option<String>,
-    wait: Option<Duration>,
-    lease: Option<Lease>,
+    /// The registry, backend, wait, lease and site.
+    target: Target,
     kind: LockKind,
     on_lost: OnLost,
-    registry: Option<Registry>,
-    site: LockSite,
     hold_at_least: Option<Duration>,
     /// Holder information to record whatever the backend's `holder_info` says (the leader
     /// election's `host\tpid\tinfo`); `None`: as the backend is configured.
@@ -86,13 +84,9 @@ impl Lock {
     pub fn new(key: impl Into<String>) -> Lock {
         Lock {
             key: key.into(),
-            backend: None,
-            wait: None,
-            lease: None,
+            target: Target::here(),
             kind: LockKind::Reentrant,
             on_lost: OnLost::Cancel,
-            registry: None,
-            site: LockSite::Caller(std::panic::Location::caller()),
             hold_at_least: None,
             holder: None,
             counted: true,
@@ -113,17 +107,21 @@ impl Lock {
         self
     }
 
+    /// A lock on `key` in `registry`.
     #[track_caller]
     pub(crate) fn with_registry(key: String, registry: Registry) -> Lock {
-        Lock {
-            registry: Some(registry),
-            ..Lock::new(key)
-        }
+        let mut lock = Lock::new(key);
+        lock.target.set_registry(registry);
+        lock
     }
 
-    pub(crate) fn with_site(mut self, site: LockSite) -> Lock {
-        self.site = site;
-        self
+    /// A lock on `key` with the terms of `target` (a multi-key lock's, for each key).
+    #[track_caller]
+    pub(crate) fn with_target(key: String, target: Target) -> Lock {
+        Lock {
+            target,
+            ..Lock::new(key)
+        }
     }
 
     /// Name the lock site: what holder information (`distlock list`, [`Registry::inspect`])
@@ -136,25 +134,25 @@ impl Lock {
     /// # drop(lock);
     /// ```
     pub fn site(mut self, name: &'static str) -> Lock {
-        self.site = LockSite::Named(name);
+        self.target.set_site(LockSite::Named(name));
         self
     }
 
     /// Use the backend of this name (`[backends.NAME]`) instead of the default.
     pub fn backend(mut self, name: impl Into<String>) -> Lock {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
     /// Longest wait to acquire; `Duration::ZERO` tries once. Default: `[defaults].wait`.
     pub fn wait(mut self, wait: Duration) -> Lock {
-        self.wait = Some(wait);
+        self.target.set_wait(wait);
         self
     }
 
     /// The lease. Default: `[defaults].lease`.
     pub fn lease(mut self, lease: Lease) -> Lock {
-        self.lease = Some(lease);
+        self.target.set_lease(lease);
         self
     }
 
@@ -248,27 +246,20 @@ impl Lock {
     /// sent but not answered is released in the background (a release of what was never
     /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let registry = match self.registry {
-            Some(r) => r,
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
-        backend.supports(self.kind)?;
-        let defaults = registry.defaults();
-        let wait = self.wait.unwrap_or(defaults.wait);
-        let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::obs::metrics::site_label(self.site);
-        let span = tracing::debug_span!("distlock.acquire", backend = %backend.name, key = %self.key, site, kind = self.kind.name());
-        let name = backend.name.clone();
+        let to = self.target.resolve()?;
+        to.backend.supports(self.kind)?;
+        let site = to.site;
+        let span = tracing::debug_span!("distlock.acquire", backend = %to.backend.name, key = %self.key, site, kind = self.kind.name());
+        let name = to.backend.name.clone();
         let counted = self.counted;
         let start = Instant::now();
         let r = tracing::Instrument::instrument(
             acquire(
-                backend,
+                to.backend,
                 self.key,
                 self.kind,
-                wait,
-                lease,
+                to.wait,
+                to.lease,
                 site,
                 Extras {
                     hold_at_least: self.hold_at_least,
@@ -292,15 +283,8 @@ impl Lock {
             }),
             r => r,
         };
-        let outcome = match &r {
-            Ok(g) if g.held.state.outermost => crate::obs::metrics::Outcome::Acquired,
-            Ok(_) => crate::obs::metrics::Outcome::Reentered,
-            Err(LockError::Timeout { .. }) => crate::obs::metrics::Outcome::Timeout,
-            Err(LockError::Skipped { .. }) => crate::obs::metrics::Outcome::Skipped,
-            Err(_) => crate::obs::metrics::Outcome::Error,
-        };
         if counted {
-            crate::obs::metrics::acquisition(&name, site, outcome, start.elapsed());
+            crate::ops::target::count(&name, site, start, &r, |g| !g.held.state.outermost);
         }
         r
     }
@@ -385,11 +369,7 @@ impl Lock {
     /// On a `protocol = "redisson"` backend it does what Redisson's `forceUnlock` does: the
     /// lock hash goes, a fair lock's queue stays and its head is woken.
     pub async fn force_unlock(self) -> Result<bool, LockError> {
-        let registry = match self.registry {
-            Some(r) => r,
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let backend = self.target.backend()?;
         backend.supports(self.kind)?;
         let keys = backend.keys(self.key, self.kind, backend.watchdog_timeout)?;
         backend.force_release(&keys).await

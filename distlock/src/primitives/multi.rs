@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::ops::target::Target;
 use crate::primitives::guard::LockGuard;
 use crate::primitives::lock::{Lock, LockSite};
 use crate::registry::Registry;
@@ -45,12 +46,9 @@ use crate::{Lease, LockError, OnLost};
 #[must_use = "a MultiLock does nothing until acquired"]
 pub struct MultiLock {
     keys: Vec<String>,
-    backend: Option<String>,
-    wait: Option<Duration>,
-    lease: Option<Lease>,
+    /// The registry, backend, wait, lease and site, every key's.
+    target: Target,
     on_lost: OnLost,
-    registry: Option<Registry>,
-    site: LockSite,
 }
 
 impl Lock {
@@ -64,12 +62,8 @@ impl Lock {
     {
         MultiLock {
             keys: keys.into_iter().map(Into::into).collect(),
-            backend: None,
-            wait: None,
-            lease: None,
+            target: Target::here(),
             on_lost: OnLost::Cancel,
-            registry: None,
-            site: LockSite::Caller(std::panic::Location::caller()),
         }
     }
 }
@@ -92,37 +86,36 @@ impl Registry {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        MultiLock {
-            registry: Some(self.clone()),
-            ..Lock::all(keys)
-        }
+        let mut all = Lock::all(keys);
+        all.target.set_registry(self.clone());
+        all
     }
 }
 
 impl MultiLock {
     /// Name the lock site (see [`Lock::site`]).
     pub fn site(mut self, name: &'static str) -> MultiLock {
-        self.site = LockSite::Named(name);
+        self.target.set_site(LockSite::Named(name));
         self
     }
 
     /// Use the backend of this name (`[backends.NAME]`) instead of the default; every key
     /// is locked on it.
     pub fn backend(mut self, name: impl Into<String>) -> MultiLock {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
     /// Longest wait to acquire all of the keys, together; `Duration::ZERO` tries each once.
     /// Default: `[defaults].wait`.
     pub fn wait(mut self, wait: Duration) -> MultiLock {
-        self.wait = Some(wait);
+        self.target.set_wait(wait);
         self
     }
 
     /// The lease of every key's lock. Default: `[defaults].lease`.
     pub fn lease(mut self, lease: Lease) -> MultiLock {
-        self.lease = Some(lease);
+        self.target.set_lease(lease);
         self
     }
 
@@ -161,90 +154,26 @@ impl MultiLock {
                 reason: "a multi-key lock needs at least one key".into(),
             });
         }
-        let registry = match self.registry.take() {
-            Some(r) => r,
-            None => crate::registry::current()?,
-        };
-        let wait = self.wait.unwrap_or(registry.defaults().wait);
+        let registry = self.target.registry()?;
+        let wait = self.target.wait_in(&registry);
         let mut keys = std::mem::take(&mut self.keys);
         keys.sort_unstable();
         keys.dedup();
-        if let Ok(backend) = registry.backend(self.backend.as_deref()) {
-            out_of_order(&backend.name, &keys)?;
+        // Counted once, as the acquisition of every key (the keys' own locks do not count).
+        let counted = self.target.backend_in(&registry).map(|b| b.name.clone());
+        if let Some(name) = &counted {
+            out_of_order(name, &keys)?;
         }
         let start = Instant::now();
-        // Counted once, as the acquisition of every key (the keys' own locks do not count).
-        let counted = registry
-            .backend(self.backend.as_deref())
-            .ok()
-            .map(|b| b.name.clone());
-        let site = crate::metrics::site_label(self.site);
-        let r = self.acquire_keys(registry, wait, keys, start).await;
+        let site = crate::metrics::site_label(self.target.site());
+        let each = self.target.in_registry(registry);
+        let r = acquire_keys(each, wait, keys, start).await;
         if let Some(name) = counted {
-            let outcome = match &r {
-                Ok(g) if g.guards.iter().any(|g| g.held.state.outermost) => {
-                    crate::metrics::Outcome::Acquired
-                }
-                Ok(_) => crate::metrics::Outcome::Reentered,
-                Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
-                Err(_) => crate::metrics::Outcome::Error,
-            };
-            crate::metrics::acquisition(&name, site, outcome, start.elapsed());
+            crate::ops::target::count(&name, site, start, &r, |g| {
+                !g.guards.iter().any(|g| g.held.state.outermost)
+            });
         }
         r
-    }
-
-    /// Take `keys` (sorted, deduplicated) one after the other within `wait` from `start`.
-    async fn acquire_keys(
-        self,
-        registry: Registry,
-        wait: Duration,
-        keys: Vec<String>,
-        start: Instant,
-    ) -> Result<MultiLockGuard, LockError> {
-        let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
-        // Taken so far: dropped (released in the background) on an error or if this
-        // future is dropped.
-        let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
-        for key in keys {
-            let mut lock = Lock::with_registry(key, registry.clone())
-                .with_site(self.site)
-                .uncounted()
-                .wait(deadline.saturating_duration_since(Instant::now()));
-            if let Some(b) = &self.backend {
-                lock = lock.backend(b.clone());
-            }
-            if let Some(l) = self.lease {
-                lock = lock.lease(l);
-            }
-            match lock.acquire().await {
-                Ok(g) => guards.push(g),
-                Err(e) => {
-                    let e = match e {
-                        LockError::Timeout {
-                            key,
-                            backend,
-                            holder_lease,
-                            recent_hold,
-                            held_by,
-                            ..
-                        } => LockError::Timeout {
-                            key,
-                            backend,
-                            waited: start.elapsed(),
-                            holder_lease,
-                            recent_hold,
-                            held_by,
-                        },
-                        other => other,
-                    };
-                    release_all(guards).await;
-                    return Err(e);
-                }
-            }
-        }
-        let auto = guards.iter().all(|g| g.held.state.auto);
-        Ok(MultiLockGuard { guards, auto })
     }
 
     /// Try each key once: `Ok(None)` when another owner holds one of them (nothing is held
@@ -321,6 +250,52 @@ impl MultiLock {
     }
 }
 
+/// Take `keys` (sorted, deduplicated) one after the other, each with the terms of `each`,
+/// within `wait` from `start`. Nothing stays held on an error.
+async fn acquire_keys(
+    each: Target,
+    wait: Duration,
+    keys: Vec<String>,
+    start: Instant,
+) -> Result<MultiLockGuard, LockError> {
+    let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
+    // Taken so far: dropped (released in the background) on an error or if this
+    // future is dropped.
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
+    for key in keys {
+        let lock = Lock::with_target(key, each.clone())
+            .uncounted()
+            .wait(deadline.saturating_duration_since(Instant::now()));
+        match lock.acquire().await {
+            Ok(g) => guards.push(g),
+            Err(e) => {
+                let e = match e {
+                    LockError::Timeout {
+                        key,
+                        backend,
+                        holder_lease,
+                        recent_hold,
+                        held_by,
+                        ..
+                    } => LockError::Timeout {
+                        key,
+                        backend,
+                        waited: start.elapsed(),
+                        holder_lease,
+                        recent_hold,
+                        held_by,
+                    },
+                    other => other,
+                };
+                release_all(guards).await;
+                return Err(e);
+            }
+        }
+    }
+    let auto = guards.iter().all(|g| g.held.state.auto);
+    Ok(MultiLockGuard { guards, auto })
+}
+
 /// Release every guard, the last taken first; errors are logged (the guards dropped on
 /// the way out are released in the background).
 async fn release_all(guards: Vec<LockGuard>) {
@@ -377,6 +352,21 @@ impl MultiLockGuard {
             .iter()
             .map(|g| (g.key(), g.fencing_token()))
             .collect()
+    }
+
+    /// The backend's name (every key is locked on the same backend).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// # let registry = distlock::Registry::from_str("[backends.m]\nmode = \"memory\"").await.unwrap();
+    /// let g = registry.lock_all(["a", "b"]).acquire().await?;
+    /// assert_eq!(g.backend(), "m");
+    /// # Ok(()) }
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
+    /// ```
+    pub fn backend(&self) -> &str {
+        // Never empty: an acquisition takes at least one key.
+        self.guards.first().map_or("", LockGuard::backend)
     }
 
     /// The guard of each key, in the order taken.

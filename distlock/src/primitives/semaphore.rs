@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::backend::Backend;
 use crate::obs::sites::LockSite;
+use crate::ops::target::Target;
 use crate::primitives::acquire::Request;
 use crate::primitives::guard::GuardCore;
 use crate::registry::Registry;
@@ -82,11 +83,8 @@ use crate::{Lease, LockError};
 pub struct Semaphore {
     key: String,
     permits: u32,
-    backend: Option<String>,
-    wait: Option<Duration>,
-    lease: Option<Lease>,
-    registry: Option<Registry>,
-    site: LockSite,
+    /// The registry, backend, wait, lease and site.
+    target: Target,
     fair: bool,
 }
 
@@ -116,11 +114,7 @@ impl Semaphore {
         Semaphore {
             key: key.into(),
             permits,
-            backend: None,
-            wait: None,
-            lease: None,
-            registry: None,
-            site: LockSite::Caller(std::panic::Location::caller()),
+            target: Target::here(),
             fair: false,
         }
     }
@@ -174,7 +168,7 @@ impl Semaphore {
     /// # drop(s);
     /// ```
     pub fn site(mut self, name: &'static str) -> Semaphore {
-        self.site = LockSite::Named(name);
+        self.target.set_site(LockSite::Named(name));
         self
     }
 
@@ -185,7 +179,7 @@ impl Semaphore {
     /// # drop(s);
     /// ```
     pub fn backend(mut self, name: impl Into<String>) -> Semaphore {
-        self.backend = Some(name.into());
+        self.target.set_backend(name.into());
         self
     }
 
@@ -196,7 +190,7 @@ impl Semaphore {
     /// # drop(s);
     /// ```
     pub fn wait(mut self, wait: Duration) -> Semaphore {
-        self.wait = Some(wait);
+        self.target.set_wait(wait);
         self
     }
 
@@ -209,7 +203,7 @@ impl Semaphore {
     /// # drop(s);
     /// ```
     pub fn lease(mut self, lease: Lease) -> Semaphore {
-        self.lease = Some(lease);
+        self.target.set_lease(lease);
         self
     }
 
@@ -263,20 +257,16 @@ impl Semaphore {
     /// sent but not answered is released in the background (a release of what was never
     /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn acquire(&self, n: u32) -> Result<SemaphoreGuard, LockError> {
-        let registry = match &self.registry {
-            Some(r) => r.clone(),
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
-        let defaults = registry.defaults();
-        let wait = self.wait.unwrap_or(defaults.wait);
-        let lease = self.lease.unwrap_or_else(|| defaults.lease.into());
-        let site = crate::obs::metrics::site_label(self.site);
-        let span = tracing::debug_span!("distlock.semaphore", backend = %backend.name, key = %self.key, permits = self.permits, n);
-        let name = backend.name.clone();
+        let to = self.target.resolve()?;
+        let site = to.site;
+        let span = tracing::debug_span!("distlock.semaphore", backend = %to.backend.name, key = %self.key, permits = self.permits, n);
+        let name = to.backend.name.clone();
         let start = Instant::now();
-        let r = tracing::Instrument::instrument(acquire(self, backend, n, wait, lease, site), span)
-            .await;
+        let r = tracing::Instrument::instrument(
+            acquire(self, to.backend, n, to.wait, to.lease, site),
+            span,
+        )
+        .await;
         // A busy semaphore: its permits are what holds it.
         let r = r.map_err(|e| match e {
             LockError::Timeout {
@@ -296,12 +286,7 @@ impl Semaphore {
             },
             other => other,
         });
-        let outcome = match &r {
-            Ok(_) => crate::obs::metrics::Outcome::Acquired,
-            Err(LockError::Timeout { .. }) => crate::obs::metrics::Outcome::Timeout,
-            Err(_) => crate::obs::metrics::Outcome::Error,
-        };
-        crate::obs::metrics::acquisition(&name, site, outcome, start.elapsed());
+        crate::ops::target::count(&name, site, start, &r, |_| false);
         r
     }
 
@@ -327,10 +312,7 @@ impl Semaphore {
     /// sent but not answered is released in the background (a release of what was never
     /// taken changes nothing), and a queued fair or write waiter leaves the queue.
     pub async fn try_acquire(&self, n: u32) -> Result<Option<SemaphoreGuard>, LockError> {
-        let once = Semaphore {
-            wait: Some(Duration::ZERO),
-            ..self.clone()
-        };
+        let once = self.clone().wait(Duration::ZERO);
         match once.acquire(n).await {
             Ok(g) => Ok(Some(g)),
             Err(LockError::Timeout { .. }) => Ok(None),
@@ -381,11 +363,7 @@ impl Semaphore {
     /// # tokio::runtime::Runtime::new().unwrap().block_on(f()).unwrap();
     /// ```
     pub async fn force_unlock(self) -> Result<bool, LockError> {
-        let registry = match self.registry {
-            Some(r) => r,
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let backend = self.target.backend()?;
         backend.supports_semaphore()?;
         let permits = self.permits.max(1);
         let keys = backend.semaphore_keys(self.key, permits, permits, false)?;
@@ -416,11 +394,7 @@ impl Semaphore {
     /// As [`force_unlock`](Self::force_unlock): `Backend`, `Unsupported` (redlock, multi,
     /// `protocol = "redisson"`), `InvalidKey`, `NotInitialized`, `NoSuchBackend`.
     pub async fn force_unlock_holder(self, holder: &str) -> Result<bool, LockError> {
-        let registry = match self.registry {
-            Some(r) => r,
-            None => crate::registry::current()?,
-        };
-        let backend = registry.backend(self.backend.as_deref())?;
+        let backend = self.target.backend()?;
         backend.supports_semaphore()?;
         if holder.is_empty() {
             // No holder has an empty id (and an empty one would mean "every holder").
@@ -449,10 +423,9 @@ impl Registry {
     /// ```
     #[track_caller]
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
-        Semaphore {
-            registry: Some(self.clone()),
-            ..Semaphore::new(key, permits)
-        }
+        let mut semaphore = Semaphore::new(key, permits);
+        semaphore.target.set_registry(self.clone());
+        semaphore
     }
 }
 
