@@ -89,8 +89,6 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
-    /// A semaphore of `permits` permits on `key`, on the default backend of the registry in
-    /// force (the innermost [`Registry::scope`] of this task, else the global one). A
     /// The most permits a semaphore can have: 2147483647 (`i32::MAX`, what the scripts
     /// keep in a Redis integer). A semaphore of more is refused when acquiring
     /// (`LockError::InvalidPermits`) on every backend, memory included, before anything
@@ -101,6 +99,8 @@ impl Semaphore {
     /// ```
     pub const MAX_PERMITS: u32 = i32::MAX as u32;
 
+    /// A semaphore of `permits` permits on `key`, on the default backend of the registry in
+    /// force (the innermost [`Registry::scope`] of this task, else the global one). A
     /// `permits` of 0, or over [`Semaphore::MAX_PERMITS`], is refused when acquiring
     /// (`LockError::InvalidPermits`); keys follow
     /// the rules of [`Lock::new`](crate::Lock::new).
