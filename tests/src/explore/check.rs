@@ -396,6 +396,34 @@ impl Checker {
             .collect()
     }
 
+    /// A `force_unlock` of the holds `ids` is about to be sent: from now on a newcomer may
+    /// get in for its sake, before its reply is back (the server deletes the lock first).
+    /// Returns the holds marked so, for [`Checker::not_revoked`] should nothing be deleted.
+    pub fn revoking(&self, ids: &[u64]) -> Vec<u64> {
+        let at = Instant::now();
+        let mut m = self.model();
+        ids.iter()
+            .copied()
+            .filter(|id| match m.holds.get_mut(id) {
+                Some(h) if h.revoked_at.is_none() => {
+                    h.revoked_at = Some(at);
+                    true
+                }
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// The `force_unlock` marked by [`Checker::revoking`] deleted nothing (or failed).
+    pub fn not_revoked(&self, marked: &[u64]) {
+        let mut m = self.model();
+        for id in marked {
+            if let Some(h) = m.holds.get_mut(id) {
+                h.revoked_at = None;
+            }
+        }
+    }
+
     /// A `force_unlock` deleted the lock: each of `ids` (live before it) must hear it
     /// within [`REVOKE_BOUND`] unless it ended first. A newcomer may get in before the
     /// message reaches the holder (at once with the subscriber connected; after its

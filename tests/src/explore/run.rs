@@ -178,6 +178,7 @@ async fn force_unlock(
     let reg = world.owner(owner);
     let live = checker.live_holds(name, kind);
     let unoffered = !world.offers(kind);
+    let marked = checker.revoking(&live);
     let res = match kind {
         Kind::Semaphore(_) => {
             tokio::time::timeout(HANG, reg.semaphore(&key, PERMITS).force_unlock()).await
@@ -191,6 +192,9 @@ async fn force_unlock(
         }
     };
     let who = format!("o{owner} force_unlock {kind} {key}");
+    if !matches!(res, Ok(Ok(true))) {
+        checker.not_revoked(&marked);
+    }
     if unoffered {
         if !matches!(res, Ok(Err(LockError::Unsupported { .. }))) {
             checker.violation(format!(
