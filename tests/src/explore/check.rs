@@ -78,6 +78,10 @@ struct Model {
     /// The fenced counters (the resource of the fenced read-modify-write check), per
     /// fencing counter ([`name_key`]).
     fenced: HashMap<(u8, u8), FencedCounter>,
+    /// Per name, the fault count (`faults`) as of the last time its keys were lost: an
+    /// acquisition started before that may have been granted before the loss and heard
+    /// of after it.
+    lost_keys_at: HashMap<u8, u64>,
     /// The fenced resource skips its token checks (a planted bug).
     fence_unchecked: bool,
 }
@@ -274,7 +278,12 @@ impl Checker {
             token: a.token,
             ancestors: a.ancestors.to_vec(),
             lost_at: None,
-            exempt: false,
+            // Its keys may have been lost after the server granted it and before its
+            // reply came back: exempt, as the holds of that name were.
+            exempt: m
+                .lost_keys_at
+                .get(&a.name)
+                .is_some_and(|f| *f > a.started.faults),
             ended: false,
             revoked_at: None,
             window: (a.kind == Kind::RunOnce && !reentry).then(|| {
@@ -482,6 +491,10 @@ impl Checker {
                     h.exempt = true;
                 }
             }
+        }
+        let faults = m.faults;
+        for n in (0..NAMES).filter(|n| name.is_none_or(|name| name == *n)) {
+            m.lost_keys_at.insert(n, faults);
         }
     }
 
