@@ -171,6 +171,20 @@ fn label(opts: &Options) -> String {
     }
 }
 
+/// [`explore`], once more on fresh servers when the run's own servers failed (a sentinel
+/// that did not fail over in time on a loaded machine, a port taken meanwhile): such an
+/// abort says nothing about the locks. A second abort stands.
+fn explore_once_more_if_aborted(o: &Options) -> Summary {
+    let first = explore(o);
+    match &first.aborted {
+        Some(why) if first.findings.is_empty() => {
+            println!("explore: the run's own servers failed ({why}); once more on fresh servers");
+            explore(o)
+        }
+        _ => first,
+    }
+}
+
 fn merge(total: &mut Summary, s: Summary) {
     total.schedules += s.schedules;
     total.operations += s.operations;
@@ -202,7 +216,7 @@ fn main() {
             "explore: {} fixed seed {seed}{generator}",
             label(&args.opts)
         );
-        merge(&mut total, explore(&o));
+        merge(&mut total, explore_once_more_if_aborted(&o));
     }
     if args.opts.schedules > 0 {
         println!(
@@ -212,7 +226,7 @@ fn main() {
             args.opts.seed.wrapping_add(args.opts.schedules),
             args.opts.schedules
         );
-        merge(&mut total, explore(&args.opts));
+        merge(&mut total, explore_once_more_if_aborted(&args.opts));
     }
     if args.extended_schedules > 0 {
         let mut o = args.opts.clone();
@@ -224,7 +238,7 @@ fn main() {
             o.seed.wrapping_add(o.schedules),
             o.schedules
         );
-        merge(&mut total, explore(&o));
+        merge(&mut total, explore_once_more_if_aborted(&o));
     }
     let mut text = String::new();
     for f in &total.findings {
