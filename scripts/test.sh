@@ -20,6 +20,9 @@
 # the subset of SERVER_SUBSET below runs on valkey8 and on redis8 (every mode and both
 # formats; DISTLOCK_SERVER_SUBSET=0 leaves it out).
 #
+# The output ends with each stage's outcome and, when one failed, the failing tests with
+# the start of their output (each `cargo test` is also kept in target/test-logs/).
+#
 # Installs redis-server / redis-sentinel with apt-get when they are missing.
 # Concurrent runs on one machine are serialized with a lock file, since all
 # runs share the same fixed ports.
@@ -62,6 +65,31 @@ LOCK_FILE="${DISTLOCK_TEST_LOCK:-/tmp/distlock-test.lock}"
 LOCK_TIMEOUT="${DISTLOCK_TEST_LOCK_TIMEOUT:-1800}"
 
 section() { printf '\n==== %s ====\n' "$*"; }
+# Each stage's outcome, printed again at the very end: a CI log is often read from its tail.
+stages=()
+LOG_DIR="$ROOT/target/test-logs"
+# `cargo test` with its output also kept in $LOG_DIR/$1.log; the rest of the arguments go
+# to cargo. Returns cargo's exit status.
+cargo_test_logged() {
+    local log="$LOG_DIR/$1.log"
+    shift
+    mkdir -p "$LOG_DIR"
+    local rc=0
+    cargo test --no-fail-fast "$@" 9>&- 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+    return "$rc"
+}
+# What failed in the logs of cargo_test_logged: the failing tests' names and the start of
+# each one's output.
+failure_report() {
+    local log
+    for log in "$LOG_DIR"/*.log; do
+        [[ -f "$log" ]] || continue
+        grep -qE '^test .* \.\.\. FAILED$|^error: ' "$log" || continue
+        printf -- '-- %s\n' "$(basename "$log" .log)"
+        grep -E '^test .* \.\.\. FAILED$|^error: |^    `?-p ' "$log" | head -40 || true
+        awk '/^failures:$/ { n = 0 } /^---- .* stdout ----$/ { n = 25 } n > 0 { print; n-- }' "$log" | head -150 || true
+    done
+}
 die() {
     printf 'scripts/test.sh: ERROR: %s\n' "$*" >&2
     exit 1
@@ -233,41 +261,55 @@ done
 
 section "$(printf '%s ' cargo test "${scope[@]}" "$@")"
 status=0
-cargo test --no-fail-fast "${scope[@]}" "$@" 9>&- || status=$?
+rm -rf "$LOG_DIR"
+started=$SECONDS
+cargo_test_logged "suite-$server" "${scope[@]}" "$@" || status=$?
+stages+=("cargo test on $server: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)")")
 
 # The fault-testing run (scripts/torture.sh --quick, about 4 minutes) after a passing full
 # suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
 # are its own (17300..17339).
 if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_TORTURE:-}" == 1 ]]; }; then
     section "scripts/torture.sh --quick"
+    started=$SECONDS
     bash "$ROOT/scripts/torture.sh" --quick 9>&- || status=$?
+    stages+=("torture --quick: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)")")
+elif ((ci)); then
+    stages+=("torture --quick: not run (the suite failed)")
 fi
 
 # The explorer's quick run (scripts/explore.sh --quick, a few minutes): fixed seeds and
 # random schedules against a model, on its own private servers (17400..17499).
 if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_EXPLORE:-}" == 1 ]]; }; then
     section "scripts/explore.sh --quick"
+    started=$SECONDS
     bash "$ROOT/scripts/explore.sh" --quick 9>&- || status=$?
+    stages+=("explore --quick: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)")")
+elif ((ci)); then
+    stages+=("explore --quick: not run (an earlier stage failed)")
 fi
 
 # CI: the subset on Valkey 8 and Redis 8, each on its own freshly started topologies.
 if ((ci)) && [[ "${DISTLOCK_SERVER_SUBSET:-1}" != 0 ]]; then
-    timings=()
     for other in valkey8 redis8; do
         section "subset on $other: $(printf '%s ' cargo test "${SERVER_SUBSET[@]}")"
         started=$SECONDS
         use_server "$other"
-        bash "$SERVERS" start 9>&- || { status=1; timings+=("$other: servers failed to start"); continue; }
+        bash "$SERVERS" start 9>&- || { status=1; stages+=("subset on $other: servers failed to start"); continue; }
         sub=0
-        cargo test --no-fail-fast "${SERVER_SUBSET[@]}" 9>&- || sub=$?
+        cargo_test_logged "subset-$other" "${SERVER_SUBSET[@]}" || sub=$?
         ((sub == 0)) || status=$sub
-        timings+=("$other: $((SECONDS - started))s, $( ((sub == 0)) && echo passed || echo "FAILED ($sub)")")
+        stages+=("subset on $other: $((SECONDS - started))s, $( ((sub == 0)) && echo passed || echo "FAILED ($sub)")")
     done
     use_server redis7 >/dev/null
-    section "subset timings"
-    printf '%s\n' "${timings[@]}"
 fi
 
+section "stages"
+printf '%s\n' "${stages[@]}"
+if ((status != 0)); then
+    section "failures"
+    failure_report
+fi
 if ((status == 0)); then
     section "tests passed"
 else
