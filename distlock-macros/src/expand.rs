@@ -84,7 +84,7 @@ fn error_and(e: syn::Error, item: TokenStream) -> TokenStream {
 }
 
 /// What the function looks like.
-enum Shape {
+enum FnReturn {
     /// `async fn ... -> Result<T, E>`: the return type.
     Async(Type),
     /// `fn ... -> Pin<Box<dyn Future<Output = Result<T, E>> (+ Send) + 'a>>`, the shape
@@ -95,11 +95,11 @@ enum Shape {
 const NEEDS_RESULT: &str = "returning `Result<T, E>` where `E: From<distlock::LockError>` \
      (an alias such as `anyhow::Result<T>` works too)";
 
-fn shape(func: &ItemFn) -> syn::Result<Shape> {
+fn shape(func: &ItemFn) -> syn::Result<FnReturn> {
     let sig = &func.sig;
     if sig.asyncness.is_some() {
         return match &sig.output {
-            ReturnType::Type(_, ty) if is_result(ty) => Ok(Shape::Async((**ty).clone())),
+            ReturnType::Type(_, ty) if is_result(ty) => Ok(FnReturn::Async((**ty).clone())),
             ReturnType::Type(_, ty) => Err(syn::Error::new_spanned(
                 ty,
                 format!(
@@ -126,7 +126,7 @@ fn shape(func: &ItemFn) -> syn::Result<Shape> {
     if let ReturnType::Type(_, ty) = &sig.output {
         if let Some(output) = boxed_future_output(ty) {
             return if is_result(output) {
-                Ok(Shape::Boxed(output.clone()))
+                Ok(FnReturn::Boxed(output.clone()))
             } else {
                 Err(syn::Error::new_spanned(
                     output,
@@ -332,7 +332,7 @@ fn key_expr(key: &KeyArg) -> TokenStream {
     }
 }
 
-fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> TokenStream {
+fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &FnReturn) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
@@ -443,7 +443,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     // The conversion of a `LockError` into the function's error type is located at the
     // return type: a missing `From<LockError>` is reported there.
     let ret = match shape {
-        Shape::Async(ret) | Shape::Boxed(ret) => {
+        FnReturn::Async(ret) | FnReturn::Boxed(ret) => {
             let mut ret = ret.clone();
             ImplToInfer.visit_type_mut(&mut ret);
             ret
@@ -467,7 +467,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
     // A semaphore's section takes one permit.
     let take = if semaphore { quote!(1u32,) } else { quote!() };
     let run = match shape {
-        Shape::Async(_) => {
+        FnReturn::Async(_) => {
             // `typed` makes the body's `return` and `?` see the function's return type.
             quote! {
                 #wait_override
@@ -479,7 +479,7 @@ fn generate(args: &Args, keys: &[&KeyArg], func: &ItemFn, shape: &Shape) -> Toke
                 }
             }
         }
-        Shape::Boxed(_) => quote! {
+        FnReturn::Boxed(_) => quote! {
             let #body = #block;
             ::std::boxed::Box::pin(async move {
                 #wait_override

@@ -42,12 +42,12 @@ pub struct Registry {
 
 struct Inner {
     defaults: Defaults,
-    backends: HashMap<String, Slot>,
+    backends: HashMap<String, Entry>,
 }
 
 /// One configured backend: connected, or (`required = false`, down at `init`) being
 /// connected in the background.
-enum Slot {
+enum Entry {
     Ready(Arc<Backend>),
     Connecting(Arc<Pending>),
 }
@@ -65,20 +65,20 @@ struct Pending {
     closed: std::sync::atomic::AtomicBool,
 }
 
-impl Slot {
+impl Entry {
     /// The backend, once connected.
     fn get(&self) -> Option<&Arc<Backend>> {
         match self {
-            Slot::Ready(b) => Some(b),
-            Slot::Connecting(p) => p.backend.get(),
+            Entry::Ready(b) => Some(b),
+            Entry::Connecting(p) => p.backend.get(),
         }
     }
 
     /// The backend, or why it is not connected yet.
     fn backend(&self) -> Result<Arc<Backend>, LockError> {
         match self {
-            Slot::Ready(b) => Ok(b.clone()),
-            Slot::Connecting(p) => match p.backend.get() {
+            Entry::Ready(b) => Ok(b.clone()),
+            Entry::Connecting(p) => match p.backend.get() {
                 Some(b) => Ok(b.clone()),
                 None => {
                     let down = p.down.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,10 +97,10 @@ impl Slot {
     fn supports(&self, kind: crate::LockKind) -> Result<(), LockError> {
         match (self, self.get()) {
             (_, Some(b)) => b.supports(kind),
-            (Slot::Connecting(p), None) => {
+            (Entry::Connecting(p), None) => {
                 crate::backend::mode_offers(&p.name, &p.mode, p.protocol, kind)
             }
-            (Slot::Ready(b), None) => b.supports(kind),
+            (Entry::Ready(b), None) => b.supports(kind),
         }
     }
 
@@ -108,10 +108,10 @@ impl Slot {
     fn supports_semaphore(&self) -> Result<(), LockError> {
         match (self, self.get()) {
             (_, Some(b)) => b.supports_semaphore(),
-            (Slot::Connecting(p), None) => {
+            (Entry::Connecting(p), None) => {
                 crate::backend::mode_offers_semaphore(&p.name, &p.mode, p.protocol)
             }
-            (Slot::Ready(b), None) => b.supports_semaphore(),
+            (Entry::Ready(b), None) => b.supports_semaphore(),
         }
     }
 }
@@ -274,8 +274,8 @@ impl Registry {
         name: &str,
     ) -> Option<(distlock_config::ModeKind, distlock_config::Protocol)> {
         match self.inner.backends.get(name)? {
-            Slot::Ready(b) => Some((b.mode, b.protocol)),
-            Slot::Connecting(p) => Some((p.mode.kind(), p.protocol)),
+            Entry::Ready(b) => Some((b.mode, b.protocol)),
+            Entry::Connecting(p) => Some((p.mode.kind(), p.protocol)),
         }
     }
 
@@ -392,7 +392,7 @@ impl Registry {
         let deadline = tokio::time::Instant::now() + Self::SHUTDOWN_BOUND;
         let mut backends = Vec::new();
         for slot in self.inner.backends.values() {
-            if let Slot::Connecting(p) = slot {
+            if let Entry::Connecting(p) = slot {
                 p.closed.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             if let Some(b) = slot.get() {
@@ -418,8 +418,8 @@ impl Registry {
     /// ```
     pub fn is_shut_down(&self) -> bool {
         self.inner.backends.values().any(|slot| match slot {
-            Slot::Connecting(p) => p.closed.load(std::sync::atomic::Ordering::SeqCst),
-            Slot::Ready(b) => b.leases.is_closed(),
+            Entry::Connecting(p) => p.closed.load(std::sync::atomic::Ordering::SeqCst),
+            Entry::Ready(b) => b.leases.is_closed(),
         })
     }
 
@@ -430,7 +430,7 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
-            .and_then(Slot::get)
+            .and_then(Entry::get)
             .map(|b| b.waiting.load(std::sync::atomic::Ordering::Relaxed))
     }
 
@@ -441,7 +441,7 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
-            .and_then(Slot::get)
+            .and_then(Entry::get)
             .map(|b| b.hub.connections())
     }
 
@@ -453,7 +453,7 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
-            .and_then(Slot::get)
+            .and_then(Entry::get)
             .and_then(|b| b.local_holders())
     }
 
@@ -464,7 +464,7 @@ impl Registry {
         self.inner
             .backends
             .get(backend)
-            .and_then(Slot::get)
+            .and_then(Entry::get)
             .map(|b| b.leases.len())
     }
 }
@@ -488,7 +488,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
             Ok(backend) => {
                 crate::upkeep::watchdog::spawn(&backend);
                 tracing::info!(backend = %backend.name, address = %backend.address, "distlock: backend connected");
-                Slot::Ready(backend)
+                Entry::Ready(backend)
             }
             Err(InitError::Connect {
                 backend,
@@ -510,7 +510,7 @@ async fn connect_here(config: Config) -> Result<Registry, InitError> {
                     cfg.clone(),
                     config.defaults.clone(),
                 );
-                Slot::Connecting(pending)
+                Entry::Connecting(pending)
             }
             Err(e) => return Err(e),
         };

@@ -439,12 +439,12 @@ async fn fencing_counters_expire_and_restart_above_their_tokens() {
     g.release().await.expect("release");
 }
 
-/// A release that frees without counting down (`Hold::sole`: the client knows the level is
+/// A release that frees without counting down (`Hold::only_level`: the client knows the level is
 /// the owner's only one) run twice: the second run finds the level gone and changes nothing.
 #[test]
-fn a_sole_release_run_twice_frees_once() {
+fn an_only_level_release_run_twice_frees_once() {
     use distlock::__private::scripts::{ACQUIRE, RELEASE};
-    let hash = format!("lock:{{{}}}", unique("sole-twice"));
+    let hash = format!("lock:{{{}}}", unique("only-level-twice"));
     let fence = format!("{hash}:fence");
     let first = eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "a1", "0"]);
     assert!(
@@ -464,7 +464,7 @@ fn a_sole_release_run_twice_frees_once() {
     );
 }
 
-/// A release that frees the lock by counting down (not `sole`) and one that keeps it until
+/// A release that frees the lock by counting down (not `only_level`) and one that keeps it until
 /// `hold:until`, each run twice: the level that frees is checked, not removed first (its
 /// mark goes with the `DEL`, or with the fields a kept lock drops), and the second run finds
 /// it gone and changes nothing.
@@ -559,7 +559,7 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
         resp_command(&addr, &["EXISTS", &format!("lock:{{{key}}}")]).expect("EXISTS")
             == RespValue::Integer(1)
     };
-    let key = unique("sole");
+    let key = unique("only-level");
     let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
     assert_eq!(
         resp_command(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT"),

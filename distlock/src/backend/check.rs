@@ -133,8 +133,8 @@ impl SelfCheck {
         report
     }
 
-    /// Judge the servers' reports at `init` (see the module documentation).
-    pub(crate) fn judge(
+    /// Fail `init` on what the servers report (see the module documentation).
+    pub(crate) fn enforce(
         &self,
         backend: &str,
         reports: Vec<Result<ServerReport, DriverError>>,

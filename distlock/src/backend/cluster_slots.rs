@@ -18,7 +18,7 @@
 //! for; until it is up, its commands take the cluster connection.
 //!
 //! Each master also has connections its callers drive (`direct.rs`), as a single server
-//! has: a one-call operation alone on its master takes one when idle ([`Directs`]). A
+//! has: a one-call operation alone on its master takes one when idle ([`DirectRoutes`]). A
 //! `MOVED` or `ASK` there (the command did not run) asks the map again, and the call goes
 //! on through the multiplexed connections as above.
 
@@ -33,7 +33,7 @@ use redis::{Arg, Cmd, ConnectionInfo, Pipeline, RedisFuture, Value};
 
 use super::conn::Settings;
 use super::direct::Direct;
-use super::link::Directs;
+use super::link::DirectRoutes;
 use crate::errors::backend::{connection_failed, redirected};
 use crate::protocol::slot::{slot, SLOTS};
 use crate::protocol::Call;
@@ -159,7 +159,7 @@ impl Routed {
 }
 
 // A lock call's first key names its slot, so its master.
-impl Directs for Routed {
+impl DirectRoutes for Routed {
     fn direct_for(&self, call: &Call) -> Option<Arc<Direct>> {
         self.master(call.keys.first()?.as_bytes(), |m| m.direct.clone())?
     }

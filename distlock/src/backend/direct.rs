@@ -56,7 +56,7 @@ pub(crate) struct Direct {
     db: i64,
     connect_timeout: Duration,
     response_timeout: Duration,
-    slots: Mutex<Vec<Arc<Slot>>>,
+    slots: Mutex<Vec<Arc<RuntimeConn>>>,
     /// Drains under way (see [`Direct::drained`]), and their ends.
     draining: AtomicUsize,
     drained: Notify,
@@ -85,15 +85,15 @@ impl std::fmt::Debug for Direct {
 }
 
 /// One caller runtime's connection.
-struct Slot {
+struct RuntimeConn {
     runtime: Id,
     /// `None`: not connected (never yet, or closed after an unfinished request).
     conn: Arc<tokio::sync::Mutex<Option<Stream>>>,
-    state: Mutex<SlotState>,
+    state: Mutex<ConnState>,
 }
 
 #[derive(Default)]
-struct SlotState {
+struct ConnState {
     /// A connection attempt is under way.
     connecting: bool,
     /// Failures since the last clean exchange (the backoff's exponent).
@@ -102,7 +102,7 @@ struct SlotState {
     not_before: Option<Instant>,
 }
 
-impl SlotState {
+impl ConnState {
     fn failed(&mut self) {
         let pause = RETRY_MIN
             .saturating_mul(1 << self.failures.min(16))
@@ -162,7 +162,7 @@ impl Direct {
 
     /// The calling runtime's connection when it is idle and connected; else `None` (and,
     /// when it is not connected and the backoff allows, a connection is started in the
-    /// background). The caller's runtime is the one [`crate::rt::runtime::entered`] saw.
+    /// background). The caller's runtime is the one [`crate::rt::runtime::on_background_runtime`] saw.
     pub(crate) fn lease(self: &Arc<Self>) -> Option<Lease> {
         let handle = crate::rt::runtime::caller()?;
         let slot = self.slot(handle.id())?;
@@ -182,7 +182,7 @@ impl Direct {
     }
 
     /// The slot of `runtime`, made (in the least recently used one's place) when new.
-    fn slot(&self, runtime: Id) -> Option<Arc<Slot>> {
+    fn slot(&self, runtime: Id) -> Option<Arc<RuntimeConn>> {
         let mut slots = self.slots.lock().ok()?;
         if let Some(i) = slots.iter().position(|s| s.runtime == runtime) {
             if i != 0 {
@@ -194,10 +194,10 @@ impl Direct {
         if slots.len() >= SLOTS {
             slots.pop();
         }
-        let slot = Arc::new(Slot {
+        let slot = Arc::new(RuntimeConn {
             runtime,
             conn: Arc::new(tokio::sync::Mutex::new(None)),
-            state: Mutex::new(SlotState::default()),
+            state: Mutex::new(ConnState::default()),
         });
         slots.insert(0, slot.clone());
         Some(slot)
@@ -205,7 +205,7 @@ impl Direct {
 
     /// Start connecting `slot` on `handle`'s runtime, unless an attempt is under way or
     /// the backoff says not yet.
-    fn connect_later(self: &Arc<Self>, slot: &Arc<Slot>, handle: &Handle) {
+    fn connect_later(self: &Arc<Self>, slot: &Arc<RuntimeConn>, handle: &Handle) {
         {
             let Ok(mut state) = slot.state.lock() else {
                 return;
@@ -216,7 +216,7 @@ impl Direct {
             state.connecting = true;
         }
         /// Clears `connecting` however the attempt ends (its runtime shutting down too).
-        struct Attempt(Arc<Slot>);
+        struct Attempt(Arc<RuntimeConn>);
         impl Drop for Attempt {
             fn drop(&mut self) {
                 if let Ok(mut state) = self.0.state.lock() {
@@ -467,7 +467,7 @@ enum Flight {
 /// request written and its reply not read, it hands the connection to a drain task.
 pub(crate) struct Lease {
     guard: Option<OwnedMutexGuard<Option<Stream>>>,
-    slot: Arc<Slot>,
+    slot: Arc<RuntimeConn>,
     direct: Arc<Direct>,
     /// The caller's runtime: the socket's, where a drain runs.
     handle: Handle,

@@ -45,7 +45,7 @@ impl<C> std::fmt::Debug for Link<C> {
 
 /// A connection that may have direct connections of its own for some calls (a cluster's
 /// masters, by the slot of the call's key: `cluster_slots.rs`).
-pub(crate) trait Directs {
+pub(crate) trait DirectRoutes {
     /// The direct connections for `call`, if any.
     fn direct_for(&self, _call: &Call) -> Option<Arc<Direct>> {
         None
@@ -56,10 +56,10 @@ pub(crate) trait Directs {
     fn stale(&self) {}
 }
 
-impl Directs for redis::aio::ConnectionManager {}
-impl Directs for redis::cluster_async::ClusterConnection {}
+impl DirectRoutes for redis::aio::ConnectionManager {}
+impl DirectRoutes for redis::cluster_async::ClusterConnection {}
 
-impl<C: ConnectionLike + Directs + Clone + Send + Sync> Link<C> {
+impl<C: ConnectionLike + DirectRoutes + Clone + Send + Sync> Link<C> {
     /// `host:port`, or a cluster's configured nodes.
     pub(crate) fn address(&self) -> &str {
         &self.address

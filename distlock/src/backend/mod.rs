@@ -9,7 +9,7 @@
 //! server connection (single, the sentinel master, each quorum node), and `conn.rs` builds
 //! every connection's settings. Every failure is a [`DriverError`], turned into a public
 //! error in one place (`errors/backend.rs`). Every async method enters distlock's
-//! background runtime itself (`crate::rt::runtime::entered`): callers need not.
+//! background runtime itself (`crate::rt::runtime::on_background_runtime`): callers need not.
 
 mod auth;
 pub(crate) use auth::explain as explain_auth;
@@ -46,7 +46,7 @@ use crate::lease::state::Leases;
 use crate::protocol::keys::{LockKeys, Shape};
 use crate::protocol::{Attempt, Released};
 use crate::rt::hub::Hub;
-use crate::rt::runtime::entered;
+use crate::rt::runtime::on_background_runtime;
 use crate::terms::owner::{Hold, OwnerId};
 use crate::{InitError, LockError, LockKind};
 
@@ -174,12 +174,12 @@ async fn connect_topology(
 
 impl Backend {
     /// Connect to the backend a configuration describes, and start its subscriber. With
-    /// `judge`, the self-check of its servers (`check.rs`) may fail it; without, the
+    /// `enforce_self_check`, the self-check of its servers (`check.rs`) may fail it; without, the
     /// caller reads the reports ([`Backend::probe`]).
     pub(crate) async fn connect(
         cfg: &BackendConfig,
         defaults: &Defaults,
-        judge: bool,
+        enforce_self_check: bool,
     ) -> Result<Arc<Backend>, InitError> {
         protocol_fits(cfg)?;
         let name: Arc<str> = Arc::from(cfg.name.as_str());
@@ -226,9 +226,9 @@ impl Backend {
             caps,
             driver,
         };
-        if judge {
+        if enforce_self_check {
             if let (Some(check), Some(reports)) = (&backend.check, backend.probe_servers().await) {
-                check.judge(&cfg.name, reports)?;
+                check.enforce(&cfg.name, reports)?;
             }
         }
         Ok(Arc::new(backend))
@@ -340,14 +340,14 @@ impl Backend {
     ) -> Result<Attempt, LockError> {
         // What the keys lay out was checked once, before the first attempt (the engine's
         // `check_terms`), not again per attempt.
-        let r = entered(self.driver.acquire(keys, hold, lease, wait)).await;
+        let r = on_background_runtime(self.driver.acquire(keys, hold, lease, wait)).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
     /// A fair or write waiter gives up waiting: it leaves the queue. Returns whether it
     /// was queued.
     pub(crate) async fn cancel(&self, keys: &LockKeys, owner: OwnerId) -> Result<bool, LockError> {
-        entered(self.send_cancel(keys, owner)).await
+        on_background_runtime(self.send_cancel(keys, owner)).await
     }
 
     /// [`Backend::cancel`], in the task that polls it.
@@ -411,7 +411,7 @@ impl Backend {
     /// timeout.
     #[allow(dead_code)] // The graceful shutdown's; tests use it meanwhile.
     pub(crate) async fn flush_resends(&self) {
-        entered(async {
+        on_background_runtime(async {
             self.resends.flush().await;
             if let Some(own) = self.driver.resends() {
                 own.flush().await;
@@ -428,7 +428,7 @@ impl Backend {
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
-        entered(self.send_release(keys, hold)).await
+        on_background_runtime(self.send_release(keys, hold)).await
     }
 
     /// [`Backend::release`], in the task that polls it.
@@ -447,7 +447,7 @@ impl Backend {
         lease: Duration,
         holder: Option<&str>,
     ) -> Result<Option<crate::protocol::HandedOff>, LockError> {
-        let r = entered(self.driver.hand_off(keys, hold, to, lease, holder)).await;
+        let r = on_background_runtime(self.driver.hand_off(keys, hold, to, lease, holder)).await;
         r.map_err(self.fail(Some(&keys.user)))
     }
 
@@ -458,7 +458,7 @@ impl Backend {
         items: &[(&LockKeys, OwnerId)],
         lease: Duration,
     ) -> Vec<Result<bool, LockError>> {
-        let results = entered(self.driver.renew_each(items, lease)).await;
+        let results = on_background_runtime(self.driver.renew_each(items, lease)).await;
         results
             .into_iter()
             .zip(items)
@@ -471,7 +471,7 @@ impl Backend {
     /// processes check their leases (`crate::upkeep::revoke`).
     pub(crate) async fn force_release(&self, keys: &LockKeys) -> Result<bool, LockError> {
         let to = crate::protocol::revocation_channel(&self.prefix);
-        let r = entered(self.driver.force_release(keys, &to)).await;
+        let r = on_background_runtime(self.driver.force_release(keys, &to)).await;
         if r.is_ok() && self.driver.local().is_some() {
             self.mark_force_released(keys);
         }
@@ -496,7 +496,7 @@ impl Backend {
 
     /// INCR `key` (a plain counter, outside the lock layout), giving it `ttl` when new.
     pub(crate) async fn next_sequence(&self, key: &str, ttl: Duration) -> Result<u64, LockError> {
-        let r = entered(self.driver.next_sequence(key, ttl)).await;
+        let r = on_background_runtime(self.driver.next_sequence(key, ttl)).await;
         r.map_err(self.fail(Some(key)))
     }
 
@@ -507,7 +507,7 @@ impl Backend {
         pattern: &str,
         limit: usize,
     ) -> Option<Result<Vec<String>, LockError>> {
-        let r = entered(self.driver.scan(pattern, limit)?).await;
+        let r = on_background_runtime(self.driver.scan(pattern, limit)?).await;
         Some(r.map_err(self.fail(None)))
     }
 
@@ -516,7 +516,7 @@ impl Backend {
     pub(crate) async fn probe(
         &self,
     ) -> Option<Vec<Result<crate::obs::report::ServerReport, LockError>>> {
-        let r = entered(self.probe_servers()).await?;
+        let r = on_background_runtime(self.probe_servers()).await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }
 
@@ -537,7 +537,7 @@ impl Backend {
         key: &str,
         call: &crate::protocol::Call,
     ) -> Option<(Vec<Result<redis::Value, LockError>>, usize)> {
-        let (replies, needed) = entered(self.driver.run_script(call)?).await;
+        let (replies, needed) = on_background_runtime(self.driver.run_script(call)?).await;
         let replies = replies
             .into_iter()
             .map(|r| r.map_err(|e| e.into_lock_error(&self.name, Some(key))))
@@ -563,7 +563,7 @@ impl Backend {
         token: u64,
         ttl_ms: u64,
     ) -> Option<Result<bool, LockError>> {
-        let set = entered(self.driver.fenced_set(name, value, token, ttl_ms)?).await;
+        let set = on_background_runtime(self.driver.fenced_set(name, value, token, ttl_ms)?).await;
         Some(match set {
             FencedSet::Stored => Ok(true),
             FencedSet::Stale => Ok(false),
@@ -684,7 +684,7 @@ impl Backend {
     }
 
     /// [`Backend::release_in_background`], keeping `permit` (a hold's nested permit, taken
-    /// for a release that frees without counting down: `Hold::sole`) until the release has
+    /// for a release that frees without counting down: `Hold::only_level`) until the release has
     /// run, so no nested acquisition of that hold runs on the server before it.
     pub(crate) fn release_in_background_holding(
         self: &Arc<Self>,
@@ -733,7 +733,7 @@ impl Backend {
     /// and queue cancels being sent again until the server answers ([`Backend::resend`])
     /// are flushed too, those asleep in their backoff sent at once.
     pub(crate) async fn flush_releases(&self) {
-        entered(self.leases.background.idle()).await;
+        on_background_runtime(self.leases.background.idle()).await;
         self.flush_resends().await;
     }
 }

@@ -127,7 +127,7 @@ impl std::fmt::Debug for Undo {
 
 /// One waiter's registration.
 #[derive(Debug)]
-struct Slot {
+struct Registration {
     hold: Hold,
     lease: Duration,
     holder: Option<Arc<str>>,
@@ -141,7 +141,7 @@ pub(crate) struct Waiters {
     /// lock's field `w` (`acquire.lua`), so that a hand-off by the holder's process can
     /// tell a waiter of another process from one of its own (`handoff.lua`).
     tag: Arc<str>,
-    map: Mutex<HashMap<String, BTreeMap<u64, Slot>>>,
+    map: Mutex<HashMap<String, BTreeMap<u64, Registration>>>,
     next: AtomicU64,
     /// The locks handed to a waiter of this process, until that grant's lease end: held
     /// here, so a new acquirer's first attempt could only be refused; it skips it and
@@ -180,7 +180,7 @@ impl Waiters {
         &self.tag
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<u64, Slot>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<u64, Registration>>> {
         // Every change is one insert or remove: a poisoned lock is still consistent.
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -198,7 +198,7 @@ impl Waiters {
     ) -> Place {
         let rank = rank.unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
-        let slot = Slot {
+        let slot = Registration {
             hold,
             lease,
             holder,

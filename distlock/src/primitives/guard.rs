@@ -169,7 +169,7 @@ impl Drop for GuardCore {
     fn drop(&mut self) {
         if self.state.begin_release() {
             let s = &self.state;
-            let (sole, hold) = sole_hold(s);
+            let (nested_permit, hold) = last_level_hold(s);
             if let Some(claimed) = claim_waiter(s, &self.backend) {
                 tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; handing the lock to a local waiter in the background");
                 let (backend, keys) = (self.backend.clone(), s.keys.clone());
@@ -177,7 +177,7 @@ impl Drop for GuardCore {
                 // "retry" and the lease runs out on its own.
                 let spawner = backend.clone();
                 spawner.spawn_background(async move {
-                    if let Err(e) = hand_off(&backend, &keys, hold, claimed, sole).await {
+                    if let Err(e) = hand_off(&backend, &keys, hold, claimed, nested_permit).await {
                         tracing::warn!(backend = %backend.name, key = %keys.user, error = %e,
                             "distlock: background release failed; the lease will run out");
                     }
@@ -186,7 +186,7 @@ impl Drop for GuardCore {
             }
             tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; releasing in the background");
             self.backend
-                .release_in_background_holding(s.keys.clone(), hold, sole);
+                .release_in_background_holding(s.keys.clone(), hold, nested_permit);
         }
     }
 }
@@ -204,14 +204,14 @@ fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
         .claim(&state.keys.hash, state.owner)
 }
 
-/// The hold to release, and the permit that makes it the owner's only level (`Hold::sole`):
+/// The hold to release, and the permit that makes it the owner's only level (`Hold::only_level`):
 /// an outermost hold of a reentrant or fair lock in distlock's format takes its nested
 /// permit (`LeaseState::nested`) when no nested hold has it. Kept until the release has run
 /// on the server (through its background re-send, if it comes to that), a nested
 /// acquisition of this hold waits for it and then finds the hold gone; one that had the
 /// permit first has run before this release (its level counts) or was dropped (its undo
 /// finds the lock freed).
-fn sole_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
+fn last_level_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
     let eligible = state.outermost
         && !state.hold.nested
         && !state.keys.format.is_redisson()
@@ -220,7 +220,7 @@ fn sole_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
         .then(|| state.nested().try_acquire_owned().ok())
         .flatten();
     let hold = Hold {
-        sole: permit.is_some(),
+        only_level: permit.is_some(),
         ..state.hold
     };
     (permit, hold)
@@ -236,12 +236,12 @@ async fn hand_off(
     keys: &LockKeys,
     hold: Hold,
     claimed: Claimed,
-    sole: Option<OwnedSemaphorePermit>,
+    nested_permit: Option<OwnedSemaphorePermit>,
 ) -> Result<(), LockError> {
     let (to, lease, holder) = (claimed.hold, claimed.lease, claimed.holder.clone());
     let pending = UndoHandOff {
         armed: Some((backend.clone(), keys.clone(), hold, claimed)),
-        sole,
+        nested_permit,
     };
     let sent = tokio::time::Instant::now();
     let result = backend
@@ -286,11 +286,11 @@ async fn hand_off(
         // Refused before anything was written (the script checks first): the waiter tries
         // as usual, and this is an ordinary release.
         Ok(None) | Err(_) => {
-            let (claimed, sole) = pending.disarm();
+            let (claimed, nested_permit) = pending.disarm();
             if let Some(c) = claimed {
                 c.retry();
             }
-            return release_plain(keys, hold, backend, sole).await;
+            return release_plain(keys, hold, backend, nested_permit).await;
         }
     };
     released_result(released, keys, backend)
@@ -302,8 +302,8 @@ async fn hand_off(
 /// find a grant that is about to go).
 struct UndoHandOff {
     armed: Option<(Arc<Backend>, LockKeys, Hold, Claimed)>,
-    /// The released hold's nested permit (`sole_hold`), kept through the undo.
-    sole: Option<OwnedSemaphorePermit>,
+    /// The released hold's nested permit (`last_level_hold`), kept through the undo.
+    nested_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl UndoHandOff {
@@ -312,7 +312,7 @@ impl UndoHandOff {
     fn disarm(mut self) -> (Option<Claimed>, Option<OwnedSemaphorePermit>) {
         (
             self.armed.take().map(|(_, _, _, claimed)| claimed),
-            self.sole.take(),
+            self.nested_permit.take(),
         )
     }
 }
@@ -325,7 +325,7 @@ impl Drop for UndoHandOff {
             let claimed_hold = claimed.hold;
             // Both releases, until the server answers (`backend/resend.rs`; each is safe
             // to run twice); then the waiter tries again.
-            let sole = self.sole.take();
+            let nested_permit = self.nested_permit.take();
             let (b, k) = (backend.clone(), Arc::new(keys.clone()));
             backend.resend(
                 "undoing a hand-off",
@@ -341,7 +341,7 @@ impl Drop for UndoHandOff {
                     }
                 },
                 move || {
-                    drop(sole);
+                    drop(nested_permit);
                     claimed.retry();
                 },
             );
@@ -350,26 +350,26 @@ impl Drop for UndoHandOff {
 }
 
 async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), LockError> {
-    let (sole, hold) = sole_hold(state);
+    let (nested_permit, hold) = last_level_hold(state);
     if let Some(claimed) = claim_waiter(state, backend) {
-        return hand_off(backend, &state.keys, hold, claimed, sole).await;
+        return hand_off(backend, &state.keys, hold, claimed, nested_permit).await;
     }
-    release_plain(&state.keys, hold, backend, sole).await
+    release_plain(&state.keys, hold, backend, nested_permit).await
 }
 
-/// Release `hold`; `sole`, its nested permit when it frees without counting down
-/// (`sole_hold`), is kept until the release has run.
+/// Release `hold`; `only_level`, its nested permit when it frees without counting down
+/// (`last_level_hold`), is kept until the release has run.
 async fn release_plain(
     keys: &LockKeys,
     hold: Hold,
     backend: &Arc<Backend>,
-    sole: Option<OwnedSemaphorePermit>,
+    nested_permit: Option<OwnedSemaphorePermit>,
 ) -> Result<(), LockError> {
     // Dropped before the reply (a cancelled task, a timeout around this call): the release
     // is sent again in the background; the level (a semaphore's holder id) makes a second
     // run harmless.
     let mut pending = ReleaseOnDrop::new(backend, keys, hold);
-    pending.permit = sole;
+    pending.permit = nested_permit;
     let result = backend.release(keys, hold).await;
     // A transient failure (the reply lost, the server restarting): sent again in the
     // background; otherwise the outcome is known.
@@ -395,7 +395,7 @@ fn released_result(r: Released, keys: &LockKeys, backend: &Backend) -> Result<()
 /// level once, so releasing a level that was never taken, or twice, changes nothing.
 pub(crate) struct ReleaseOnDrop {
     armed: Option<(Arc<Backend>, LockKeys, Hold)>,
-    /// A released hold's nested permit (`sole_hold`), kept through the background re-send.
+    /// A released hold's nested permit (`last_level_hold`), kept through the background re-send.
     permit: Option<OwnedSemaphorePermit>,
 }
 

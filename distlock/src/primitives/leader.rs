@@ -346,7 +346,7 @@ impl Leader {
     pub async fn changes(&self) -> Result<watch::Receiver<Option<LeaderInfo>>, LockError> {
         let (_, backend, keys) = self.resolve()?;
         let chan = channel(&keys);
-        let (first, watcher) = crate::rt::runtime::entered(async {
+        let (first, watcher) = crate::rt::runtime::on_background_runtime(async {
             // Subscribed before the first read: a change after it is announced to us.
             let watcher = backend.hub.watch(&chan);
             watcher.subscribe(Instant::now() + OBSERVE_POLL).await;

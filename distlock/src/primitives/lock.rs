@@ -261,7 +261,7 @@ impl Lock {
                 to.wait,
                 to.lease,
                 site,
-                Extras {
+                HoldTerms {
                     hold_at_least: self.hold_at_least,
                     holder: self.holder,
                 },
@@ -386,7 +386,7 @@ impl Registry {
 
 /// What some acquisitions add: a run-once job's `hold_at_least`, and holder information to
 /// record whatever the backend's `holder_info` says (a leader's).
-struct Extras {
+struct HoldTerms {
     hold_at_least: Option<Duration>,
     holder: Option<Arc<str>>,
 }
@@ -398,16 +398,16 @@ async fn acquire(
     wait: Duration,
     lease: Lease,
     label: &'static str,
-    extras: Extras,
+    terms: HoldTerms,
 ) -> Result<LockGuard, LockError> {
     let (lease_len, auto) = match lease {
         Lease::Auto => (backend.watchdog_timeout, true),
         Lease::Fixed(d) => (d, false),
     };
-    let Extras {
+    let HoldTerms {
         hold_at_least,
         holder,
-    } = extras;
+    } = terms;
     let mut keys = backend.keys(key, kind, lease_len)?;
     if let Some(hold) = hold_at_least {
         if kind != LockKind::Reentrant || backend.is_redisson() {

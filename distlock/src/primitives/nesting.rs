@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::lease::state::LeaseState;
 use crate::protocol::keys::LockKeys;
-use crate::terms::owner::{Hold, Under};
+use crate::terms::owner::{Enclosing, Hold};
 use crate::{LockError, LockKind};
 
 /// A nested acquisition entered: the hold it sends, the enclosing hold (its token answers a
@@ -48,7 +48,7 @@ pub(super) async fn enter(
             if o.is_lost() {
                 return Err(Some(o.lost_error()));
             }
-            Hold::nested_under(o.owner, under)
+            Hold::nested_in(o.owner, under)
         }
         (Some(o), None) => Hold {
             nested: false,
@@ -69,12 +69,12 @@ pub(super) async fn enter(
 /// holds of this name on this backend, innermost first:
 ///
 /// 1. a reentrant or fair lock: the innermost hold of the same kind, re-entered
-///    (`Under::Same`) wherever it is in the nesting — holds of other kinds in between are
+///    (`Enclosing::Same`) wherever it is in the nesting — holds of other kinds in between are
 ///    other locks, and do not hide it;
 /// 2. a read or write lock: the innermost hold of the read-write lock, in either mode
 ///    (holds of other kinds in between do not hide it): of the same mode, re-entered; a
-///    write hold for a read, which goes under it (`Under::Write`, a downgrade); a read
-///    hold for a write: under it (`Under::Read`) when the task holds the write lock
+///    write hold for a read, which goes under it (`Enclosing::Write`, a downgrade); a read
+///    hold for a write: under it (`Enclosing::Read`) when the task holds the write lock
 ///    further out, else refused after one attempt (`NestedKind`; `LeaseLost` if that
 ///    attempt finds the read hold gone): there is no upgrade, and the writer would wait
 ///    for its own task's read hold to leave;
@@ -87,7 +87,7 @@ pub(super) async fn enter(
 /// `(None, None, None)` when the task holds nothing of this name. The third is the error
 /// to answer when the first attempt finds the lock held (the write inside the task's own
 /// read hold).
-fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Enclosing, LockError> {
+fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Found, LockError> {
     let holds = crate::lease::context::holds(&backend.name, &keys.user);
     let Some(innermost) = holds.first() else {
         return Ok((None, None, None));
@@ -103,19 +103,19 @@ fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Enclo
     match kind {
         LockKind::Reentrant | LockKind::Fair => {
             if let Some(same) = of(kind) {
-                return Ok((Some(same.clone()), Some(Under::Same), None));
+                return Ok((Some(same.clone()), Some(Enclosing::Same), None));
             }
         }
         // A read-write lock is one lock in two modes: the innermost hold of either mode.
         LockKind::Read | LockKind::Write => {
             if let Some(rw) = holds.iter().find(|h| h.keys.shape.is_rw()) {
                 let under = match (rw.keys.shape.lock_kind(), kind) {
-                    (Some(held), asked) if held == asked => Under::Same,
-                    (_, LockKind::Read) => Under::Write,
+                    (Some(held), asked) if held == asked => Enclosing::Same,
+                    (_, LockKind::Read) => Enclosing::Write,
                     // A write inside the task's read hold re-enters only when the task
                     // holds the write lock further out (the script finds the owner
                     // writing); else it could only wait for its own read hold.
-                    _ if of(LockKind::Write).is_some() => Under::Read,
+                    _ if of(LockKind::Write).is_some() => Enclosing::Read,
                     // Else one attempt finds whether the read hold is still there
                     // ("outer lost" if not); refused by it, the call fails at once.
                     _ => {
@@ -123,7 +123,7 @@ fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Enclo
                             rw,
                             "a read hold is not upgraded: the write lock waits until every reader has left, this task's own read hold included (take the write lock first: a read inside it re-enters)",
                         );
-                        return Ok((Some(rw.clone()), Some(Under::Read), Some(e)));
+                        return Ok((Some(rw.clone()), Some(Enclosing::Read), Some(e)));
                     }
                 };
                 return Ok((Some(rw.clone()), Some(under), None));
@@ -144,4 +144,8 @@ fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Enclo
 
 /// The hold a nested acquisition goes under (or takes its owner from), how, and the error
 /// to answer should the first attempt find the lock held (see [`enclosing`]).
-type Enclosing = (Option<Arc<LeaseState>>, Option<Under>, Option<LockError>);
+type Found = (
+    Option<Arc<LeaseState>>,
+    Option<Enclosing>,
+    Option<LockError>,
+);

@@ -149,7 +149,7 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
             } else {
                 "0"
             })
-            .arg(if hold.sole { "1" } else { "0" }),
+            .arg(if hold.only_level { "1" } else { "0" }),
         Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)
             .arg(hold.owner.hex())
             .arg(rw_mode(&keys.shape))
@@ -185,7 +185,7 @@ pub(crate) fn handoff(
         .arg(to.owner.hex())
         .arg(millis(lease))
         .arg(to.level_hex())
-        .arg(if hold.sole { "1" } else { "0" });
+        .arg(if hold.only_level { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
     // hold, in the lock's hash); this process's tag and the turn: the lock goes free
     // instead when a waiter of another process was refused it a turn ago or more.

@@ -242,9 +242,22 @@ mod tests {
         assert_eq!(sharded.args[2], b"spublish");
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
         assert_eq!(plain.args[5], b"0", "counted down");
-        let sole = release(&keys, Hold { sole: true, ..hold }, Publish::Plain);
-        assert_eq!(sole.args[5], b"1", "the owner's only level (Hold::sole)");
-        assert!(!hold.undoing().sole, "an undo is never sole");
+        let only = release(
+            &keys,
+            Hold {
+                only_level: true,
+                ..hold
+            },
+            Publish::Plain,
+        );
+        assert_eq!(
+            only.args[5], b"1",
+            "the owner's only level (Hold::only_level)"
+        );
+        assert!(
+            !hold.undoing().only_level,
+            "an undo is never the only level"
+        );
     }
 
     #[test]
@@ -275,11 +288,14 @@ mod tests {
             call.args[8], b"",
             "no holder information: an empty 9th argument"
         );
-        let sole = Hold { sole: true, ..old };
-        let call_sole = handoff(&keys, sole, new, d, None, Publish::Plain).unwrap();
+        let only = Hold {
+            only_level: true,
+            ..old
+        };
+        let call_only = handoff(&keys, only, new, d, None, Publish::Plain).unwrap();
         assert_eq!(
-            call_sole.args[7], b"1",
-            "the owner's only level (Hold::sole)"
+            call_only.args[7], b"1",
+            "the owner's only level (Hold::only_level)"
         );
         let with_info = handoff(&keys, old, new, d, Some("h\t1\ts"), Publish::Plain).unwrap();
         assert_eq!(
@@ -488,8 +504,8 @@ mod tests {
         assert_eq!(r.redisson_latch(), Some(latch.as_str()));
         assert!(cancel(&write, hold.owner, Publish::Plain).is_none());
         // nested acquisitions name the enclosing hold they require (reply 3 without it)
-        use crate::terms::owner::Under;
-        let nested = |under| Hold::nested_under(hold.owner, under);
+        use crate::terms::owner::Enclosing;
+        let nested = |enclosing| Hold::nested_in(hold.owner, enclosing);
         assert_eq!(
             acquire(&write, hold, d, Duration::ZERO, Publish::Plain)
                 .args
@@ -498,7 +514,7 @@ mod tests {
         );
         let a = acquire(
             &write,
-            nested(Under::Same),
+            nested(Enclosing::Same),
             d,
             Duration::ZERO,
             Publish::Plain,
@@ -506,7 +522,7 @@ mod tests {
         assert_eq!(a.args[2], b"1");
         let a = acquire(
             &write,
-            nested(Under::Read),
+            nested(Enclosing::Read),
             d,
             Duration::ZERO,
             Publish::Plain,
@@ -520,7 +536,7 @@ mod tests {
         );
         let a = acquire(
             &read,
-            nested(Under::Write),
+            nested(Enclosing::Write),
             d,
             Duration::ZERO,
             Publish::Plain,
@@ -533,8 +549,8 @@ mod tests {
         let rw = LockKeys::for_kind("lock:", "o".into(), LockKind::Write).unwrap();
         for (h, flag) in [
             (hold, "0"),
-            (nested(Under::Same), "1"),
-            (nested(Under::Read), "r"),
+            (nested(Enclosing::Same), "1"),
+            (nested(Enclosing::Read), "r"),
         ] {
             assert_eq!(
                 acquire(&rw, h, d, Duration::ZERO, Publish::Plain).args[5],
@@ -543,7 +559,14 @@ mod tests {
         }
         let rr = LockKeys::for_kind("lock:", "o".into(), LockKind::Read).unwrap();
         assert_eq!(
-            acquire(&rr, nested(Under::Write), d, Duration::ZERO, Publish::Plain).args[5],
+            acquire(
+                &rr,
+                nested(Enclosing::Write),
+                d,
+                Duration::ZERO,
+                Publish::Plain
+            )
+            .args[5],
             b"w"
         );
         assert_eq!(

@@ -13,7 +13,7 @@
 --   dropped: no guard was handed out, the job did not run): the lock goes with the
 --   `hold:until` that acquisition set, so the slot is free for the job to run elsewhere
 -- ARGV[6] '1' when this level is the owner's only one (the client holds off its nested
---   acquisitions until this has run: `Hold::sole`): freed without counting down; else '0'
+--   acquisitions until this has run: `Hold::only_level`): freed without counting down; else '0'
 --   or absent
 -- The owner's holder information (`i:<owner id>`, see acquire.lua) goes with the lock.
 -- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and

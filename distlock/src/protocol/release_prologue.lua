@@ -11,14 +11,14 @@
 -- changed); n > 0 still held re-entrantly (also when this level was released already); 0
 -- kept until `hold:until`. nil: the last level went and the lock is to be freed (the
 -- caller deletes or hands it). `gone` (optional): asked first when the level's mark is not
--- there (a run again); its answer, if any, is the script's. `sole`: the client says this
+-- there (a run again); its answer, if any, is the script's. `only_level`: the client says this
 -- level is the owner's only one (no nested hold of it is live, and none can run before
--- this release: see `Hold::sole`), so a level that goes frees the lock without counting
+-- this release: see `Hold::only_level`), so a level that goes frees the lock without counting
 -- down.
 -- `waiting` (set by release_level): the lock's field `w` (false when not there): the
 -- acquisitions refused it while it was held (acquire.lua), which wait for its release.
 local waiting = false
-local function release_level(lock, owner, level, may_keep, gone, sole)
+local function release_level(lock, owner, level, may_keep, gone, only_level)
   local mark = 'l:' .. level
   local found = redis.call('hmget', lock, mark, 'w')
   waiting = found[2]
@@ -29,7 +29,7 @@ local function release_level(lock, owner, level, may_keep, gone, sole)
     if count > 0 then return count end
     return -1
   end
-  if not sole then
+  if not only_level then
     local count = tonumber(redis.call('hget', lock, owner) or 0)
     if count > 1 then
       redis.call('hdel', lock, mark)

@@ -23,12 +23,12 @@ use tokio::runtime::{Handle, Runtime};
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
 thread_local! {
-    /// The runtime of the task [`entered`] is polling, while it polls (the background
+    /// The runtime of the task [`on_background_runtime`] is polling, while it polls (the background
     /// runtime is the current one then).
     static CALLER: RefCell<Option<Handle>> = const { RefCell::new(None) };
 }
 
-/// The runtime of the caller that [`entered`] is polling now, if any: a direct connection
+/// The runtime of the caller that [`on_background_runtime`] is polling now, if any: a direct connection
 /// (`backend/direct.rs`) registered with it is driven by the caller's own thread.
 pub(crate) fn caller() -> Option<Handle> {
     CALLER.with(|c| c.borrow().clone())
@@ -64,8 +64,8 @@ pub(crate) fn handle() -> std::io::Result<&'static Handle> {
 /// Run `fut` in the caller's task, polled with the background runtime entered: tasks,
 /// timers and sockets it creates belong to the background runtime. Before any registry
 /// connected (no background runtime yet) it is polled as is. While it polls, [`caller`]
-/// names the caller's runtime (an enclosing `entered`'s caller when nested).
-pub(crate) async fn entered<F: Future>(fut: F) -> F::Output {
+/// names the caller's runtime (an enclosing `on_background_runtime`'s caller when nested).
+pub(crate) async fn on_background_runtime<F: Future>(fut: F) -> F::Output {
     /// Puts the previous caller back, however the poll ends.
     struct Restore(Option<Option<Handle>>);
     impl Drop for Restore {

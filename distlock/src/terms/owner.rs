@@ -72,16 +72,16 @@ pub(crate) struct Hold {
     /// `LeaseState::nested`) until the release has run: no nested hold of it is live, and
     /// none can run on the server before this release, so this level is the owner's only
     /// one and the script frees the lock without counting down (one call fewer).
-    pub(crate) sole: bool,
+    pub(crate) only_level: bool,
     /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
     /// (a read-write lock) of the other mode.
-    pub(crate) under: Under,
+    pub(crate) enclosing: Enclosing,
 }
 
 /// The enclosing hold a nested acquisition requires (the scripts answer "outer lost"
 /// without it, and create nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Under {
+pub(crate) enum Enclosing {
     /// A hold of the same kind (and mode) by the owner.
     Same,
     /// The owner's write hold (a read nested in a write lock).
@@ -99,37 +99,37 @@ impl Hold {
             owner: OwnerId::random(),
             level: rand::random(),
             nested: false,
-            under: Under::Same,
+            enclosing: Enclosing::Same,
             undo: false,
-            sole: false,
+            only_level: false,
         }
     }
 
     /// A nested acquisition by `owner`, which holds the lock already.
     pub(crate) fn nested(owner: OwnerId) -> Hold {
-        Hold::nested_under(owner, Under::Same)
+        Hold::nested_in(owner, Enclosing::Same)
     }
 
-    /// A nested acquisition by `owner`, which holds the lock already as `under` says.
-    pub(crate) fn nested_under(owner: OwnerId, under: Under) -> Hold {
+    /// A nested acquisition by `owner`, which holds the lock already as `enclosing` says.
+    pub(crate) fn nested_in(owner: OwnerId, enclosing: Enclosing) -> Hold {
         Hold {
             owner,
             level: rand::random(),
             nested: true,
             undo: false,
-            sole: false,
-            under,
+            only_level: false,
+            enclosing,
         }
     }
 
     /// The nested flag as the scripts take it: `0` a fresh acquisition, `1` nested in a
     /// hold of the same kind, `w` in the owner's write hold, `r` in its read hold.
     pub(crate) fn nested_arg(&self) -> &'static str {
-        match (self.nested, self.under) {
+        match (self.nested, self.enclosing) {
             (false, _) => "0",
-            (true, Under::Same) => "1",
-            (true, Under::Write) => "w",
-            (true, Under::Read) => "r",
+            (true, Enclosing::Same) => "1",
+            (true, Enclosing::Write) => "w",
+            (true, Enclosing::Read) => "r",
         }
     }
 
@@ -137,7 +137,7 @@ impl Hold {
     pub(crate) fn undoing(self) -> Hold {
         Hold {
             undo: true,
-            sole: false,
+            only_level: false,
             ..self
         }
     }

@@ -15,7 +15,7 @@ use crate::protocol::keys::{FenceScope, LockKeys, Shape};
 use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, HandedOff, Released};
 use crate::rt::hub::Hub;
-use crate::terms::owner::{Hold, OwnerId, Under};
+use crate::terms::owner::{Enclosing, Hold, OwnerId};
 use crate::LockKind;
 use futures_util::future::BoxFuture;
 
@@ -371,11 +371,11 @@ impl MemoryDriver {
         // ARGV[6]); without it the outer is lost and nothing is created.
         let writes = writer.is_some_and(|(w, _, _)| w == owner);
         let reads = rw.readers.contains_key(&owner);
-        let enclosing = match (hold.nested, hold.under, keys.shape.is(LockKind::Read)) {
+        let enclosing = match (hold.nested, hold.enclosing, keys.shape.is(LockKind::Read)) {
             (false, _, _) => true,
-            (true, Under::Same, true) => reads,
-            (true, Under::Same, false) | (true, Under::Write, _) => writes,
-            (true, Under::Read, _) => writes || reads,
+            (true, Enclosing::Same, true) => reads,
+            (true, Enclosing::Same, false) | (true, Enclosing::Write, _) => writes,
+            (true, Enclosing::Read, _) => writes || reads,
         };
         if !enclosing {
             if rw.is_empty() {
