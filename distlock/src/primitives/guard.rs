@@ -125,6 +125,9 @@ impl GuardCore {
     /// released.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let (state, backend) = (self.state.clone(), self.backend.clone());
+        // Counted as the backend's background work from before the lease reads released
+        // until the release has run: a shutdown that sees it released waits for it too.
+        let _releasing = backend.leases.background.start();
         // Drop sees the state released and does nothing.
         if !state.begin_release() {
             return Ok(());
@@ -167,6 +170,11 @@ impl GuardCore {
 
 impl Drop for GuardCore {
     fn drop(&mut self) {
+        // Counted as the backend's background work from before the lease reads released
+        // until its release is queued (and counted on its own): a shutdown that sees the
+        // lease released also waits for that release, however slow this thread is in
+        // between.
+        let _queueing = self.backend.leases.background.start();
         if self.state.begin_release() {
             let s = &self.state;
             let (nested_permit, hold) = last_level_hold(s);
