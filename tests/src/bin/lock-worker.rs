@@ -37,6 +37,10 @@
 //! fires, then drops it (as a locked section does); prints `HELD <token>`. On SIGTERM it
 //! calls `distlock::shutdown()`, prints `SHUTDOWN <ms it took>` and exits 0.
 //!
+//! `lock-worker pairs URL KEY N`: N acquisitions of KEY, each released at once, one after
+//! the other (a fixed lease of 30 s); prints `DONE`. `scripts/acquire-path.sh` runs it under
+//! callgrind to list the files one acquisition and release pass through.
+//!
 //! `lock-worker hold-redisson URL KEY WATCHDOG KIND`: the same with `protocol = "redisson"`
 //! and a lock of KIND (`reentrant`, `fair`, `read`, `write`), waiting up to 60 s for it.
 
@@ -299,6 +303,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             loop {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
+        }
+        Some("pairs") if args.len() == 5 => {
+            let registry = Registry::from_str(&config(&args[2], "30s")).await?;
+            let n: u64 = args[4].parse()?;
+            for _ in 0..n {
+                let guard = registry
+                    .lock(args[3].as_str())
+                    .lease(Lease::Fixed(Duration::from_secs(30)))
+                    .acquire()
+                    .await?;
+                guard.release().await?;
+            }
+            println!("DONE");
+            Ok(())
         }
         Some("hold-graceful") if args.len() == 4 => {
             let mut term =
