@@ -14,8 +14,9 @@
 #   the extended generator: 30 on memory, 4 on single; the first seed is printed. Without --backend
 #   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
 #   in Redisson's format; --quick takes about four minutes.
-# --long: an hour (split over the backends asked for), random seeds; writes a report
-#   (default target/explore-report.txt): schedules, operations, faults, violations.
+# --long: an hour (split over the backends asked for, and each backend's share over the
+#   plain and the extended generator), random seeds; writes a report (default
+#   target/explore-report.txt): schedules, operations, faults, violations.
 # --backend: memory | single | cluster | sentinel | redlock | multi (repeatable).
 #   --format: distlock (default) | redisson (single, cluster, sentinel; the seeds file
 #   names them `single/redisson`). --seed S --schedules N: exactly those schedules
@@ -111,7 +112,16 @@ for run in "${runs[@]}"; do
     elif [[ -n "$schedules" ]]; then
         args+=(--seed "$seed" --schedules "$schedules")
     elif [[ "$mode" == long ]]; then
-        args+=(--seed "$seed" --schedules 1000000000 --duration $((3600 / ${#runs[@]})))
+        # Half of each backend's share for each generator (all of it for the extended
+        # one when --extended asks for it alone).
+        share=$((3600 / ${#runs[@]}))
+        if [[ -z "$extended" ]]; then
+            share=$((share / 2))
+            echo "scripts/explore.sh: $bin ${args[*]} --extended --seed $seed --schedules 1000000000 --duration $share"
+            "$bin" "${args[@]}" --extended --seed "$seed" --schedules 1000000000 --duration "$share" || status=$?
+            ((status <= 1)) || exit "$status"
+        fi
+        args+=(--seed "$seed" --schedules 1000000000 --duration "$share")
     else
         # A schedule on single takes about 1.6 s (faults, restarts): 20 of them there; on
         # the other topologies several seconds (failovers settle): their fixed seeds only.

@@ -241,12 +241,17 @@ fn main() {
         merge(&mut total, explore_once_more_if_aborted(&o));
     }
     let mut text = String::new();
+    let generator = if args.opts.extended && args.extended_schedules == 0 {
+        " (extended generator)"
+    } else {
+        ""
+    };
     for f in &total.findings {
         text.push_str(&f.text(b));
         text.push('\n');
     }
     text.push_str(&format!(
-        "explore: backend {}: {} schedules, {} operations, {} faults, {} violating schedule(s), {:.0} s\n",
+        "explore: backend {}{generator}: {} schedules, {} operations, {} faults, {} violating schedule(s), {:.0} s\n",
         label(&args.opts),
         total.schedules,
         total.operations,
