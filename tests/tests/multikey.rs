@@ -153,6 +153,87 @@ async fn dropped_while_waiting_releases_what_it_took() {
     }
 }
 
+/// A key taken first and force-released while the acquisition still waits for the next
+/// one (another owner then takes it, and the waiter hears of its loss): the acquisition
+/// never returns a guard with that key lost. It takes the keys again within its wait, and
+/// the guard it returns holds all of them.
+#[tokio::test]
+async fn a_key_lost_while_waiting_for_the_next_is_taken_again() {
+    for (name, reg) in registries().await {
+        let (a, b) = (unique("again-a"), unique("again-b"));
+        let held_b = reg.lock(b.as_str()).acquire().await.expect("hold b");
+        let waiting = {
+            let (reg, a, b) = (reg.clone(), a.clone(), b.clone());
+            tokio::spawn(async move {
+                reg.lock_all([a.as_str(), b.as_str()])
+                    .lease(Lease::Auto)
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+            })
+        };
+        // It takes `a`, then waits for `b`.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reg
+            .lock(a.as_str())
+            .try_acquire()
+            .await
+            .expect("try")
+            .is_some()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: a never taken by the waiter"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // `a` revoked under it, and taken by another owner for a moment.
+        assert!(
+            reg.lock(a.as_str()).force_unlock().await.expect("force"),
+            "{name}"
+        );
+        let other_a = reg
+            .lock(a.as_str())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: a not free after its force_unlock: {e}"));
+        // The waiter heard of its loss of `a` (its lease left the watchdog: `b` and the
+        // other owner's `a` are left) before `b` comes free.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reg.watched_leases("main") != Some(2) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: the revocation of a was not heard"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        held_b.release().await.expect("release b");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "{name}: returned while another owner holds a"
+        );
+        other_a.release().await.expect("release a");
+        let g = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the multi-key acquisition did not return"))
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(g.is_held(), "{name}: the guard returned holds every key");
+        for k in [&a, &b] {
+            let taken = reg.lock(k.as_str()).try_acquire().await.expect("try");
+            assert!(
+                taken.is_none(),
+                "{name}: {k} is not held by the multi-key guard"
+            );
+        }
+        g.release()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: release: {e}"));
+    }
+}
+
 /// A key deleted under the guard: `lost()` names it, `run` drops its body with
 /// `LeaseLost`, `release` frees the others and reports `NotHeld`.
 #[tokio::test]

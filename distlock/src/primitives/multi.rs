@@ -16,6 +16,7 @@ use crate::ops::target::Target;
 use crate::primitives::guard::LockGuard;
 use crate::primitives::lock::{Lock, LockSite};
 use crate::registry::Registry;
+use crate::upkeep::revoke;
 use crate::{Lease, LockError, OnLost};
 
 /// Several locks taken together, all or nothing: from [`Lock::all`] or
@@ -252,6 +253,12 @@ impl MultiLock {
 
 /// Take `keys` (sorted, deduplicated) one after the other, each with the terms of `each`,
 /// within `wait` from `start`. Nothing stays held on an error.
+///
+/// A key taken first can be lost while a later one is awaited (a `force_unlock`, its lease
+/// run out): another owner may hold it by then. A revocation heard during the round that
+/// may concern a key taken is checked on the server before the guard is returned (its
+/// own check may not have run yet); a round with a key lost is given back whole and the
+/// keys are taken again within the same wait. So the guard returned holds every key.
 async fn acquire_keys(
     each: Target,
     wait: Duration,
@@ -259,10 +266,42 @@ async fn acquire_keys(
     start: Instant,
 ) -> Result<MultiLockGuard, LockError> {
     let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
+    let backend = each.backend().ok();
+    loop {
+        // The revocations heard from here on, for the keys this round takes.
+        let noted = backend.as_ref().map(|b| b.leases.heard.in_flight());
+        let guards = take_each(&each, &keys, deadline, start).await?;
+        if let (Some(backend), Some(noted)) = (&backend, noted) {
+            let states: Vec<_> = guards.iter().map(|g| g.held.state.clone()).collect();
+            if noted.revoked_since(|k| states.iter().any(|s| revoke::concerns(s, k))) {
+                revoke::confirm(backend, &states).await;
+            }
+        }
+        let Some(lost) = guards.iter().find(|g| !g.is_held()) else {
+            let auto = guards.iter().all(|g| g.held.state.auto);
+            return Ok(MultiLockGuard { guards, auto });
+        };
+        let error = lost.held.state.lost_error();
+        tracing::debug!(backend = %lost.backend(), key = %lost.key(), error = %error,
+            "distlock: a key of a multi-key lock was lost while the next was awaited; taking them again");
+        release_all(guards).await;
+        if Instant::now() >= deadline {
+            return Err(error);
+        }
+    }
+}
+
+/// One round of [`acquire_keys`]: each key in turn, within `deadline`.
+async fn take_each(
+    each: &Target,
+    keys: &[String],
+    deadline: Instant,
+    start: Instant,
+) -> Result<Vec<LockGuard>, LockError> {
     // Taken so far: dropped (released in the background) on an error or if this
     // future is dropped.
     let mut guards: Vec<LockGuard> = Vec::with_capacity(keys.len());
-    for key in keys {
+    for key in keys.iter().cloned() {
         let lock = Lock::with_target(key, each.clone())
             .uncounted()
             .wait(deadline.saturating_duration_since(Instant::now()));
@@ -292,8 +331,7 @@ async fn acquire_keys(
             }
         }
     }
-    let auto = guards.iter().all(|g| g.held.state.auto);
-    Ok(MultiLockGuard { guards, auto })
+    Ok(guards)
 }
 
 /// Release every guard, the last taken first; errors are logged (the guards dropped on

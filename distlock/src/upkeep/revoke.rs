@@ -111,9 +111,26 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
         .spawn(run(Arc::downgrade(backend), pending, woken));
 }
 
+/// Check `leases` on the server now, as a revocation message would have them checked (one
+/// renewal round): those whose lock is gone are marked lost. For an acquisition that holds
+/// some leases already and heard a revocation that may concern them (a multi-key lock
+/// waiting for its next key). A check that fails changes nothing here; the revocation's
+/// own check goes on.
+pub(crate) async fn confirm(backend: &Backend, leases: &[Arc<LeaseState>]) {
+    let why = "the lock was gone when checked after a revocation message (a forced release)";
+    let held: Vec<(Arc<LeaseState>, Why)> = leases
+        .iter()
+        .filter(|l| l.is_held())
+        .map(|l| (l.clone(), why))
+        .collect();
+    if !held.is_empty() {
+        let _ = check(backend, &held).await;
+    }
+}
+
 /// Whether a revocation of `key` (a lock's Redis key, or its release channel) concerns
 /// `lease`.
-fn concerns(lease: &LeaseState, key: &str) -> bool {
+pub(crate) fn concerns(lease: &LeaseState, key: &str) -> bool {
     lease.keys.hash == key || lease.keys.channel == key
 }
 
