@@ -82,6 +82,8 @@ struct Model {
     /// acquisition started before that may have been granted before the loss and heard
     /// of after it.
     lost_keys_at: HashMap<u8, u64>,
+    /// Per name and family, when a `force_unlock` of it was last sent.
+    unlocked_at: HashMap<(u8, Family), Instant>,
     /// The fenced resource skips its token checks (a planted bug).
     fence_unchecked: bool,
 }
@@ -295,9 +297,31 @@ impl Checker {
             }),
             window_lost: false,
         };
-        let rivals = rivals(&m, &hold);
+        let mut rivals = rivals(&m, &hold);
+        // A rival with a higher token of the same counter was granted after this hold's
+        // grant: a `force_unlock` took this one's lock away first while its acquisition
+        // was still under way (a multi-key lock waiting for its next key). Then it is this
+        // hold that must hear of its loss, within the revocation bound; the rival is not
+        // the one judged. Only when a `force_unlock` of that lock was sent since this
+        // acquisition began: any other loss before an overlap stays judged by the overlap
+        // rule.
+        let unlocked = m
+            .unlocked_at
+            .get(&(hold.name, m.family(hold.kind)))
+            .is_some_and(|t| *t >= a.started.at);
+        let superseded = unlocked
+            && rivals
+                .iter()
+                .any(|(_, r)| name_key(&m, r.name, r.kind) == counter && r.token > hold.token);
+        if superseded {
+            rivals
+                .retain(|(_, r)| name_key(&m, r.name, r.kind) != counter || r.token <= hold.token);
+        }
         m.holds.insert(id, hold.clone());
         drop(m);
+        if superseded {
+            self.revoked(vec![id]);
+        }
         if !rivals.is_empty() {
             let text = hold.text(id);
             let sem = match hold.kind {
@@ -403,6 +427,13 @@ impl Checker {
             })
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// A `force_unlock` of `name` in `kind`'s family is about to be sent.
+    pub fn unlock_sent(&self, name: u8, kind: Kind) {
+        let mut m = self.model();
+        let family = m.family(kind);
+        m.unlocked_at.insert((name, family), Instant::now());
     }
 
     /// A `force_unlock` of the holds `ids` is about to be sent: from now on a newcomer may

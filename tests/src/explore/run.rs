@@ -177,6 +177,7 @@ async fn force_unlock(
     let key = world.key(prefix, name, kind);
     let reg = world.owner(owner);
     let live = checker.live_holds(name, kind);
+    checker.unlock_sent(name, kind);
     let unoffered = !world.offers(kind);
     let marked = checker.revoking(&live);
     let res = match kind {

@@ -99,6 +99,15 @@ impl Guard {
         }
     }
 
+    fn is_held(&self) -> bool {
+        match self {
+            Guard::Lock(g) => g.is_held(),
+            Guard::Sem(g) => g.is_held(),
+            Guard::Multi(g) => g.is_held(),
+            Guard::Leader(g) => g.is_held(),
+        }
+    }
+
     async fn lost(&self) -> LockError {
         match self {
             Guard::Lock(g) => g.lost().await,
@@ -414,6 +423,24 @@ async fn acquire_as(
     }
     match res {
         Ok(Some(guard)) => {
+            // A multi-key guard is handed out holding every key: one with a key whose
+            // loss the library knew before it returned (revoked while the next key was
+            // awaited) is a lock the caller does not have. It is looked at in the poll that
+            // returned it. A fixed lease may run out on a slow reply (spent into its loss
+            // margin), and a fault may have cut it: not judged.
+            let spent = match a.lease {
+                LeaseSpec::Fixed(ms) => took * 10 >= Duration::from_millis(u64::from(ms)) * 9,
+                LeaseSpec::Auto => false,
+            };
+            if matches!(guard, Guard::Multi(_))
+                && !guard.is_held()
+                && !spent
+                && !ctx.checker.faulted_since(&started)
+            {
+                ctx.checker.violation(format!(
+                    "lost at return: {who} returned a guard already lost (is_held() false), with no fault since it began"
+                ));
+            }
             let ids = guard
                 .tokens(a.name)
                 .into_iter()
