@@ -16,6 +16,7 @@ use crate::ops::target::Target;
 use crate::primitives::guard::LockGuard;
 use crate::primitives::lock::{Lock, LockSite};
 use crate::registry::Registry;
+use crate::rt::backoff::Backoff;
 use crate::upkeep::revoke;
 use crate::{Lease, LockError, OnLost};
 
@@ -140,7 +141,9 @@ impl MultiLock {
     /// # Errors
     ///
     /// `InvalidKey` for an empty list; `LockOrder` when this task holds one of the keys out
-    /// of order; `Timeout` naming the first key not taken in time; otherwise what
+    /// of order; `Timeout` naming the first key not taken in time; `LeaseLost` naming a key
+    /// that was lost (force-released, its lease run out) while a later one was awaited,
+    /// when the wait ran out before the keys could be taken again; otherwise what
     /// [`Lock::acquire`](crate::Lock::acquire) returns for a key. Nothing stays held on an error.
     ///
     /// # Cancel safety
@@ -258,7 +261,8 @@ impl MultiLock {
 /// run out): another owner may hold it by then. A revocation heard during the round that
 /// may concern a key taken is checked on the server before the guard is returned (its
 /// own check may not have run yet); a round with a key lost is given back whole and the
-/// keys are taken again within the same wait. So the guard returned holds every key.
+/// keys are taken again within the same wait, after a pause ([`Backoff::retry`]). So the
+/// guard returned holds every key; past the wait, the loss is the error.
 async fn acquire_keys(
     each: Target,
     wait: Duration,
@@ -267,6 +271,9 @@ async fn acquire_keys(
 ) -> Result<MultiLockGuard, LockError> {
     let deadline = start + wait.min(crate::lease::policy::MAX_WAIT);
     let backend = each.backend().ok();
+    // Between rounds (a fixed lease shorter than the wait for the next key would
+    // otherwise go round without a pause until the deadline).
+    let mut backoff = Backoff::retry();
     loop {
         // The revocations heard from here on, for the keys this round takes.
         let noted = backend.as_ref().map(|b| b.leases.heard.in_flight());
@@ -285,9 +292,11 @@ async fn acquire_keys(
         tracing::debug!(backend = %lost.backend(), key = %lost.key(), error = %error,
             "distlock: a key of a multi-key lock was lost while the next was awaited; taking them again");
         release_all(guards).await;
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Err(error);
         }
+        tokio::time::sleep_until(deadline.min(now + backoff.pause())).await;
     }
 }
 
