@@ -177,7 +177,7 @@ impl Drop for GuardCore {
         let _queueing = self.backend.leases.background.start();
         if self.state.begin_release() {
             let s = &self.state;
-            let (nested_permit, hold) = last_level_hold(s);
+            let (nested_permit, hold) = only_level_hold(s);
             if let Some(claimed) = claim_waiter(s, &self.backend) {
                 tracing::debug!(backend = %s.backend, key = %s.keys.user, "distlock: guard dropped; handing the lock to a local waiter in the background");
                 let (backend, keys) = (self.backend.clone(), s.keys.clone());
@@ -219,7 +219,7 @@ fn claim_waiter(state: &LeaseState, backend: &Backend) -> Option<Claimed> {
 /// acquisition of this hold waits for it and then finds the hold gone; one that had the
 /// permit first has run before this release (its level counts) or was dropped (its undo
 /// finds the lock freed).
-fn last_level_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
+fn only_level_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
     let eligible = state.outermost
         && !state.hold.nested
         && !state.keys.format.is_redisson()
@@ -310,7 +310,7 @@ async fn hand_off(
 /// find a grant that is about to go).
 struct UndoHandOff {
     armed: Option<(Arc<Backend>, LockKeys, Hold, Claimed)>,
-    /// The released hold's nested permit (`last_level_hold`), kept through the undo.
+    /// The released hold's nested permit (`only_level_hold`), kept through the undo.
     nested_permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -358,7 +358,7 @@ impl Drop for UndoHandOff {
 }
 
 async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), LockError> {
-    let (nested_permit, hold) = last_level_hold(state);
+    let (nested_permit, hold) = only_level_hold(state);
     if let Some(claimed) = claim_waiter(state, backend) {
         return hand_off(backend, &state.keys, hold, claimed, nested_permit).await;
     }
@@ -366,7 +366,7 @@ async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), 
 }
 
 /// Release `hold`; `only_level`, its nested permit when it frees without counting down
-/// (`last_level_hold`), is kept until the release has run.
+/// (`only_level_hold`), is kept until the release has run.
 async fn release_plain(
     keys: &LockKeys,
     hold: Hold,
@@ -403,7 +403,7 @@ fn released_result(r: Released, keys: &LockKeys, backend: &Backend) -> Result<()
 /// level once, so releasing a level that was never taken, or twice, changes nothing.
 pub(crate) struct ReleaseOnDrop {
     armed: Option<(Arc<Backend>, LockKeys, Hold)>,
-    /// A released hold's nested permit (`last_level_hold`), kept through the background re-send.
+    /// A released hold's nested permit (`only_level_hold`), kept through the background re-send.
     permit: Option<OwnedSemaphorePermit>,
 }
 
