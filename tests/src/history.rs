@@ -324,6 +324,19 @@ impl Interventions {
             .find(|&(s, e)| s <= t && t < e)
     }
 
+    /// The pause of `pid` under way at `t`, or one it woke from at most `slack` of running
+    /// time before `t` (too soon to have heard of anything since).
+    fn stopped_near(&self, pid: u32, t: u64, slack: u64) -> Option<(u64, u64)> {
+        self.paused_at(pid, t).or_else(|| {
+            self.paused
+                .get(&pid)?
+                .iter()
+                .copied()
+                .filter(|&(_, e)| e <= t && self.running(pid, e, t) <= slack)
+                .max_by_key(|&(_, e)| e)
+        })
+    }
+
     /// How long `pid` was able to run within `[a, b)`.
     fn running(&self, pid: u32, a: u64, b: u64) -> u64 {
         if b <= a {
@@ -445,13 +458,16 @@ pub fn check(
             }
             overlapped = true;
             // `b` got in while `a` was inside. Was `a` told first?
-            let told = match (a.lost, done.paused_at(a.pid, b.acquired)) {
+            let told = match (
+                a.lost,
+                done.stopped_near(a.pid, b.acquired, RESUME_SLACK_NS),
+            ) {
                 (None, _) => false,
                 // Running: the signal must have come before `b` got in.
                 (Some(l), None) => l <= b.acquired,
-                // Frozen: it must learn before it acts again after waking (its next
-                // write or release); with no act after waking, within RESUME_SLACK of
-                // running time.
+                // Frozen (or woken too little before `b` got in to have heard of it): it
+                // must learn before it acts again after waking (its next write or
+                // release); with no act after waking, within RESUME_SLACK of running time.
                 (Some(l), Some((_, woke))) => match a.first_act_after(woke) {
                     Some(act) => l <= act,
                     None => done.running(a.pid, b.acquired, l) <= RESUME_SLACK_NS,
@@ -630,6 +646,44 @@ mod tests {
             s(),
             HashMap::new(),
             &Interventions::default(),
+            4_000 * MS,
+            0,
+        );
+        assert_eq!(r.unsignalled_overlaps, 1);
+    }
+
+    /// The newcomer got in 40 µs after the holder woke (its lease had run out while it was
+    /// stopped, and other holders came and went meanwhile; the next one's acquire happened
+    /// to return just after the wake): the holder had no running time to hear of it, so it
+    /// is judged as a stopped one, by whether it learned before it acted again.
+    #[test]
+    fn a_holder_woken_just_before_the_newcomer_got_in_is_judged_as_stopped() {
+        let s = |lost: u64| {
+            vec![
+                sec(1, 1, 0, Some(lost), Some(3_002 * MS)),
+                sec(2, 2, 3_000 * MS + 40_000, None, Some(3_100 * MS)),
+            ]
+        };
+        let mut done = Interventions::default();
+        done.paused.insert(1, vec![(100 * MS, 3_000 * MS)]);
+        // Told 0.4 ms after waking, before its release: signalled.
+        let r = check(
+            Exclusion::Exclusive,
+            s(3_000 * MS + 400_000),
+            HashMap::new(),
+            &done,
+            4_000 * MS,
+            0,
+        );
+        assert_eq!((r.unsignalled_overlaps, r.signalled_overlaps), (0, 1));
+        // Running for 200 ms (past the resume slack) when the newcomer got in: the rule of
+        // a running holder.
+        done.paused.insert(1, vec![(100 * MS, 2_800 * MS)]);
+        let r = check(
+            Exclusion::Exclusive,
+            s(3_000 * MS + 400_000),
+            HashMap::new(),
+            &done,
             4_000 * MS,
             0,
         );
