@@ -141,6 +141,7 @@
 #![doc = include_str!("../docs/configuration.md")]
 
 mod backend;
+mod check;
 mod errors;
 #[cfg(any(feature = "tower", feature = "axum"))]
 mod integrations;
@@ -218,7 +219,7 @@ pub mod inspect {
     //! }
     //! # Ok(()) }
     //! ```
-    pub use crate::obs::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
+    pub use crate::check::report::{BackendReport, ServerReport, MIN_REDIS_VERSION};
     pub use crate::obs::sites::{sites, Site};
     pub use crate::ops::inspect::{Holder, Kind, LockInfo, Waiter};
     pub use crate::primitives::leader::LeaderInfo;

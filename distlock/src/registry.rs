@@ -166,13 +166,13 @@ impl Registry {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn check(config: Config) -> Vec<crate::obs::report::BackendReport> {
+    pub async fn check(config: Config) -> Vec<crate::check::report::BackendReport> {
         let run = crate::rt::runtime::run(async move {
             let checks = config.backends.values().map(|b| {
                 let defaults = &config.defaults;
                 async move {
                     let urls = b.mode.urls();
-                    let mut report = crate::obs::report::BackendReport {
+                    let mut report = crate::check::report::BackendReport {
                         backend: b.name.clone(),
                         mode: b.mode.name().to_owned(),
                         address: match urls.as_slice() {
@@ -196,7 +196,7 @@ impl Registry {
         });
         match run.await {
             Ok(reports) => reports,
-            Err(e) => vec![crate::obs::report::BackendReport {
+            Err(e) => vec![crate::check::report::BackendReport {
                 backend: "(all)".into(),
                 mode: String::new(),
                 address: String::new(),

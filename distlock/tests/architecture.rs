@@ -21,8 +21,9 @@ const LAYERS: &[&str] = &[
     "rt",           // the runtime, the clock, backoff, the hub that wakes waiters
     "terms",        // lock kinds and owner ids: plain data
     "errors",       // the public errors, the drivers' error, unreadable replies
-    "obs",          // metrics, sites, reports, holder texts
+    "obs",          // metrics, sites, holder texts
     "protocol",     // the scripts and the calls that run them
+    "check",        // the servers' self-check: the probe, the version rules, the report
     "lease",        // a held lease's data, the local waiters
     "backend",      // the topologies, owning the leases
     "upkeep",       // renewals, revocation checks, graceful shutdown: they drive a backend

@@ -1,9 +1,9 @@
 //! The `init` self-check of a Redis backend (docs/backends.md, "TLS and least privilege"): once
 //! connected, every server of the backend — the single server, the sentinel master, each
 //! cluster master, each redlock/multi node — is asked at once, in one round trip each
-//! (bounded by `response_timeout`), by `protocol/probe.rs`. Then:
+//! (bounded by `response_timeout`), by `check/probe.rs`. Then:
 //!
-//! - a Redis older than [`MIN_REDIS_VERSION`](crate::obs::report::MIN_REDIS_VERSION) fails `init`
+//! - a Redis older than [`MIN_REDIS_VERSION`](crate::check::report::MIN_REDIS_VERSION) fails `init`
 //!   ([`InitError::ServerTooOld`]), naming what needs the newer version;
 //! - a right the ACL user lacks fails `init` ([`InitError::MissingRights`]), naming each
 //!   one in `ACL SETUSER` terms with the command that needs it;
@@ -29,9 +29,9 @@
 use distlock_config::{BackendConfig, Mode, Protocol, ShardedSubscriptionMode};
 use redis::IntoConnectionInfo;
 
+use crate::check::probe::{Needs, Probe};
+use crate::check::report::ServerReport;
 use crate::errors::backend::DriverError;
-use crate::obs::report::ServerReport;
-use crate::protocol::probe::{Needs, Probe};
 use crate::protocol::Publish;
 use crate::InitError;
 
@@ -154,7 +154,7 @@ impl SelfCheck {
                     backend: backend.to_owned(),
                     address: r.address,
                     version: r.version.unwrap_or_else(|| "(unknown)".into()),
-                    minimum: crate::obs::report::MIN_REDIS_VERSION.to_owned(),
+                    minimum: crate::check::report::MIN_REDIS_VERSION.to_owned(),
                     needs,
                 });
             }

@@ -44,11 +44,11 @@ use super::conn::{addresses, Settings};
 use super::link::Link;
 use super::redisson_once::{self, InFlight};
 use super::topology::{ScriptReplies, Topology};
+use crate::check::probe::Probe;
+use crate::check::report::ServerReport;
 use crate::errors::backend::{bounded, DriverError};
-use crate::obs::report::ServerReport;
 use crate::protocol::exec::load_all;
 use crate::protocol::keys::{FenceScope, Format, LockKeys};
-use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
 use crate::terms::owner::{Hold, OwnerId};
@@ -270,7 +270,7 @@ impl Cluster {
             .collect())
     }
 
-    /// The self-check of every master (`protocol/probe.rs`): the probe script, `INFO
+    /// The self-check of every master (`check/probe.rs`): the probe script, `INFO
     /// server`, `INFO memory` and `CLUSTER INFO`, each sent to all masters at once. A
     /// refused `INFO` or `CLUSTER INFO` (least privilege) leaves that part unknown.
     pub(crate) async fn probe(&self, probe: &Probe) -> Result<Vec<ServerReport>, DriverError> {
@@ -299,7 +299,7 @@ impl Cluster {
             let mut report = probe.report(&addr, answer);
             report.cluster_state = match lookup(&cluster, &addr) {
                 Ok(v) => redis::from_redis_value::<String>(v).ok().and_then(|text| {
-                    crate::protocol::version::info_field(&text, "cluster_state").map(str::to_owned)
+                    crate::check::version::info_field(&text, "cluster_state").map(str::to_owned)
                 }),
                 Err(_) => None,
             };
@@ -479,7 +479,7 @@ async fn run_ids(
         let (Value::BulkString(a), Ok(text)) = (addr, redis::from_redis_value::<String>(v)) else {
             return Err("a master did not answer INFO".into());
         };
-        let id = crate::protocol::version::info_field(&text, "run_id").unwrap_or_default();
+        let id = crate::check::version::info_field(&text, "run_id").unwrap_or_default();
         out.insert(String::from_utf8_lossy(&a).into_owned(), id.to_owned());
     }
     Ok(out)

@@ -237,7 +237,7 @@ impl Backend {
     /// The self-check of every server (`check.rs`), at once; `None` on the memory backend.
     async fn probe_servers(
         &self,
-    ) -> Option<Vec<Result<crate::obs::report::ServerReport, DriverError>>> {
+    ) -> Option<Vec<Result<crate::check::report::ServerReport, DriverError>>> {
         let check = self.check.as_ref()?;
         let reports = self.driver.probe(&check.probe)?.await;
         Some(
@@ -515,7 +515,7 @@ impl Backend {
     /// or why it could not be asked; `None` on the memory backend.
     pub(crate) async fn probe(
         &self,
-    ) -> Option<Vec<Result<crate::obs::report::ServerReport, LockError>>> {
+    ) -> Option<Vec<Result<crate::check::report::ServerReport, LockError>>> {
         let r = on_background_runtime(self.probe_servers()).await?;
         Some(r.into_iter().map(|r| r.map_err(self.fail(None))).collect())
     }

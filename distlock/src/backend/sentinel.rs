@@ -40,10 +40,10 @@ use super::sentinel_resolve::{parse_switch, split_address, Resolver, Sentinel};
 use super::server::Server;
 use super::subscriber::{self, Connector};
 use super::topology::{ScriptReplies, Topology};
+use crate::check::probe::Probe;
+use crate::check::report::ServerReport;
 use crate::errors::backend::{bounded, DriverError};
-use crate::obs::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
-use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Hub;
@@ -340,8 +340,8 @@ impl SentinelMaster {
     /// The self-check of the current master.
     pub(crate) async fn probe(
         &self,
-        probe: &crate::protocol::probe::Probe,
-    ) -> Result<crate::obs::report::ServerReport, DriverError> {
+        probe: &crate::check::probe::Probe,
+    ) -> Result<crate::check::report::ServerReport, DriverError> {
         self.checked(self.current().server.probe(probe).await)
     }
 

@@ -12,11 +12,11 @@ use redis::Value;
 use super::conn::Settings;
 use super::direct::Direct;
 use super::link::Link;
+use crate::check::probe::Probe;
+use crate::check::report::ServerReport;
 use crate::errors::backend::{bounded, DriverError};
-use crate::obs::report::ServerReport;
 use crate::protocol::exec::{eval_pipelined, load_all};
 use crate::protocol::keys::LockKeys;
-use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, Publish};
 use crate::terms::owner::OwnerId;
 
@@ -99,7 +99,7 @@ impl Server {
             redis::cmd("INFO").arg("server").query_async(&mut conn),
         )
         .await?;
-        Ok(crate::protocol::version::info_field(&info, "run_id").map(str::to_owned))
+        Ok(crate::check::version::info_field(&info, "run_id").map(str::to_owned))
     }
 
     /// The connection, for commands outside the protocol (`ROLE`).
@@ -178,7 +178,7 @@ impl Server {
         out
     }
 
-    /// The self-check of this server (`protocol/probe.rs`): one pipeline of the probe
+    /// The self-check of this server (`check/probe.rs`): one pipeline of the probe
     /// script, `INFO server` and `INFO memory`.
     pub(crate) async fn probe(&self, probe: &Probe) -> Result<ServerReport, DriverError> {
         let mut conn = self.conn.clone();

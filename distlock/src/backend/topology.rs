@@ -14,10 +14,10 @@ use redis::Value;
 
 use super::capabilities::Facts;
 use super::resend::Resends;
+use crate::check::probe::Probe;
+use crate::check::report::ServerReport;
 use crate::errors::backend::DriverError;
-use crate::obs::report::ServerReport;
 use crate::protocol::keys::LockKeys;
-use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, HandedOff, Released};
 use crate::terms::owner::{Hold, OwnerId};
 

@@ -14,7 +14,7 @@
 //! held is reported; the nodes' views can differ while a quorum acquisition or release is
 //! under way. A memory backend has no inspection (its locks live in one process).
 
-use crate::obs::report::ServerReport;
+use crate::check::report::ServerReport;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

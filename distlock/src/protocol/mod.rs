@@ -2,7 +2,8 @@
 //! replies mean.
 //!
 //! Each script is a `.lua` file beside this one, headed by the KEYS and ARGV it takes and
-//! what it returns; [`Script`] lists every one of them once. Every script runs atomically
+//! what it returns; [`Script`] lists every one of them once (the self-check's probe is
+//! `check/probe.lua`). Every script runs atomically
 //! and touches the keys of one lock only, which share one hash tag (one cluster slot; see
 //! `keys.rs`). A lock is a hash `owner id -> reentrancy count` whose expiry is the lease; a
 //! companion counter gives fencing tokens; a release that frees a lock publishes on the
@@ -16,11 +17,9 @@ pub(crate) mod call;
 mod distlock_calls;
 pub(crate) mod exec;
 pub(crate) mod keys;
-pub(crate) mod probe;
 mod redisson_calls;
 pub(crate) mod script;
 pub(crate) mod slot;
-pub(crate) mod version;
 
 use std::time::Duration;
 

@@ -130,10 +130,10 @@ use super::capabilities::{validity_under_drift, Announce, Facts};
 use super::conn::Settings;
 use super::resend::Resends;
 use super::topology::{ready, FencedSet, ScriptReplies, Topology};
+use crate::check::probe::Probe;
+use crate::check::report::ServerReport;
 use crate::errors::backend::DriverError;
-use crate::obs::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
-use crate::protocol::probe::Probe;
 use crate::protocol::{Attempt, Call, HandedOff, Released};
 use crate::rt::hub::{Hub, SubscribeRequest};
 use crate::terms::owner::{Hold, OwnerId};
@@ -337,8 +337,8 @@ impl QuorumDriver {
     /// Each node's self-check (all at once), or why it could not be asked.
     pub(crate) async fn probe(
         &self,
-        probe: &crate::protocol::probe::Probe,
-    ) -> Vec<Result<crate::obs::report::ServerReport, DriverError>> {
+        probe: &crate::check::probe::Probe,
+    ) -> Vec<Result<crate::check::report::ServerReport, DriverError>> {
         futures_util::future::join_all(self.nodes.iter().map(|node| async move {
             match node.server() {
                 Ok(server) => server.probe(probe).await,

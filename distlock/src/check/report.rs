@@ -1,5 +1,5 @@
 //! What one server of a backend says about itself: a plain data type the topologies fill
-//! (the `init` self-check, `protocol/probe.rs`) and `Registry::probe` returns (kept apart
+//! (the `init` self-check, `check/probe.rs`) and `Registry::probe` returns (kept apart
 //! from `inspect.rs`, which uses the backends).
 
 /// What one server of a backend says about itself: what `init` checks on it, and

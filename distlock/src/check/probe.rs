@@ -11,12 +11,12 @@
 
 use redis::{RedisResult, Value};
 
-use crate::obs::report::ServerReport;
+use crate::check::report::ServerReport;
 use crate::protocol::keys::{FenceScope, LockKeys};
 use crate::LockKind;
 
 use super::version::{flavour_of, info_field, version_problem, MIN_VERSION};
-use super::{Publish, Script};
+use crate::protocol::{Publish, Script};
 
 /// The probe script.
 pub(crate) const SOURCE: &str = include_str!("probe.lua");

@@ -1,4 +1,4 @@
--- The init self-check of one server (`protocol/probe.rs`): the server's version, and which
+-- The init self-check of one server (`check/probe.rs`): the server's version, and which
 -- of the commands distlock sends the connection's ACL user may not run. Read-only: it only
 -- asks redis.acl_check_cmd (Redis 7.0) and touches no key.
 --
