@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The files one acquisition and release of a reentrant lock on a single server run through,
-# measured rather than read: `lock-worker pairs` (200 acquire + release pairs in sequence)
+# measured rather than read: `lock-worker pairs` (1000 acquire + release pairs in sequence)
 # runs under valgrind's callgrind against a private redis-server, and
-# scripts/acquire-path.py lists the files of distlock/src called at least once per pair,
+# scripts/acquire-path.py lists the files of distlock/src called at least once per pair
+# (what start-up alone calls, a few hundred times, stays below that),
 # by folder, and the calls between files of different folders.
 #
 #   scripts/acquire-path.sh [CHECKOUT]     # CHECKOUT: another checkout of distlock
@@ -13,7 +14,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TREE="$(cd "${1:-$ROOT}" && pwd)"
-PAIRS=200
+PAIRS=1000
 PORT=17390
 
 command -v valgrind >/dev/null || { echo "scripts/acquire-path.sh: valgrind is needed" >&2; exit 2; }
