@@ -17,6 +17,18 @@ async fn registries() -> Vec<(&'static str, Registry)> {
     common::every_mode().await
 }
 
+/// Until `key` is held by someone else than `reg`'s own tries (at most 5 s).
+async fn until_held_elsewhere(reg: &Registry, key: &str, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reg.lock(key).try_acquire().await.expect("try").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {key} never taken by the waiter"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// All or nothing: a held key makes the whole acquisition time out, naming that key, and
 /// leaves none of the others held; each key gets its own token; release frees all.
 #[tokio::test]
@@ -126,20 +138,7 @@ async fn dropped_while_waiting_releases_what_it_took() {
             })
         };
         // It takes `a`, then waits for `b`.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while reg
-            .lock(a.as_str())
-            .try_acquire()
-            .await
-            .expect("try")
-            .is_some()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{name}: a never taken by the waiter"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_held_elsewhere(&reg, &a, name).await;
         waiting.abort();
         assert!(waiting.await.is_err(), "{name}: aborted");
         let g = reg
@@ -173,20 +172,7 @@ async fn a_key_lost_while_waiting_for_the_next_is_taken_again() {
             })
         };
         // It takes `a`, then waits for `b`.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while reg
-            .lock(a.as_str())
-            .try_acquire()
-            .await
-            .expect("try")
-            .is_some()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "{name}: a never taken by the waiter"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_held_elsewhere(&reg, &a, name).await;
         // `a` revoked under it, and taken by another owner for a moment.
         assert!(
             reg.lock(a.as_str()).force_unlock().await.expect("force"),
