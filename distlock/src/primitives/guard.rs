@@ -170,6 +170,11 @@ impl GuardCore {
 
 impl Drop for GuardCore {
     fn drop(&mut self) {
+        // Released is final: a guard released explicitly (`release` above) has nothing
+        // left to queue, and need not be counted.
+        if self.state.is_released() {
+            return;
+        }
         // Counted as the backend's background work from before the lease reads released
         // until its release is queued (and counted on its own): a shutdown that sees the
         // lease released also waits for that release, however slow this thread is in
