@@ -8,10 +8,10 @@
 #                      [--extended] [--report FILE] [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
-#   backend and format asked for, plus random schedules: 120 on memory, 20 on single
+#   backend and format asked for, plus random schedules: 1000 on memory (32 at once), 20 on single
 #   (EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20), none on the other backends (their
 #   schedules take several seconds each), and as many again from the same first seed in
-#   the extended generator: 30 on memory, 4 on single; the first seed is printed. Without --backend
+#   the extended generator: 250 on memory, 4 on single; the first seed is printed. Without --backend
 #   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
 #   in Redisson's format; --quick takes about four minutes.
 # --long: an hour (split over the backends asked for, and each backend's share over the
@@ -127,7 +127,7 @@ for run in "${runs[@]}"; do
         # the other topologies several seconds (failovers settle): their fixed seeds only.
         # The extended generator's random schedules: fewer (its seeds are listed too).
         case "$run" in
-        memory) n=120 x=30 ;;
+        memory) n=1000 x=250 ;;
         single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" x=4 ;;
         *) n=0 x=0 ;;
         esac

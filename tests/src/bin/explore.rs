@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -21,7 +21,7 @@ struct Args {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -66,6 +66,7 @@ fn parse() -> Args {
     let mut format = Format::Distlock;
     let mut scan: Option<String> = None;
     let mut shrink: Option<u32> = None;
+    let mut jobs: Option<usize> = None;
     let mut extended_schedules = 0;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -106,6 +107,7 @@ fn parse() -> Args {
             "--show" => scan = Some(String::new()),
             "--names" => opts.names = value(&mut it, "--names"),
             "--shrink" => shrink = Some(value::<u32>(&mut it, "--shrink")),
+            "--jobs" => jobs = Some(value::<usize>(&mut it, "--jobs").max(1)),
             other => usage(&format!("unknown argument {other}")),
         }
     }
@@ -130,6 +132,9 @@ fn parse() -> Args {
     opts.format = format;
     if let Some(n) = shrink {
         opts.shrink_iters = n;
+    }
+    if let Some(n) = jobs {
+        opts.jobs = n;
     }
     if let Some(m) = max_steps {
         opts.steps = (opts.steps.0.min(m), m);
