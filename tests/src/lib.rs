@@ -595,6 +595,9 @@ impl RedisProcess {
         let child = Command::new(&bin)
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // `DEBUG SLEEP` and `DEBUG POPULATE` from loopback (Redis 7 refuses DEBUG by
+            // default): faults of the explorer and the tests.
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra_args)

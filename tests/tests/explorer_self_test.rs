@@ -79,7 +79,7 @@ const REDLOCK_SEED: u64 = 1000;
 
 /// A single-server schedule in which releases by a raw `DEL` (never through the library)
 /// leave a lock that the end check finds unavailable.
-const RAW_DEL_SEED: u64 = 329;
+const RAW_DEL_SEED: u64 = 331;
 
 #[test]
 fn a_fenced_resource_without_its_token_check_loses_an_update() {

@@ -915,12 +915,18 @@ impl World {
                     let secs = secs.clone();
                     std::thread::spawn(move || {
                         let limit = Duration::from_secs(10);
-                        let _ = resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], limit);
+                        match resp_command_timeout(&addr, &["DEBUG", "SLEEP", &secs], limit) {
+                            Ok(RespValue::Error(e)) => Err(format!("{addr}: DEBUG SLEEP: {e}")),
+                            _ => Ok(()),
+                        }
                     })
                 })
                 .collect();
             for s in sleeps {
-                let _ = s.join();
+                // A fault that did not happen would pass for one that was survived.
+                if let Ok(Err(why)) = s.join() {
+                    *lock(&me.broken) = Some(why);
+                }
             }
             checker.fault_end();
         });
