@@ -295,7 +295,26 @@ pub fn explore(opts: &Options) -> Summary {
         .enable_all()
         .build()
         .expect("explorer runtime");
-    let world = Arc::new(rt.block_on(world::World::start(opts.backend, opts.format)));
+    // Servers that do not come up (a port taken meanwhile, a cluster not ready in time on
+    // a loaded machine) abort the run, as servers that fail during it do: once more on
+    // fresh servers, never a violation.
+    let start = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(world::World::start(opts.backend, opts.format))
+    }));
+    let world = match start {
+        Ok(world) => Arc::new(world),
+        Err(e) => {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "a panic".to_owned());
+            return Summary {
+                aborted: Some(format!("the servers did not start: {why}")),
+                ..Summary::default()
+            };
+        }
+    };
     let started = std::time::Instant::now();
     let next = AtomicU64::new(0);
     let parts: Vec<Summary> = std::thread::scope(|s| {

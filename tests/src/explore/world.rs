@@ -240,7 +240,10 @@ impl World {
 
     async fn start_single(format: Format) -> World {
         let server = tokio::task::spawn_blocking(|| {
-            RedisProcess::start_with_args(&["--appendonly", "yes", "--appendfsync", "always"])
+            let s =
+                RedisProcess::start_with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+            fill(&s.addr()).expect("explorer: fill redis-server");
+            s
         })
         .await
         .expect("explorer: start redis-server");
@@ -270,12 +273,14 @@ impl World {
         let nodes: Vec<RedisProcess> = tokio::task::spawn_blocking(move || {
             (0..n)
                 .map(|_| {
-                    RedisProcess::start_with_args(&[
+                    let s = RedisProcess::start_with_args(&[
                         "--appendonly",
                         "yes",
                         "--appendfsync",
                         "always",
-                    ])
+                    ]);
+                    fill(&s.addr()).expect("explorer: fill a quorum node");
+                    s
                 })
                 .collect()
         })
@@ -682,7 +687,7 @@ impl World {
 
     fn end_blocking(&self, fault: Fault, took: &[usize]) -> Result<(), String> {
         match (fault, &self.servers) {
-            (Fault::Down { persist }, Servers::Single(s)) => restart(&mut lock(s), persist),
+            (Fault::Down { persist }, Servers::Single(s)) => restart_filled(&mut lock(s), persist),
             (Fault::Pause, Servers::Single(_)) | (Fault::NodesPause, Servers::Nodes(_)) => {
                 self.signal_all(took, libc::SIGCONT);
                 Ok(())
@@ -695,7 +700,8 @@ impl World {
             }
             (Fault::NodesDown { persist }, Servers::Nodes(n)) => {
                 let mut n = lock(n);
-                took.iter().try_for_each(|&i| restart(&mut n[i], persist))
+                took.iter()
+                    .try_for_each(|&i| restart_filled(&mut n[i], persist))
             }
             (Fault::MasterDown, Servers::Cluster(c)) => {
                 let Some(&i) = took.first() else {
@@ -941,7 +947,8 @@ impl World {
     }
 }
 
-/// Restart a server, its AOF kept (`persist`) or wiped.
+/// Restart a server, its AOF kept (`persist`) or wiped. It ends once the server has
+/// loaded its data (`LOADING` answers are part of the fault).
 fn restart(s: &mut RedisProcess, persist: bool) -> Result<(), String> {
     if !persist {
         let _ = std::fs::remove_dir_all(s.dir().join("appendonlydir"));
@@ -950,7 +957,68 @@ fn restart(s: &mut RedisProcess, persist: bool) -> Result<(), String> {
         e.downcast_ref::<String>()
             .cloned()
             .unwrap_or_else(|| "redis-server did not restart".to_owned())
-    })
+    })?;
+    let addr = s.addr();
+    if poll_until(SETTLE_LIMIT, || {
+        info_field(&addr, "loading").as_deref() == Some("0")
+    }) {
+        Ok(())
+    } else {
+        Err(format!("{addr}: still loading after {SETTLE_LIMIT:?}"))
+    }
+}
+
+/// [`restart`] a server that keeps [`FILLER_KEYS`] besides the locks' keys ([`fill`]): a
+/// restart with its data loads them first; one without has them written again, for the
+/// next.
+fn restart_filled(s: &mut RedisProcess, persist: bool) -> Result<(), String> {
+    restart(s, persist)?;
+    if persist {
+        Ok(())
+    } else {
+        fill(&s.addr())
+    }
+}
+
+/// Keys a single server or quorum node keeps besides the locks' (`DEBUG POPULATE`, 64
+/// bytes each): a restart with its data loads them for a while first, answering
+/// `LOADING` meanwhile.
+const FILLER_KEYS: &str = "500000";
+
+/// Write [`FILLER_KEYS`] keys into `addr` and rewrite its AOF, so that a restart with
+/// the data loads them.
+fn fill(addr: &str) -> Result<(), String> {
+    let args = ["DEBUG", "POPULATE", FILLER_KEYS, "explore:filler", "64"];
+    match resp_command(addr, &args) {
+        Ok(RespValue::Simple(_)) => {}
+        other => return Err(format!("{addr}: DEBUG POPULATE: {other:?}")),
+    }
+    match resp_command(addr, &["BGREWRITEAOF"]) {
+        Ok(RespValue::Simple(_)) => {}
+        other => return Err(format!("{addr}: BGREWRITEAOF: {other:?}")),
+    }
+    let rewritten = || {
+        info_field(addr, "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(addr, "aof_rewrite_scheduled").as_deref() == Some("0")
+    };
+    if poll_until(SETTLE_LIMIT, rewritten) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{addr}: AOF rewrite not done within {SETTLE_LIMIT:?}"
+        ))
+    }
+}
+
+/// A field of `INFO persistence` on `addr`.
+fn info_field(addr: &str, field: &str) -> Option<String> {
+    let Ok(RespValue::Bulk(info)) = resp_command(addr, &["INFO", "persistence"]) else {
+        return None;
+    };
+    let prefix = format!("{field}:");
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().to_owned()))
 }
 
 /// Poll `f` (a server's state; there is no event to await) every 20 ms until it holds or
