@@ -894,6 +894,7 @@ impl World {
             }
         })
         .await;
+        checker.keys_gone(name);
     }
 
     /// `DEBUG SLEEP` for `ms` (a fault while it lasts), not waited for: on the server,
