@@ -26,7 +26,7 @@
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
 # Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice. Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
-# 17340..17379 (tests/src/lib.rs, tests/src/topology.rs, tests/src/proxy.rs); the shared
+# 17340..17378 (tests/src/lib.rs, tests/src/topology.rs, tests/src/proxy.rs); the shared
 # test servers are not touched.
 set -euo pipefail
 

@@ -5,7 +5,7 @@
 //! The proxy runs on a thread of its own with its own Tokio runtime, so it keeps working
 //! while the test's runtime is busy, and it can be driven from sync and async code alike.
 //! It listens on 127.0.0.1, on a port of the fault-testing range (17320..17389; the
-//! torture run takes 17320..17339, tests 17340..17379), and forwards to `upstream`.
+//! torture run takes 17320..17339, tests 17340..17378), and forwards to `upstream`.
 //!
 //! ```no_run
 //! use distlock_tests::proxy::Proxy;
@@ -37,8 +37,9 @@ use tokio::time::Instant;
 
 /// First port of the proxies tests start.
 pub const TEST_PORT_BASE: u16 = 17340;
-/// Ports of the proxies tests start: 17340..17379 (17388 is the test PostgreSQL).
-pub const TEST_PORT_COUNT: u16 = 40;
+/// Ports of the proxies tests start: 17340..17378 (17379 is the shared single server,
+/// 17388 the test PostgreSQL).
+pub const TEST_PORT_COUNT: u16 = 39;
 /// First port of the proxies the torture run starts (17320..17339).
 pub const TORTURE_PORT_BASE: u16 = 17320;
 /// Ports of the torture run's proxies.
@@ -134,7 +135,7 @@ fn bind_in(base: u16, count: u16) -> StdListener {
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (`host:port`) on a free port of 17340..17379 (for tests).
+    /// A proxy to `upstream` (`host:port`) on a free port of 17340..17378 (for tests).
     ///
     /// # Panics
     /// If no port of the range is free.
