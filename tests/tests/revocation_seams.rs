@@ -447,3 +447,84 @@ async fn a_restart_with_data_to_load_is_heard_once_loaded() {
     assert!(!g.is_held());
     taken.release().await.expect("release");
 }
+
+/// The fields of the hash `key` on `addr`, sorted.
+fn fields(addr: &str, key: &str) -> Vec<String> {
+    let mut f: Vec<String> = match cmd(addr, &["HKEYS", key]) {
+        RespValue::Array(a) => a
+            .into_iter()
+            .filter_map(|v| match v {
+                RespValue::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    f.sort();
+    f
+}
+
+/// A lock handed to a waiter of this process, then force-released before the hand-off's
+/// reply reached the releasing process: the new holder registers its lease after the
+/// revocation was heard, and must still hear of it (the revocation is kept for the
+/// acquisitions in flight, a hand-off's waiter among them).
+#[tokio::test]
+async fn a_forced_release_heard_before_a_hand_offs_reply_is_not_dropped() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let holder = registry(&format!(
+        "mode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"5s\"",
+        proxy.url()
+    ))
+    .await;
+    let admin = registry(&format!("mode = \"single\"\nurl = \"{}\"", server.url())).await;
+    subscribed(&holder).await;
+    let addr = server.addr();
+    let lease = Lease::Fixed(Duration::from_secs(60));
+    for round in 0..3 {
+        let key = unique("seam-handoff-revoked");
+        let hash = format!("lock:{{{key}}}");
+        let first = holder
+            .lock(key.as_str())
+            .lease(lease)
+            .acquire()
+            .await
+            .expect("first holder");
+        let waiter = {
+            let holder = holder.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                holder
+                    .lock(key.as_str())
+                    .lease(lease)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while holder.waiting("main").unwrap_or(0) == 0 {
+            assert!(Instant::now() < deadline, "round {round}: the waiter never waited");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let before = fields(&addr, &hash);
+        // The hand-off's reply is held back by the proxy; the forced release's message
+        // below is not.
+        proxy.set_latency(Duration::from_millis(600));
+        let release = tokio::spawn(first.release());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while fields(&addr, &hash) == before {
+            assert!(Instant::now() < deadline, "round {round}: the hand-off never ran");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.set_latency(Duration::ZERO);
+        let forced = admin.lock(key.as_str()).force_unlock().await;
+        assert!(forced.expect("force_unlock"), "round {round}: force_unlock found it");
+        let held = waiter.await.expect("task").expect("the waiter was handed the lock");
+        release.await.expect("task").expect("release");
+        let what = format!("round {round}: a forced release heard before the hand-off's reply");
+        lost_within(&what, HEARD_WITHIN, held.lost()).await;
+        assert!(!held.is_held(), "{what}: is_held() after the loss");
+    }
+}
