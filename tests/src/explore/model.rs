@@ -317,6 +317,11 @@ pub fn set_gen_config(cfg: GenConfig) {
 pub struct ModelState {
     cfg: GenConfig,
     held: Vec<Vec<Kind>>,
+    /// The step at which each task's outermost acquisition was drawn (of the tasks of one
+    /// owner holding a lock, the earliest is likely its holder, the others its waiters).
+    since: Vec<usize>,
+    /// Steps drawn so far.
+    steps: usize,
     fault_on: bool,
 }
 
@@ -327,6 +332,11 @@ impl ModelState {
 
     fn held_mut(&mut self, owner: u8, task: u8) -> &mut Vec<Kind> {
         &mut self.held[usize::from(owner * TASKS + task)]
+    }
+
+    /// When task `owner.task`'s outermost acquisition was drawn.
+    fn since(&self, owner: u8, task: u8) -> usize {
+        self.since[usize::from(owner * TASKS + task)]
     }
 
     /// Every task, with what it holds.
@@ -544,7 +554,7 @@ fn focused_transitions(state: &ModelState) -> BoxedStrategy<Step> {
         .collect();
     let mut arms: Vec<(u32, BoxedStrategy<Step>)> = vec![
         (
-            2,
+            3,
             (
                 0..OWNERS,
                 prop_oneof![3 => Just(Kind::Reentrant), 1 => focused_kinds()],
@@ -569,7 +579,13 @@ fn focused_transitions(state: &ModelState) -> BoxedStrategy<Step> {
             4,
             focused_acquire(who, focused_kinds(), focused_wait()).boxed(),
         ));
-        // A try of the reentrant lock (wait 0), mostly by owner 0.
+        // A try of the reentrant lock (wait 0), mostly by an idle task of owner 0.
+        let idle: Vec<(u8, u8)> = mine
+            .iter()
+            .copied()
+            .filter(|(o, t)| state.depth(*o, *t) == 0)
+            .collect();
+        let mine = if idle.is_empty() { mine } else { idle };
         let who = if mine.is_empty() {
             prop::sample::select(room).boxed()
         } else {
@@ -597,6 +613,24 @@ fn focused_transitions(state: &ModelState) -> BoxedStrategy<Step> {
             prop::sample::select(holding).prop_map(|(owner, task)| Step::Release { owner, task });
         arms.push((5, release.boxed()));
     }
+    // The holder of a reentrant lock its owner's other tasks wait for (the earliest of the
+    // owner's tasks holding it) releases: the lock is handed to a waiter.
+    let holders: Vec<(u8, u8)> = (0..OWNERS)
+        .filter_map(|o| {
+            let mut reentrant: Vec<u8> = (0..TASKS)
+                .filter(|t| {
+                    state.held[usize::from(o * TASKS + t)].first() == Some(&Kind::Reentrant)
+                })
+                .collect();
+            reentrant.sort_by_key(|t| state.since(o, *t));
+            (reentrant.len() > 1).then(|| (o, reentrant[0]))
+        })
+        .collect();
+    if !holders.is_empty() {
+        let release =
+            prop::sample::select(holders).prop_map(|(owner, task)| Step::Release { owner, task });
+        arms.push((6, release.boxed()));
+    }
     proptest::strategy::Union::new_weighted(arms).boxed()
 }
 
@@ -609,6 +643,8 @@ impl ReferenceStateMachine for Schedules {
         Just(ModelState {
             cfg,
             held: vec![Vec::new(); usize::from(OWNERS * TASKS)],
+            since: vec![0; usize::from(OWNERS * TASKS)],
+            steps: 0,
             fault_on: false,
         })
         .boxed()
@@ -710,7 +746,12 @@ impl ReferenceStateMachine for Schedules {
 
     fn apply(mut state: ModelState, step: &Step) -> ModelState {
         match step {
-            Step::Acquire(a) => state.held_mut(a.owner, a.task).push(a.kind),
+            Step::Acquire(a) => {
+                if state.depth(a.owner, a.task) == 0 {
+                    state.since[usize::from(a.owner * TASKS + a.task)] = state.steps;
+                }
+                state.held_mut(a.owner, a.task).push(a.kind);
+            }
             Step::Release { owner, task } => {
                 state.held_mut(*owner, *task).pop();
             }
@@ -718,6 +759,7 @@ impl ReferenceStateMachine for Schedules {
             Step::FaultEnd => state.fault_on = false,
             _ => {}
         }
+        state.steps += 1;
         state
     }
 }
