@@ -322,6 +322,11 @@ pub struct ModelState {
     since: Vec<usize>,
     /// Steps drawn so far.
     steps: usize,
+    /// Per owner, how far a hand-off seam has come: 1 its holder released the reentrant
+    /// lock while another of its tasks held or waited for it (handed to that task), 2 a
+    /// `force_unlock` of the lock followed (the handed hold revoked); the focused generator
+    /// then draws the next step of the seam more often.
+    seam: Vec<u8>,
     fault_on: bool,
 }
 
@@ -337,6 +342,19 @@ impl ModelState {
     /// When task `owner.task`'s outermost acquisition was drawn.
     fn since(&self, owner: u8, task: u8) -> usize {
         self.since[usize::from(owner * TASKS + task)]
+    }
+
+    /// Whether `owner.task`, releasing now, would hand the reentrant lock to another task of
+    /// its owner: its only hold is the reentrant lock, which a later task of the owner
+    /// holds or waits for.
+    fn hands_off(&self, owner: u8, task: u8) -> bool {
+        let held = |t: u8| &self.held[usize::from(owner * TASKS + t)];
+        held(task).as_slice() == [Kind::Reentrant]
+            && (0..TASKS).any(|t| {
+                t != task
+                    && held(t).first() == Some(&Kind::Reentrant)
+                    && self.since(owner, t) > self.since(owner, task)
+            })
     }
 
     /// Every task, with what it holds.
@@ -631,6 +649,26 @@ fn focused_transitions(state: &ModelState) -> BoxedStrategy<Step> {
             prop::sample::select(holders).prop_map(|(owner, task)| Step::Release { owner, task });
         arms.push((6, release.boxed()));
     }
+    // A hand-off seam under way: its next step, often (a hold handed to a task revoked,
+    // then a try of the lock by an idle task of the same owner).
+    if state.seam.contains(&1) {
+        let revoke = (0..OWNERS).prop_map(|owner| Step::ForceUnlock {
+            owner,
+            name: 0,
+            kind: Kind::Reentrant,
+        });
+        arms.push((20, revoke.boxed()));
+    }
+    let tries: Vec<(u8, u8)> = state
+        .tasks()
+        .filter(|(o, _, h)| state.seam[usize::from(*o)] == 2 && h.is_empty())
+        .map(|(o, t, _)| (o, t))
+        .collect();
+    if !tries.is_empty() {
+        let wait = prop_oneof![3 => Just((0u32, true)), 1 => Just((0, false))];
+        let try_once = focused_acquire(prop::sample::select(tries), Just(Kind::Reentrant), wait);
+        arms.push((40, try_once.boxed()));
+    }
     proptest::strategy::Union::new_weighted(arms).boxed()
 }
 
@@ -645,6 +683,7 @@ impl ReferenceStateMachine for Schedules {
             held: vec![Vec::new(); usize::from(OWNERS * TASKS)],
             since: vec![0; usize::from(OWNERS * TASKS)],
             steps: 0,
+            seam: vec![0; usize::from(OWNERS)],
             fault_on: false,
         })
         .boxed()
@@ -751,9 +790,24 @@ impl ReferenceStateMachine for Schedules {
                     state.since[usize::from(a.owner * TASKS + a.task)] = state.steps;
                 }
                 state.held_mut(a.owner, a.task).push(a.kind);
+                let once = a.try_once || a.wait_ms == 0;
+                if a.kind == Kind::Reentrant && once {
+                    state.seam[usize::from(a.owner)] = 0;
+                }
             }
             Step::Release { owner, task } => {
+                if state.hands_off(*owner, *task) {
+                    state.seam[usize::from(*owner)] = 1;
+                }
                 state.held_mut(*owner, *task).pop();
+            }
+            Step::ForceUnlock {
+                kind: Kind::Reentrant,
+                ..
+            } => {
+                for s in state.seam.iter_mut().filter(|s| **s == 1) {
+                    *s = 2;
+                }
             }
             Step::FaultBegin(_) => state.fault_on = true,
             Step::FaultEnd => state.fault_on = false,
