@@ -5,24 +5,29 @@
 # tests/src/bin/explore.rs; docs/fault-testing.md "The explorer").
 #
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
-#                      [--extended] [--report FILE] [--failing]
+#                      [--extended|--focused] [--report FILE] [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
 #   backend and format asked for, plus random schedules: 1000 on memory (32 at once), 20 on single
 #   (EXPLORE_QUICK_RANDOM_SINGLE=N changes the 20), none on the other backends (their
 #   schedules take several seconds each), and as many again from the same first seed in
-#   the extended generator: 250 on memory, 4 on single; the first seed is printed. Without --backend
+#   the extended generator: 250 on memory, 4 on single, and in the focused generator: 250
+#   on memory, 20 on single; the first seed is printed. Without --backend
 #   (any mode): memory, single, cluster, sentinel, redlock, multi, then single and cluster
 #   in Redisson's format; --quick takes about four minutes.
 # --long: an hour (split over the backends asked for, and each backend's share over the
-#   plain and the extended generator), random seeds; writes a report (default
+#   plain, the extended and the focused generator), random seeds; writes a report (default
 #   target/explore-report.txt): schedules, operations, faults, violations.
 # --backend: memory | single | cluster | sentinel | redlock | multi (repeatable).
 #   --format: distlock (default) | redisson (single, cluster, sentinel; the seeds file
 #   names them `single/redisson`). --seed S --schedules N: exactly those schedules
 #   (`--seed S --schedules 1` replays a seed). --extended: the extended generator
 #   (multi-key locks, leader elections, run-once jobs, fenced increments; the seeds file
-#   marks its seeds `extended`) for --seed/--schedules and --long. --failing: the seeds of
+#   marks its seeds `extended`) for --seed/--schedules and --long. --focused: the focused
+#   generator (one name, no faults, so every step is judged: nested acquisitions of one
+#   name across kinds in one task, tasks of one owner waiting for a lock another of its
+#   tasks holds, force_unlock and try_acquire in between; the seeds file marks its seeds
+#   `focused`) for --seed/--schedules and --long. --failing: the seeds of
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
 # Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice. Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
@@ -46,6 +51,7 @@ schedules=
 report=
 failing=
 extended=
+focused=
 while (($#)); do
     case "$1" in
     --quick) mode=quick ;;
@@ -57,6 +63,7 @@ while (($#)); do
     --report) report="${2:?--report needs a value}" && shift ;;
     --failing) failing=1 ;;
     --extended) extended=1 ;;
+    --focused) focused=1 ;;
     *) die "unknown argument $1 (see the head of scripts/explore.sh)" ;;
     esac
     shift
@@ -86,6 +93,7 @@ elif [[ -n "$format" && "$format" != distlock ]]; then
 else
     runs=(memory single cluster sentinel redlock multi single/redisson cluster/redisson)
 fi
+[[ -n "$extended" && -n "$focused" ]] && die "--extended and --focused are two generators: one at a time"
 command -v redis-server >/dev/null 2>&1 ||
     die "redis-server not found (scripts/test.sh installs it with apt-get)"
 
@@ -107,31 +115,36 @@ for run in "${runs[@]}"; do
     [[ "$run" == */redisson ]] && args+=(--format redisson)
     [[ -n "$report" ]] && args+=(--report "$report")
     [[ -n "$extended" ]] && args+=(--extended)
+    [[ -n "$focused" ]] && args+=(--focused)
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)
     elif [[ -n "$schedules" ]]; then
         args+=(--seed "$seed" --schedules "$schedules")
     elif [[ "$mode" == long ]]; then
-        # Half of each backend's share for each generator (all of it for the extended
-        # one when --extended asks for it alone).
+        # A third of each backend's share for each generator (all of it for the extended
+        # or the focused one when --extended or --focused asks for it alone).
         share=$((3600 / ${#runs[@]}))
-        if [[ -z "$extended" ]]; then
-            share=$((share / 2))
-            echo "scripts/explore.sh: $bin ${args[*]} --extended --seed $seed --schedules 1000000000 --duration $share"
-            "$bin" "${args[@]}" --extended --seed "$seed" --schedules 1000000000 --duration "$share" || status=$?
-            ((status <= 1)) || exit "$status"
+        if [[ -z "$extended" && -z "$focused" ]]; then
+            share=$((share / 3))
+            for generator in --extended --focused; do
+                echo "scripts/explore.sh: $bin ${args[*]} $generator --seed $seed --schedules 1000000000 --duration $share"
+                "$bin" "${args[@]}" "$generator" --seed "$seed" --schedules 1000000000 --duration "$share" || status=$?
+                ((status <= 1)) || exit "$status"
+            done
         fi
         args+=(--seed "$seed" --schedules 1000000000 --duration "$share")
     else
         # A schedule on single takes about 1.6 s (faults, restarts): 20 of them there; on
         # the other topologies several seconds (failovers settle): their fixed seeds only.
-        # The extended generator's random schedules: fewer (its seeds are listed too).
+        # The extended generator's random schedules: fewer (its seeds are listed too); the
+        # focused generator's (no faults: about 0.5 s each, on memory as on single) too.
         case "$run" in
-        memory) n=1000 x=250 ;;
-        single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" x=4 ;;
-        *) n=0 x=0 ;;
+        memory) n=1000 x=250 f=250 ;;
+        single) n="${EXPLORE_QUICK_RANDOM_SINGLE:-20}" x=4 f=20 ;;
+        *) n=0 x=0 f=0 ;;
         esac
         args+=(--seeds-file "$seeds_file" --seed "$seed" --schedules "$n" --extended-schedules "$x")
+        args+=(--focused-schedules "$f")
     fi
     echo "scripts/explore.sh: $bin ${args[*]}"
     "$bin" "${args[@]}" || status=$?

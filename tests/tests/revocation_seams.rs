@@ -504,7 +504,10 @@ async fn a_forced_release_heard_before_a_hand_offs_reply_is_not_dropped() {
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         while holder.waiting("main").unwrap_or(0) == 0 {
-            assert!(Instant::now() < deadline, "round {round}: the waiter never waited");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the waiter never waited"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let before = fields(&addr, &hash);
@@ -514,14 +517,23 @@ async fn a_forced_release_heard_before_a_hand_offs_reply_is_not_dropped() {
         let release = tokio::spawn(first.release());
         let deadline = Instant::now() + Duration::from_secs(5);
         while fields(&addr, &hash) == before {
-            assert!(Instant::now() < deadline, "round {round}: the hand-off never ran");
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the hand-off never ran"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         proxy.set_latency(Duration::ZERO);
         let forced = admin.lock(key.as_str()).force_unlock().await;
-        assert!(forced.expect("force_unlock"), "round {round}: force_unlock found it");
-        let held = waiter.await.expect("task").expect("the waiter was handed the lock");
+        assert!(
+            forced.expect("force_unlock"),
+            "round {round}: force_unlock found it"
+        );
+        let held = waiter
+            .await
+            .expect("task")
+            .expect("the waiter was handed the lock");
         release.await.expect("task").expect("release");
         let what = format!("round {round}: a forced release heard before the hand-off's reply");
         lost_within(&what, HEARD_WITHIN, held.lost()).await;

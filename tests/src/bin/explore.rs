@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -14,14 +14,24 @@ use distlock_tests::explore::{explore, BackendKind, Format, Options, Plant, Summ
 
 struct Args {
     opts: Options,
-    seeds: Vec<(u64, bool)>,
+    seeds: Vec<(u64, Generator)>,
     /// Random schedules of the extended generator after the others (same first seed).
     extended_schedules: u64,
+    /// Random schedules of the focused generator after those (same first seed).
+    focused_schedules: u64,
     report: Option<String>,
 }
 
+/// Which generator a listed seed is of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Generator {
+    Plain,
+    Extended,
+    Focused,
+}
+
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -32,10 +42,10 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
 }
 
 /// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
-/// lines `BACKEND SEED pass|fail [extended]`, `#` starts a comment; `extended`: a seed of
-/// the extended generator. `fail` seeds (known violations, listed until their fix is
-/// merged) are taken only with `failing`.
-fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, bool)> {
+/// lines `BACKEND SEED pass|fail [extended|focused]`, `#` starts a comment; `extended`,
+/// `focused`: a seed of that generator. `fail` seeds (known violations, listed until their
+/// fix is merged) are taken only with `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
     let want = if failing { "fail" } else { "pass" };
     text.lines()
@@ -44,10 +54,13 @@ fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, bool)> {
             let w: Vec<&str> = l.split_whitespace().collect();
             match w.as_slice() {
                 [b, seed, status] if *b == backend && *status == want => {
-                    seed.parse().ok().map(|s| (s, false))
+                    seed.parse().ok().map(|s| (s, Generator::Plain))
                 }
                 [b, seed, status, "extended"] if *b == backend && *status == want => {
-                    seed.parse().ok().map(|s| (s, true))
+                    seed.parse().ok().map(|s| (s, Generator::Extended))
+                }
+                [b, seed, status, "focused"] if *b == backend && *status == want => {
+                    seed.parse().ok().map(|s| (s, Generator::Focused))
                 }
                 _ => None,
             }
@@ -68,6 +81,7 @@ fn parse() -> Args {
     let mut shrink: Option<u32> = None;
     let mut jobs: Option<usize> = None;
     let mut extended_schedules = 0;
+    let mut focused_schedules = 0;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -102,6 +116,10 @@ fn parse() -> Args {
             "--extended-schedules" => {
                 extended_schedules = value::<u64>(&mut it, "--extended-schedules")
             }
+            "--focused" => opts.focused = true,
+            "--focused-schedules" => {
+                focused_schedules = value::<u64>(&mut it, "--focused-schedules")
+            }
             "--skip-differential" => opts.skip_differential = true,
             "--scan" => scan = Some(value::<String>(&mut it, "--scan")),
             "--show" => scan = Some(String::new()),
@@ -119,6 +137,7 @@ fn parse() -> Args {
         fresh.verbose = opts.verbose;
         fresh.siblings = opts.siblings;
         fresh.extended = opts.extended;
+        fresh.focused = opts.focused;
         fresh.names = opts.names;
         fresh.skip_differential = opts.skip_differential;
         opts = fresh;
@@ -130,6 +149,9 @@ fn parse() -> Args {
         ));
     }
     opts.format = format;
+    if opts.extended && opts.focused {
+        usage("--extended and --focused are two generators: one at a time");
+    }
     if let Some(n) = shrink {
         opts.shrink_iters = n;
     }
@@ -150,6 +172,7 @@ fn parse() -> Args {
         seeds,
         report,
         extended_schedules,
+        focused_schedules,
     }
 }
 
@@ -213,10 +236,17 @@ fn main() {
     let start = Instant::now();
     let mut total = Summary::default();
     let b = args.opts.backend;
-    for &(seed, extended) in &args.seeds {
+    for &(seed, generator) in &args.seeds {
         let mut o = args.opts.clone();
-        (o.seed, o.schedules, o.extended) = (seed, 1, extended);
-        let generator = if extended { " (extended)" } else { "" };
+        o.seed = seed;
+        o.schedules = 1;
+        o.extended = generator == Generator::Extended;
+        o.focused = generator == Generator::Focused;
+        let generator = match generator {
+            Generator::Plain => "",
+            Generator::Extended => " (extended)",
+            Generator::Focused => " (focused)",
+        };
         println!(
             "explore: {} fixed seed {seed}{generator}",
             label(&args.opts)
@@ -235,7 +265,7 @@ fn main() {
     }
     if args.extended_schedules > 0 {
         let mut o = args.opts.clone();
-        (o.schedules, o.extended) = (args.extended_schedules, true);
+        (o.schedules, o.extended, o.focused) = (args.extended_schedules, true, false);
         println!(
             "explore: {} random seeds {}..{} of the extended generator ({} schedules)",
             label(&o),
@@ -245,9 +275,24 @@ fn main() {
         );
         merge(&mut total, explore_once_more_if_aborted(&o));
     }
+    if args.focused_schedules > 0 {
+        let mut o = args.opts.clone();
+        (o.schedules, o.extended, o.focused) = (args.focused_schedules, false, true);
+        println!(
+            "explore: {} random seeds {}..{} of the focused generator ({} schedules)",
+            label(&o),
+            o.seed,
+            o.seed.wrapping_add(o.schedules),
+            o.schedules
+        );
+        merge(&mut total, explore_once_more_if_aborted(&o));
+    }
     let mut text = String::new();
-    let generator = if args.opts.extended && args.extended_schedules == 0 {
+    let mixed = args.extended_schedules > 0 || args.focused_schedules > 0;
+    let generator = if args.opts.extended && !mixed {
         " (extended generator)"
+    } else if args.opts.focused && !mixed {
+        " (focused generator)"
     } else {
         ""
     };

@@ -61,7 +61,8 @@ struct Model {
     holds: HashMap<u64, Hold>,
     next_id: u64,
     max_token: HashMap<(u8, u8), u64>,
-    /// Acquisitions started per name and family (a try's "nothing changed meanwhile").
+    /// Acquisitions started or granted per name and family (a try's "nothing changed
+    /// meanwhile").
     started: HashMap<(u8, Family), u64>,
     faults_on: u32,
     faults: u64,
@@ -208,7 +209,9 @@ impl Checker {
     }
 
     /// Whether nothing could have taken `name` since `s`: no other acquisition of its
-    /// family started, no fault began, none is on and the last ended a while ago.
+    /// family started or was granted (a waiter that started earlier may take the lock
+    /// and release it again while a try runs), no fault began, none is on and the last
+    /// ended a while ago.
     pub fn quiet_since(&self, s: &Started, name: u8, kind: Kind) -> bool {
         let m = self.model();
         let settled = m
@@ -245,6 +248,10 @@ impl Checker {
     pub fn acquired(self: &Arc<Self>, a: Acquired<'_>) -> u64 {
         let now = Instant::now();
         let mut m = self.model();
+        let family = m.family(a.kind);
+        for n in names_of(a.name, a.kind) {
+            *m.started.entry((n, family)).or_default() += 1;
+        }
         let reentry = a.ancestors.iter().any(|id| {
             m.holds
                 .get(id)
@@ -796,7 +803,7 @@ pub fn names_of(name: u8, kind: Kind) -> Vec<u8> {
     }
 }
 
-/// How many acquisitions of `kind`'s family began on the names it takes.
+/// How many acquisitions of `kind`'s family began or were granted on the names it takes.
 fn generation(m: &Model, name: u8, kind: Kind) -> u64 {
     let family = m.family(kind);
     names_of(name, kind)

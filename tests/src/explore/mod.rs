@@ -106,6 +106,10 @@ pub struct Options {
     /// The extended generator: multi-key locks, leader elections, run-once jobs and
     /// fenced increments too (another generator: its seeds are listed with `extended`).
     pub extended: bool,
+    /// The focused generator ([`model::GenConfig::focused`]: one name, no faults, nested
+    /// acquisitions across kinds, hand-offs to local waiters; its seeds are listed with
+    /// `focused`).
+    pub focused: bool,
     /// Run differential steps as no-ops (the same schedules, without the memory-vs-Redis
     /// check, e.g. while a known disagreement would hide everything else).
     pub skip_differential: bool,
@@ -136,6 +140,7 @@ impl Options {
             siblings: false,
             names: model::NAMES,
             extended: false,
+            focused: false,
             skip_differential: false,
             jobs: match backend {
                 BackendKind::Memory => MEMORY_JOBS,
@@ -167,6 +172,8 @@ pub struct Finding {
     pub format: Format,
     /// Whether the extended generator drew it.
     pub extended: bool,
+    /// Whether the focused generator drew it.
+    pub focused: bool,
 }
 
 impl Finding {
@@ -178,6 +185,8 @@ impl Finding {
         };
         let format = if self.extended {
             format!("{format} --extended")
+        } else if self.focused {
+            format!("{format} --focused")
         } else {
             format
         };
@@ -248,14 +257,15 @@ pub fn generate(opts: &Options, seed: u64) -> Vec<Step> {
 
 fn gen_config(opts: &Options) -> model::GenConfig {
     model::GenConfig {
-        faults: opts.backend != BackendKind::Memory,
+        faults: opts.backend != BackendKind::Memory && !opts.focused,
         all_kinds: true,
         siblings: opts.siblings,
-        names: opts.names,
+        names: if opts.focused { 1 } else { opts.names },
         topology: opts.backend.topology(),
         redisson: opts.format == Format::Redisson,
         reentrant_only: opts.backend.quorum(),
         extended: opts.extended,
+        focused: opts.focused,
     }
 }
 
@@ -458,6 +468,7 @@ fn one(
                 violations,
                 format: opts.format,
                 extended: opts.extended,
+                focused: opts.focused,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -468,6 +479,7 @@ fn one(
             violations: vec![format!("aborted: {msg}")],
             format: opts.format,
             extended: opts.extended,
+            focused: opts.focused,
         }),
     }
 }

@@ -294,10 +294,16 @@ pub struct GenConfig {
     /// The extended generator: multi-key locks, leader elections, run-once jobs and fenced
     /// increments too (another generator: its seeds are listed with `extended`).
     pub extended: bool,
+    /// The focused generator: one name, no faults (so every step is judged), most steps
+    /// by one owner's tasks; nested acquisitions of that name across kinds in one task,
+    /// tasks of one owner waiting for a reentrant lock another of its tasks holds (the
+    /// hand-off to local waiters), `force_unlock` and `try_acquire` in between (another
+    /// generator: its seeds are listed with `focused`).
+    pub focused: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false, focused: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -305,21 +311,57 @@ pub fn set_gen_config(cfg: GenConfig) {
     GEN.with(|g| g.set(cfg));
 }
 
-/// The model the generator keeps: how deep each task nests and whether a fault is on.
+/// The model the generator keeps: what each task holds (the kinds it asked for, outermost
+/// first, whether or not they were granted) and whether a fault is on.
 #[derive(Clone, Debug)]
 pub struct ModelState {
     cfg: GenConfig,
-    depth: Vec<u8>,
+    held: Vec<Vec<Kind>>,
+    /// The step at which each task's outermost acquisition was drawn (of the tasks of one
+    /// owner holding a lock, the earliest is likely its holder, the others its waiters).
+    since: Vec<usize>,
+    /// Steps drawn so far.
+    steps: usize,
+    /// Per owner, how far a hand-off seam has come: 1 its holder released the reentrant
+    /// lock while another of its tasks held or waited for it (handed to that task), 2 a
+    /// `force_unlock` of the lock followed (the handed hold revoked); the focused generator
+    /// then draws the next step of the seam more often.
+    seam: Vec<u8>,
     fault_on: bool,
 }
 
 impl ModelState {
     fn depth(&self, owner: u8, task: u8) -> u8 {
-        self.depth[usize::from(owner * TASKS + task)]
+        self.held[usize::from(owner * TASKS + task)].len() as u8
     }
 
-    fn depth_mut(&mut self, owner: u8, task: u8) -> &mut u8 {
-        &mut self.depth[usize::from(owner * TASKS + task)]
+    fn held_mut(&mut self, owner: u8, task: u8) -> &mut Vec<Kind> {
+        &mut self.held[usize::from(owner * TASKS + task)]
+    }
+
+    /// When task `owner.task`'s outermost acquisition was drawn.
+    fn since(&self, owner: u8, task: u8) -> usize {
+        self.since[usize::from(owner * TASKS + task)]
+    }
+
+    /// Whether `owner.task`, releasing now, would hand the reentrant lock to another task of
+    /// its owner: its only hold is the reentrant lock, which a later task of the owner
+    /// holds or waits for.
+    fn hands_off(&self, owner: u8, task: u8) -> bool {
+        let held = |t: u8| &self.held[usize::from(owner * TASKS + t)];
+        held(task).as_slice() == [Kind::Reentrant]
+            && (0..TASKS).any(|t| {
+                t != task
+                    && held(t).first() == Some(&Kind::Reentrant)
+                    && self.since(owner, t) > self.since(owner, task)
+            })
+    }
+
+    /// Every task, with what it holds.
+    fn tasks(&self) -> impl Iterator<Item = (u8, u8, &Vec<Kind>)> {
+        (0..OWNERS).flat_map(move |o| {
+            (0..TASKS).map(move |t| (o, t, &self.held[usize::from(o * TASKS + t)]))
+        })
     }
 }
 
@@ -438,6 +480,198 @@ fn faults_of(topology: Topology) -> BoxedStrategy<Fault> {
     }
 }
 
+/// The focused generator's kinds: every kind of name 0, reentrant most often (the kind
+/// that hands off).
+fn focused_kinds() -> BoxedStrategy<Kind> {
+    prop_oneof![
+        4 => Just(Kind::Reentrant),
+        2 => Just(Kind::Read),
+        1 => Just(Kind::Write),
+        1 => Just(Kind::Fair),
+        1 => (1..=PERMITS).prop_map(Kind::Semaphore),
+    ]
+    .boxed()
+}
+
+/// An acquisition of name 0 by `owner.task`: `wait` in milliseconds, `try_acquire` if
+/// `try_once`.
+fn focused_acquire(
+    who: impl Strategy<Value = (u8, u8)>,
+    kind: impl Strategy<Value = Kind>,
+    wait: impl Strategy<Value = (u32, bool)>,
+) -> impl Strategy<Value = Step> {
+    (
+        who,
+        kind,
+        wait,
+        prop_oneof![
+            2 => Just(LeaseSpec::Auto),
+            1 => Just(LeaseSpec::Fixed(400)),
+            1 => Just(LeaseSpec::Fixed(20_000)),
+        ],
+        prop::option::weighted(0.05, prop_oneof![Just(1u32), Just(5), Just(30)]),
+    )
+        .prop_map(
+            |((owner, task), kind, (wait_ms, try_once), lease, drop_after_ms)| {
+                Step::Acquire(Acquire {
+                    owner,
+                    task,
+                    name: 0,
+                    kind,
+                    wait_ms,
+                    lease,
+                    try_once,
+                    drop_after_ms,
+                })
+            },
+        )
+}
+
+/// Waits of the focused generator: `try_acquire`, `wait` 0, 400 ms, 1 s.
+fn focused_wait() -> BoxedStrategy<(u32, bool)> {
+    prop_oneof![
+        2 => Just((0u32, true)),
+        1 => Just((0, false)),
+        2 => Just((400, false)),
+        2 => Just((1000, false)),
+    ]
+    .boxed()
+}
+
+/// The focused generator's next step (see [`GenConfig::focused`]): the tasks to draw from
+/// are those the steps can serve (a nested acquisition by a task that holds something, a
+/// waiter beside a sibling task's reentrant hold, a release by a task that holds).
+fn focused_transitions(state: &ModelState) -> BoxedStrategy<Step> {
+    let room: Vec<(u8, u8)> = state
+        .tasks()
+        .filter(|(_, _, h)| h.len() < usize::from(MAX_DEPTH))
+        .map(|(o, t, _)| (o, t))
+        .collect();
+    // Mostly owner 0: its tasks hand the lock to each other.
+    let mine: Vec<(u8, u8)> = room.iter().copied().filter(|(o, _)| *o == 0).collect();
+    let nesting: Vec<(u8, u8, Vec<Kind>)> = state
+        .tasks()
+        .filter(|(_, _, h)| !h.is_empty() && h.len() < usize::from(MAX_DEPTH))
+        .map(|(o, t, h)| (o, t, h.clone()))
+        .collect();
+    let holding: Vec<(u8, u8)> = state
+        .tasks()
+        .filter(|(_, _, h)| !h.is_empty())
+        .map(|(o, t, _)| (o, t))
+        .collect();
+    // Idle tasks of an owner another of whose tasks holds the reentrant lock.
+    let beside: Vec<(u8, u8)> = state
+        .tasks()
+        .filter(|(o, t, h)| {
+            h.is_empty()
+                && state
+                    .tasks()
+                    .any(|(o2, t2, h2)| o2 == *o && t2 != *t && h2.contains(&Kind::Reentrant))
+        })
+        .map(|(o, t, _)| (o, t))
+        .collect();
+    let mut arms: Vec<(u32, BoxedStrategy<Step>)> = vec![
+        (
+            3,
+            (
+                0..OWNERS,
+                prop_oneof![3 => Just(Kind::Reentrant), 1 => focused_kinds()],
+            )
+                .prop_map(|(owner, kind)| Step::ForceUnlock {
+                    owner,
+                    name: 0,
+                    kind,
+                })
+                .boxed(),
+        ),
+        (
+            1,
+            prop_oneof![Just(50u32), Just(300)]
+                .prop_map(Step::Sleep)
+                .boxed(),
+        ),
+    ];
+    if !room.is_empty() {
+        let who = prop::sample::select(room.clone());
+        arms.push((
+            4,
+            focused_acquire(who, focused_kinds(), focused_wait()).boxed(),
+        ));
+        // A try of the reentrant lock (wait 0), mostly by an idle task of owner 0.
+        let idle: Vec<(u8, u8)> = mine
+            .iter()
+            .copied()
+            .filter(|(o, t)| state.depth(*o, *t) == 0)
+            .collect();
+        let mine = if idle.is_empty() { mine } else { idle };
+        let who = if mine.is_empty() {
+            prop::sample::select(room).boxed()
+        } else {
+            prop_oneof![3 => prop::sample::select(mine), 1 => prop::sample::select(room)].boxed()
+        };
+        let kind = prop_oneof![3 => Just(Kind::Reentrant), 1 => focused_kinds()];
+        let wait = prop_oneof![3 => Just((0u32, true)), 1 => Just((0, false))];
+        arms.push((3, focused_acquire(who, kind, wait).boxed()));
+    }
+    if !nesting.is_empty() {
+        // A kind the task holds already (re-entered across the kinds between) or another.
+        let nested = prop::sample::select(nesting).prop_flat_map(|(o, t, held)| {
+            let kind = prop_oneof![3 => prop::sample::select(held), 2 => focused_kinds()];
+            focused_acquire(Just((o, t)), kind, focused_wait())
+        });
+        arms.push((5, nested.boxed()));
+    }
+    if !beside.is_empty() {
+        let wait = prop_oneof![3 => Just((1000u32, false)), 1 => Just((400, false))];
+        let waiter = focused_acquire(prop::sample::select(beside), Just(Kind::Reentrant), wait);
+        arms.push((5, waiter.boxed()));
+    }
+    if !holding.is_empty() {
+        let release =
+            prop::sample::select(holding).prop_map(|(owner, task)| Step::Release { owner, task });
+        arms.push((5, release.boxed()));
+    }
+    // The holder of a reentrant lock its owner's other tasks wait for (the earliest of the
+    // owner's tasks holding it) releases: the lock is handed to a waiter.
+    let holders: Vec<(u8, u8)> = (0..OWNERS)
+        .filter_map(|o| {
+            let mut reentrant: Vec<u8> = (0..TASKS)
+                .filter(|t| {
+                    state.held[usize::from(o * TASKS + t)].first() == Some(&Kind::Reentrant)
+                })
+                .collect();
+            reentrant.sort_by_key(|t| state.since(o, *t));
+            (reentrant.len() > 1).then(|| (o, reentrant[0]))
+        })
+        .collect();
+    if !holders.is_empty() {
+        let release =
+            prop::sample::select(holders).prop_map(|(owner, task)| Step::Release { owner, task });
+        arms.push((6, release.boxed()));
+    }
+    // A hand-off seam under way: its next step, often (a hold handed to a task revoked,
+    // then a try of the lock by an idle task of the same owner).
+    if state.seam.contains(&1) {
+        let revoke = (0..OWNERS).prop_map(|owner| Step::ForceUnlock {
+            owner,
+            name: 0,
+            kind: Kind::Reentrant,
+        });
+        arms.push((20, revoke.boxed()));
+    }
+    let tries: Vec<(u8, u8)> = state
+        .tasks()
+        .filter(|(o, _, h)| state.seam[usize::from(*o)] == 2 && h.is_empty())
+        .map(|(o, t, _)| (o, t))
+        .collect();
+    if !tries.is_empty() {
+        let wait = prop_oneof![3 => Just((0u32, true)), 1 => Just((0, false))];
+        let try_once = focused_acquire(prop::sample::select(tries), Just(Kind::Reentrant), wait);
+        arms.push((40, try_once.boxed()));
+    }
+    proptest::strategy::Union::new_weighted(arms).boxed()
+}
+
 impl ReferenceStateMachine for Schedules {
     type State = ModelState;
     type Transition = Step;
@@ -446,7 +680,10 @@ impl ReferenceStateMachine for Schedules {
         let cfg = GEN.with(Cell::get);
         Just(ModelState {
             cfg,
-            depth: vec![0; usize::from(OWNERS * TASKS)],
+            held: vec![Vec::new(); usize::from(OWNERS * TASKS)],
+            since: vec![0; usize::from(OWNERS * TASKS)],
+            steps: 0,
+            seam: vec![0; usize::from(OWNERS)],
             fault_on: false,
         })
         .boxed()
@@ -454,6 +691,9 @@ impl ReferenceStateMachine for Schedules {
 
     fn transitions(state: &ModelState) -> BoxedStrategy<Step> {
         let cfg = state.cfg;
+        if cfg.focused {
+            return focused_transitions(state);
+        }
         let names = state.cfg.names.clamp(1, NAMES);
         let ops = prop_oneof![
             8 => acquire_strategy(&cfg, names).prop_map(Step::Acquire),
@@ -545,12 +785,35 @@ impl ReferenceStateMachine for Schedules {
 
     fn apply(mut state: ModelState, step: &Step) -> ModelState {
         match step {
-            Step::Acquire(a) => *state.depth_mut(a.owner, a.task) += 1,
-            Step::Release { owner, task } => *state.depth_mut(*owner, *task) -= 1,
+            Step::Acquire(a) => {
+                if state.depth(a.owner, a.task) == 0 {
+                    state.since[usize::from(a.owner * TASKS + a.task)] = state.steps;
+                }
+                state.held_mut(a.owner, a.task).push(a.kind);
+                let once = a.try_once || a.wait_ms == 0;
+                if a.kind == Kind::Reentrant && once {
+                    state.seam[usize::from(a.owner)] = 0;
+                }
+            }
+            Step::Release { owner, task } => {
+                if state.hands_off(*owner, *task) {
+                    state.seam[usize::from(*owner)] = 1;
+                }
+                state.held_mut(*owner, *task).pop();
+            }
+            Step::ForceUnlock {
+                kind: Kind::Reentrant,
+                ..
+            } => {
+                for s in state.seam.iter_mut().filter(|s| **s == 1) {
+                    *s = 2;
+                }
+            }
             Step::FaultBegin(_) => state.fault_on = true,
             Step::FaultEnd => state.fault_on = false,
             _ => {}
         }
+        state.steps += 1;
         state
     }
 }
