@@ -45,6 +45,8 @@ struct Hold {
     window: Option<(Instant, Instant)>,
     /// The run-once window's keys were lost (a fault, a `force_unlock`): not judged.
     window_lost: bool,
+    /// When its acquisition began.
+    started_at: Instant,
 }
 
 impl Hold {
@@ -311,6 +313,7 @@ impl Checker {
                 (min, now + hold + Duration::from_millis(50))
             }),
             window_lost: lost_in_flight,
+            started_at: a.started.at,
         };
         let mut rivals = rivals(&m, &hold);
         // A rival with a higher token of the same counter was granted after this hold's
@@ -332,11 +335,32 @@ impl Checker {
             rivals
                 .retain(|(_, r)| name_key(&m, r.name, r.kind) != counter || r.token <= hold.token);
         }
+        // The mirror case: a rival with a lower token of the same counter whose
+        // acquisition was under way when a `force_unlock` of that lock was sent (a grant
+        // handed over, or on its way back, as the lock was deleted) was not among the live
+        // holds the `force_unlock` marked. It is judged by the revocation bound, as they
+        // are: told within it unless it ended first.
+        let unlocked_at = m
+            .unlocked_at
+            .get(&(hold.name, m.family(hold.kind)))
+            .copied();
+        let in_flight_then: Vec<u64> = rivals
+            .iter()
+            .filter(|(_, r)| {
+                name_key(&m, r.name, r.kind) == counter
+                    && r.token < hold.token
+                    && r.revoked_at.is_none()
+                    && unlocked_at.is_some_and(|t| t >= r.started_at)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        rivals.retain(|(id, _)| !in_flight_then.contains(id));
         m.holds.insert(id, hold.clone());
         drop(m);
         if superseded {
             self.revoked(vec![id]);
         }
+        self.revoked(in_flight_then);
         if !rivals.is_empty() {
             let text = hold.text(id);
             let sem = match hold.kind {
@@ -642,13 +666,24 @@ impl Checker {
         c.value = value;
         c.accepted += 1;
         c.last = Some((token, id));
-        // A re-entry shares its enclosing hold's token.
-        let nested = |inner: u64, outer: u64| {
-            m.holds
-                .get(&inner)
-                .is_some_and(|h| h.ancestors.contains(&outer))
+        // A re-entry shares its enclosing hold's token: two holds are one holder when one
+        // encloses the other, or both re-enter one hold of that token (siblings nested in
+        // it, one after the other).
+        let chain = |x: u64| {
+            let mut c = m
+                .holds
+                .get(&x)
+                .map(|h| h.ancestors.clone())
+                .unwrap_or_default();
+            c.push(x);
+            c
         };
-        let related = last.is_some_and(|(_, other)| nested(id, other) || nested(other, id));
+        let related = last.is_some_and(|(t, other)| {
+            let theirs = chain(other);
+            chain(id)
+                .iter()
+                .any(|x| theirs.contains(x) && m.holds.get(x).is_some_and(|h| h.token == t))
+        });
         drop(m);
         match last {
             Some((t, _)) if token < t && judged => self.violation(format!(
@@ -854,6 +889,59 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(c.pending(), 0, "the overlap was judged");
+        assert_eq!(c.violations(), Vec::<String>::new());
+    }
+
+    /// Two re-entries of one hold, one after the other in its task, write with its token:
+    /// one holder, not two.
+    #[tokio::test]
+    async fn re_entries_of_one_hold_share_its_token_at_the_fenced_resource() {
+        let c = Checker::for_format(false);
+        let outer = acquired(&c, 0, Kind::Reentrant, 10, c.started(0, Kind::Reentrant));
+        let started = c.started(0, Kind::RunOnce);
+        let first = c.acquired(Acquired {
+            owner: 0,
+            task: 0,
+            name: 0,
+            kind: Kind::RunOnce,
+            token: 10,
+            ancestors: &[outer],
+            started,
+        });
+        assert!(c.fence_write((0, 0), 1, 10, first));
+        c.ended(first);
+        let started = c.started(0, Kind::Reentrant);
+        let second = c.acquired(Acquired {
+            owner: 0,
+            task: 0,
+            name: 0,
+            kind: Kind::Reentrant,
+            token: 10,
+            ancestors: &[outer],
+            started,
+        });
+        assert!(c.fence_write((0, 0), 2, 10, second));
+        assert_eq!(c.violations(), Vec::<String>::new());
+    }
+
+    /// A hold handed over (or granted) while a `force_unlock` of its lock was on its way
+    /// registers after the driver marked the live holds revoked: the newcomer that gets in
+    /// once the lock is gone is judged by the revocation bound for it too, and a holder
+    /// that releases before the message reaches it is not told (it is no longer inside).
+    #[tokio::test]
+    async fn a_hold_in_flight_when_its_lock_was_force_released_is_judged_as_revoked() {
+        let c = Checker::for_format(false);
+        let first = c.started(0, Kind::Reentrant);
+        c.unlock_sent(0, Kind::Reentrant);
+        let id = acquired(&c, 2, Kind::Reentrant, 10, first);
+        let second = c.started(0, Kind::Reentrant);
+        acquired(&c, 1, Kind::Reentrant, 11, second);
+        c.ended(id);
+        let deadline = tokio::time::Instant::now() + super::REVOKE_BOUND * 2;
+        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.pending(), 0, "the checks ran");
         assert_eq!(c.violations(), Vec::<String>::new());
     }
 }
