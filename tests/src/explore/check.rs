@@ -292,6 +292,10 @@ impl Checker {
             || m.lost_keys_until
                 .get(&a.name)
                 .is_some_and(|t| *t >= a.started.at);
+        let unlocked_in_flight = m
+            .unlocked_at
+            .get(&(a.name, m.family(a.kind)))
+            .is_some_and(|t| *t >= a.started.at);
         let hold = Hold {
             owner: a.owner,
             task: a.task,
@@ -312,7 +316,9 @@ impl Checker {
                 let min = a.started.at + hold - Duration::from_millis(5);
                 (min, now + hold + Duration::from_millis(50))
             }),
-            window_lost: lost_in_flight,
+            // A `force_unlock` sent while it was in flight may have deleted its window's
+            // keys (a grant handed over, or on its way back, as they went).
+            window_lost: lost_in_flight || unlocked_in_flight,
             started_at: a.started.at,
         };
         let mut rivals = rivals(&m, &hold);
@@ -473,6 +479,15 @@ impl Checker {
         let mut m = self.model();
         let family = m.family(kind);
         m.unlocked_at.insert((name, family), Instant::now());
+    }
+
+    /// Whether a `force_unlock` of `name`'s lock in `kind`'s family was sent since
+    /// `started`.
+    pub fn unlocked_since(&self, started: &Started, name: u8, kind: Kind) -> bool {
+        let m = self.model();
+        m.unlocked_at
+            .get(&(name, m.family(kind)))
+            .is_some_and(|t| *t >= started.at)
     }
 
     /// A `force_unlock` of the holds `ids` is about to be sent: from now on a newcomer may
