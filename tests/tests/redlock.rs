@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use distlock::{InitError, Lease, LockError, Registry};
 use distlock_tests::proxy::Proxy;
-use distlock_tests::{addr_of, redlock_urls, resp_command, resp_command_timeout, RedisProcess};
+use distlock_tests::{
+    addr_of, redlock_urls, resp_command, resp_command_timeout, RedisProcess, RespValue,
+};
 use quorum_common::*;
 
 async fn registry() -> Registry {
@@ -277,6 +279,50 @@ async fn minority_grant_is_released() {
     for url in &urls[..3] {
         on(url, &["DEL", &hash_of(&key)]);
     }
+}
+
+/// Inspection reports a node that holds the lock, not the first node that answered with
+/// something: a node where a process only waits for it (subscribed to its release
+/// channel) comes after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_a_node_that_holds_the_lock() {
+    let reg = registry().await;
+    let urls = redlock_urls();
+    let key = unique("inspect-holder");
+    for url in &urls[2..] {
+        hold_as_other(url, &key, 10_000);
+    }
+    // A process waits for it on the first node (subscribed to its release channel).
+    let channel = format!("{}:released", hash_of(&key));
+    let mut subscriber =
+        std::net::TcpStream::connect(addr_of(&urls[0])).expect("connect to the first node");
+    let command = format!(
+        "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    std::io::Write::write_all(&mut subscriber, command.as_bytes()).expect("SUBSCRIBE");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(on(&urls[0], &["PUBSUB", "NUMSUB", &channel]),
+        RespValue::Array(a) if a.get(1).and_then(RespValue::as_int) == Some(1))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not subscribed on the first node"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let infos = reg.inspect(&key, None).await.expect("inspect");
+    let held: Vec<_> = infos.iter().filter(|i| !i.holders.is_empty()).collect();
+    assert_eq!(held.len(), 1, "3 of 5 nodes hold it; reported: {infos:?}");
+    assert_eq!(
+        held[0].address,
+        addr_of(&urls[2]),
+        "the first node that holds it"
+    );
+    for url in &urls[2..] {
+        on(url, &["DEL", &hash_of(&key)]);
+    }
+    drop(subscriber);
 }
 
 /// Init succeeds with 2 of 5 nodes down, locks work, and the 2 are connected in the

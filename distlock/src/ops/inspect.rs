@@ -11,8 +11,9 @@
 //! On a cluster the master that holds the key is reported in [`LockInfo::address`] (the
 //! node answers with its own address from `CLUSTER NODES`). On a redlock or multi backend
 //! every node is asked and the first node (in configuration order) on which the lock is
-//! held is reported; the nodes' views can differ while a quorum acquisition or release is
-//! under way. A memory backend has no inspection (its locks live in one process).
+//! held is reported — or, where no node holds it, the first on which anything of it is
+//! (processes waiting); the nodes' views can differ while a quorum acquisition or release
+//! is under way. A memory backend has no inspection (its locks live in one process).
 
 use crate::check::report::ServerReport;
 use std::collections::BTreeSet;
@@ -272,7 +273,10 @@ pub(crate) async fn inspect_on(
     };
     let addresses = backend.script_addresses();
     let mut first_err = None;
+    // The first node's answer, and the first one with something in it (a node where
+    // only processes wait, say, on redlock or multi): reported when no node holds it.
     let mut answered = None;
+    let mut something = None;
     for (i, reply) in replies.into_iter().enumerate() {
         let address = addresses
             .get(i)
@@ -286,17 +290,21 @@ pub(crate) async fn inspect_on(
                         format!("{address}: unexpected reply to the inspect script: {v:?}"),
                     )
                 })?;
-                if !found.is_empty() {
+                if found.iter().any(|f| !f.holders.is_empty()) {
                     return Ok(found);
                 }
-                answered = Some(found);
+                if !found.is_empty() && something.is_none() {
+                    something = Some(found);
+                } else if answered.is_none() {
+                    answered = Some(found);
+                }
             }
             Err(e) => {
                 first_err.get_or_insert(e);
             }
         }
     }
-    match (answered, first_err) {
+    match (something.or(answered), first_err) {
         (Some(found), _) => Ok(found),
         (None, Some(e)) => Err(e),
         (None, None) => Ok(Vec::new()),
