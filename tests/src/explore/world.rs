@@ -472,11 +472,12 @@ impl World {
                 .iter()
                 .map(|i| {
                     format!(
-                        "{:?}: {} holder(s), {} waiter(s), ttl {:?}",
+                        "{:?}: {} holder(s), {} waiter(s), ttl {:?}, last token {:?}",
                         i.kind,
                         i.holders.len(),
                         i.waiters.len(),
-                        i.ttl
+                        i.ttl,
+                        i.token
                     )
                 })
                 .collect::<Vec<_>>()
