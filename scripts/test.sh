@@ -89,6 +89,14 @@ failure_report() {
         grep -E '^test .* \.\.\. FAILED$|^error: |^    `?-p ' "$log" | head -40 || true
         awk '/^failures:$/ { n = 0 } /^---- .* stdout ----$/ { n = 25 } n > 0 { print; n-- }' "$log" | head -150 || true
     done
+    # The explorer's: which runs went (their seeds), each violation's shrunk schedule, and
+    # an aborted run's reason.
+    log="$LOG_DIR/explore.log"
+    if [[ -f "$log" ]] && grep -qE '^VIOLATION|ABORTED' "$log"; then
+        printf -- '-- explore\n'
+        grep -E '^explore: .*(seed|backend)|ABORTED' "$log" | head -60 || true
+        awk '/^VIOLATION/ { n = 60 } n > 0 { print; n-- }' "$log" | head -240 || true
+    fi
 }
 die() {
     printf 'scripts/test.sh: ERROR: %s\n' "$*" >&2
@@ -283,7 +291,8 @@ fi
 if ((status == 0)) && { ((ci)) || [[ "${DISTLOCK_EXPLORE:-}" == 1 ]]; }; then
     section "scripts/explore.sh --quick"
     started=$SECONDS
-    bash "$ROOT/scripts/explore.sh" --quick 9>&- || status=$?
+    mkdir -p "$LOG_DIR"
+    bash "$ROOT/scripts/explore.sh" --quick 9>&- 2>&1 | tee "$LOG_DIR/explore.log" || status=${PIPESTATUS[0]}
     stages+=("explore --quick: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)")")
 elif ((ci)); then
     stages+=("explore --quick: not run (an earlier stage failed)")
