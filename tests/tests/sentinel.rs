@@ -377,3 +377,104 @@ async fn sync_replicas_without_the_replica_fails_cleanly() {
         .expect("acquired with the replica back");
     g.release().await.expect("release");
 }
+
+/// The master is killed holding a lock with a long fixed lease; the sentinels promote its
+/// replica (which has the lock), and before they announce the switch the old master comes
+/// back empty at its address. A release sent then reaches that empty server, which answers
+/// "not held": believing it would leave the lock held on the new master until its lease
+/// ends. The release must reach the new master, and the lock be free soon after the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_restarted_old_master_answers_reaches_the_new_master() {
+    let mut group = tokio::task::spawn_blocking(|| PrivateSentinel::start(3))
+        .await
+        .expect("start the private sentinel group");
+    let urls = group.sentinel_urls();
+    let reg = Registry::from_str(&config(&urls, PrivateSentinel::MASTER_NAME, "", "6s"))
+        .await
+        .expect("connect through the private sentinels");
+    let (old_master, replica) = (group.master.addr(), group.replica.addr());
+    let key = unique("sentinel-restarted-master");
+    let lease = Duration::from_secs(20);
+    let guard = reg
+        .lock(key.as_str())
+        .lease(Lease::Fixed(lease))
+        .acquire()
+        .await
+        .expect("acquire");
+    let held_since = Instant::now();
+    let offset = |addr: &str| {
+        info_field(addr, "replication", "master_repl_offset")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-1)
+    };
+    let written = offset(&old_master);
+    wait_until(
+        Duration::from_secs(5),
+        "the replica to have the lock",
+        || offset(&replica) >= written,
+    );
+
+    // SIGKILL; once the sentinels have promoted the replica (it answers ROLE as a master),
+    // the old master starts again, empty, before the switch is announced (the sentinels
+    // announce it after their next look at the promoted replica, up to a second later).
+    group.master.kill();
+    let r = replica.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            Duration::from_secs(30),
+            "the replica to be promoted",
+            || role(&r).as_deref() == Some("master"),
+        )
+    })
+    .await
+    .expect("promotion poll");
+    group.master.restart();
+    let announced = group.master_addr();
+    let released = guard.release().await;
+    println!(
+        "sentinel: release after the old master came back empty (sentinels then named \
+         {announced:?}): {released:?}"
+    );
+
+    let sentinel = group.sentinels[0].addr();
+    let r = replica.clone();
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            Duration::from_secs(30),
+            "the sentinels to name the replica",
+            || {
+                distlock_tests::topology::sentinel_master_addr(
+                    &sentinel,
+                    PrivateSentinel::MASTER_NAME,
+                )
+                .as_deref()
+                    == Some(r.as_str())
+            },
+        )
+    })
+    .await
+    .expect("switch poll");
+    // A registry that starts now resolves the new master at once.
+    let rival = Registry::from_str(&config(&urls, PrivateSentinel::MASTER_NAME, "", "6s"))
+        .await
+        .expect("connect through the private sentinels");
+    let bound = Duration::from_secs(5);
+    let got = rival
+        .lock(key.as_str())
+        .wait(bound)
+        .acquire()
+        .await
+        .unwrap_or_else(|e| {
+            let pttl = resp_command(&replica, &["PTTL", &hash_name(&key)]);
+            panic!(
+                "the lock stayed held on the new master {replica} (PTTL {pttl:?}) {:?} after \
+                 it was taken with a {lease:?} lease, released {released:?}: {e}",
+                held_since.elapsed()
+            )
+        });
+    assert!(
+        held_since.elapsed() < lease,
+        "free before its lease ran out"
+    );
+    got.release().await.expect("release on the new master");
+}
