@@ -71,6 +71,23 @@ struct Current {
     server: Server,
     /// With `sync_replicas`: acquire + WAIT go here (WAIT blocks its connection).
     sync_conn: Option<ConnectionManager>,
+    /// The run id the server at this address answered with when it was taken for the
+    /// master (or last confirmed as it, after a restart): `None` when `INFO` failed or
+    /// was refused. See [`SentinelMaster::believe_absent`].
+    run_id: std::sync::Mutex<Option<String>>,
+}
+
+impl Current {
+    fn run_id(&self) -> Option<String> {
+        self.run_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn confirm_run_id(&self, id: String) {
+        *self.run_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(id);
+    }
 }
 
 /// The master of one Sentinel-monitored group, kept current by a monitor task.
@@ -272,7 +289,50 @@ impl SentinelMaster {
         keys: &LockKeys,
         hold: Hold,
     ) -> Result<Released, DriverError> {
-        self.checked(self.current().server.release(keys, hold).await)
+        let current = self.current();
+        let released = self.checked(current.server.release(keys, hold).await)?;
+        if released == Released::NotHeld {
+            self.believe_absent(&current).await?;
+        }
+        Ok(released)
+    }
+
+    /// An answer of the current master that finds nothing held (a release, a hand-off or
+    /// a cancel with nothing to do) is believed unless the server restarted since it was
+    /// taken for the master while the sentinels fail it over: a master killed and started
+    /// again at its address comes back empty, and answers "not held" until the sentinels
+    /// announce the replica they promoted, which still holds the lock. Then the answer is
+    /// an error the caller treats as transient (a release or cancel is sent again, and
+    /// reaches the new master once the switch is announced). A restarted server the
+    /// sentinels keep as the master, no failover under way, is confirmed as it.
+    ///
+    /// One `INFO` on such an answer only (not on the fast path), and the sentinels asked
+    /// only when the run id changed.
+    async fn believe_absent(&self, current: &Current) -> Result<(), DriverError> {
+        let Some(then) = current.run_id() else {
+            return Ok(());
+        };
+        let Some(now) = self.checked(current.server.run_id().await)? else {
+            return Ok(());
+        };
+        if now == then {
+            return Ok(());
+        }
+        let address = current.server.address();
+        if self.resolver().failover_under_way(address).await {
+            self.suspect.notify_one();
+            return Err(DriverError::NoMaster {
+                addresses: super::sentinel_resolve::addresses(&self.sentinels),
+                detail: format!(
+                    "the master {address} restarted (run id {then} is now {now}) while the \
+                     sentinels fail it over: its answer is not the new master's"
+                ),
+            });
+        }
+        tracing::info!(backend = %self.backend, master = %self.master_name, address,
+            "distlock: the sentinel master restarted and stays the master");
+        current.confirm_run_id(now);
+        Ok(())
     }
 
     /// A hand-off on the current master; `None` with `sync_replicas` (a grant must WAIT
@@ -288,12 +348,12 @@ impl SentinelMaster {
         if self.sync.is_some() {
             return Ok(None);
         }
-        self.checked(
-            self.current()
-                .server
-                .handoff(keys, hold, to, lease, holder)
-                .await,
-        )
+        let current = self.current();
+        let handed = self.checked(current.server.handoff(keys, hold, to, lease, holder).await)?;
+        if handed == Some(HandedOff::Released(Released::NotHeld)) {
+            self.believe_absent(&current).await?;
+        }
+        Ok(handed)
     }
 
     /// Whether this master hands off (not with `sync_replicas`).
@@ -306,7 +366,12 @@ impl SentinelMaster {
         keys: &LockKeys,
         owner: OwnerId,
     ) -> Result<bool, DriverError> {
-        self.checked(self.current().server.cancel(keys, owner).await)
+        let current = self.current();
+        let cancelled = self.checked(current.server.cancel(keys, owner).await)?;
+        if !cancelled {
+            self.believe_absent(&current).await?;
+        }
+        Ok(cancelled)
     }
 
     pub(crate) async fn force_release(
@@ -538,7 +603,12 @@ async fn open_master(
         Some(s) => Some(settings.manager(address, &client, s.timeout).await?),
         None => None,
     };
-    Ok(Current { server, sync_conn })
+    let run_id = server.run_id().await.ok().flatten();
+    Ok(Current {
+        server,
+        sync_conn,
+        run_id: std::sync::Mutex::new(run_id),
+    })
 }
 
 /// The monitor task: follows the master until the backend is dropped (`alive` closes).

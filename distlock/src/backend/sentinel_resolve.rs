@@ -36,24 +36,66 @@ impl Resolver<'_> {
             }
         }
         Err(DriverError::NoMaster {
-            addresses: self
-                .sentinels
-                .iter()
-                .map(|s| s.address.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
+            addresses: addresses(self.sentinels),
             detail: failures.join("; "),
         })
     }
 
-    async fn ask(&self, s: &Sentinel) -> Result<Option<(String, String, u16)>, DriverError> {
-        let mut conn = bounded(
+    /// Whether the sentinels may be failing over the master at `address`: one that
+    /// answers names another master, or flags it down (`s_down`, `o_down`) or its
+    /// failover under way (`failover_in_progress`, on the sentinel leading it); or none
+    /// answers. Every sentinel is asked: only the leader knows its failover is under way.
+    pub(super) async fn failover_under_way(&mut self, address: &str) -> bool {
+        let mut answered = false;
+        for s in self.sentinels {
+            let Ok((named, flags)) = self.master_state(s).await else {
+                continue;
+            };
+            answered = true;
+            let down = flags
+                .split(',')
+                .any(|f| matches!(f, "s_down" | "o_down" | "failover_in_progress"));
+            if down || named.as_deref() != Some(address) {
+                return true;
+            }
+        }
+        !answered
+    }
+
+    /// What sentinel `s` says of the master: its address and its flags.
+    async fn master_state(&self, s: &Sentinel) -> Result<(Option<String>, String), DriverError> {
+        let mut conn = self.connect(s).await?;
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("master").arg(self.master_name);
+        let fields: std::collections::HashMap<String, String> = bounded(
+            &s.address,
+            "SENTINEL timed out",
+            self.settings.response_timeout,
+            cmd.query_async(&mut conn),
+        )
+        .await?;
+        let named = match (fields.get("ip"), fields.get("port")) {
+            (Some(host), Some(port)) => port.parse().ok().map(|p| join_address(host, p)),
+            _ => None,
+        };
+        Ok((named, fields.get("flags").cloned().unwrap_or_default()))
+    }
+
+    async fn connect(
+        &self,
+        s: &Sentinel,
+    ) -> Result<redis::aio::MultiplexedConnection, DriverError> {
+        bounded(
             &s.address,
             "connect timed out",
             self.settings.connect_timeout,
             s.client.get_multiplexed_async_connection(),
         )
-        .await?;
+        .await
+    }
+
+    async fn ask(&self, s: &Sentinel) -> Result<Option<(String, String, u16)>, DriverError> {
+        let mut conn = self.connect(s).await?;
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(self.master_name);
         let reply: Option<(String, u16)> = bounded(
@@ -65,6 +107,15 @@ impl Resolver<'_> {
         .await?;
         Ok(reply.map(|(host, port)| (join_address(&host, port), host, port)))
     }
+}
+
+/// The sentinels' `host:port`, comma-separated, for messages.
+pub(super) fn addresses(sentinels: &[Sentinel]) -> String {
+    sentinels
+        .iter()
+        .map(|s| s.address.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 pub(super) fn join_address(host: &str, port: u16) -> String {
