@@ -45,11 +45,19 @@ impl Resolver<'_> {
     /// answers names another master, or flags it down (`s_down`, `o_down`) or its
     /// failover under way (`failover_in_progress`, on the sentinel leading it); or none
     /// answers. Every sentinel is asked: only the leader knows its failover is under way.
+    /// A sentinel that refuses `SENTINEL MASTER` (an ACL user without it) is asked for
+    /// the address alone.
     pub(super) async fn failover_under_way(&mut self, address: &str) -> bool {
         let mut answered = false;
         for s in self.sentinels {
-            let Ok((named, flags)) = self.master_state(s).await else {
-                continue;
+            let (named, flags) = match self.master_state(s).await {
+                Ok(state) => state,
+                // A user without `+sentinel|master`: the address alone.
+                Err(e) if e.is_no_perm() => match self.ask(s).await {
+                    Ok(found) => (found.map(|(address, ..)| address), String::new()),
+                    Err(_) => continue,
+                },
+                Err(_) => continue,
             };
             answered = true;
             let down = flags
