@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -14,7 +14,8 @@ use distlock_tests::explore::{explore, BackendKind, Format, Options, Plant, Summ
 
 struct Args {
     opts: Options,
-    seeds: Vec<(u64, Generator)>,
+    /// Listed seeds: the generator, and whether paused holder processes are drawn.
+    seeds: Vec<(u64, Generator, bool)>,
     /// Random schedules of the extended generator after the others (same first seed).
     extended_schedules: u64,
     /// Random schedules of the focused generator after those (same first seed).
@@ -31,7 +32,7 @@ enum Generator {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -42,28 +43,34 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
 }
 
 /// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
-/// lines `BACKEND SEED pass|fail [extended|focused]`, `#` starts a comment; `extended`,
-/// `focused`: a seed of that generator. `fail` seeds (known violations, listed until their
-/// fix is merged) are taken only with `failing`.
-fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator)> {
+/// lines `BACKEND SEED pass|fail [extended|focused] [holders]`, `#` starts a comment;
+/// `extended`, `focused`: a seed of that generator; `holders`: drawn with paused holder
+/// processes (`--holders`). `fail` seeds (known violations, listed until their fix is
+/// merged) are taken only with `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, bool)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
     let want = if failing { "fail" } else { "pass" };
     text.lines()
         .filter_map(|l| l.split('#').next())
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            match w.as_slice() {
-                [b, seed, status] if *b == backend && *status == want => {
-                    seed.parse().ok().map(|s| (s, Generator::Plain))
-                }
-                [b, seed, status, "extended"] if *b == backend && *status == want => {
-                    seed.parse().ok().map(|s| (s, Generator::Extended))
-                }
-                [b, seed, status, "focused"] if *b == backend && *status == want => {
-                    seed.parse().ok().map(|s| (s, Generator::Focused))
-                }
-                _ => None,
+            let [b, seed, status, flags @ ..] = w.as_slice() else {
+                return None;
+            };
+            if *b != backend || *status != want {
+                return None;
             }
+            let (holders, flags) = match flags {
+                [rest @ .., "holders"] => (true, rest),
+                rest => (false, rest),
+            };
+            let generator = match flags {
+                [] => Generator::Plain,
+                ["extended"] => Generator::Extended,
+                ["focused"] => Generator::Focused,
+                _ => return None,
+            };
+            seed.parse().ok().map(|s| (s, generator, holders))
         })
         .collect()
 }
@@ -117,6 +124,7 @@ fn parse() -> Args {
                 extended_schedules = value::<u64>(&mut it, "--extended-schedules")
             }
             "--focused" => opts.focused = true,
+            "--holders" => opts.holders = true,
             "--focused-schedules" => {
                 focused_schedules = value::<u64>(&mut it, "--focused-schedules")
             }
@@ -138,6 +146,7 @@ fn parse() -> Args {
         fresh.siblings = opts.siblings;
         fresh.extended = opts.extended;
         fresh.focused = opts.focused;
+        fresh.holders = opts.holders;
         fresh.names = opts.names;
         fresh.skip_differential = opts.skip_differential;
         opts = fresh;
@@ -236,19 +245,21 @@ fn main() {
     let start = Instant::now();
     let mut total = Summary::default();
     let b = args.opts.backend;
-    for &(seed, generator) in &args.seeds {
+    for &(seed, generator, holders) in &args.seeds {
         let mut o = args.opts.clone();
         o.seed = seed;
         o.schedules = 1;
         o.extended = generator == Generator::Extended;
         o.focused = generator == Generator::Focused;
+        o.holders = holders;
         let generator = match generator {
             Generator::Plain => "",
             Generator::Extended => " (extended)",
             Generator::Focused => " (focused)",
         };
+        let holders = if holders { " (holders)" } else { "" };
         println!(
-            "explore: {} fixed seed {seed}{generator}",
+            "explore: {} fixed seed {seed}{generator}{holders}",
             label(&args.opts)
         );
         merge(&mut total, explore_once_more_if_aborted(&o));

@@ -37,6 +37,17 @@
 //! fires, then drops it (as a locked section does); prints `HELD <token>`. On SIGTERM it
 //! calls `distlock::shutdown()`, prints `SHUTDOWN <ms it took>` and exits 0.
 //!
+//! `lock-worker explore-holder CONFIG_FILE KEY LEASE`: the explorer's holder in a process
+//! of its own (tests/src/explore/holder.rs). With the registry of the TOML file, tries
+//! once to take the reentrant lock KEY (LEASE: `auto`, or a fixed lease in ms); prints
+//! `HELD <token>`, `BUSY`, or `ERR <error>` (then exits). Holding, it waits for a line on
+//! stdin (the explorer SIGSTOPs it meanwhile, and SIGCONTs it before writing the line);
+//! then prints at once `RESUMED <is_held()>`, then `LOST <ms>` when `lost()` resolves
+//! within 2 s of the line (else `NOT-LOST`), then releases: `RELEASED ok` or
+//! `RELEASED <the error>`, and exits. With a fourth argument `trust-a-flag` (the
+//! explorer's self-test plants it), `RESUMED` answers from a flag set when the lock was
+//! taken instead of `is_held()`: a holder that does not ask its guard.
+//!
 //! `lock-worker pairs URL KEY N`: N acquisitions of KEY, each released at once, one after
 //! the other (a fixed lease of 30 s); prints `DONE`. `scripts/acquire-path.sh` runs it under
 //! callgrind to list the files one acquisition and release pass through.
@@ -304,6 +315,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
         }
+        Some("explore-holder") if args.len() == 5 || args.len() == 6 => {
+            let trust_a_flag = args.get(5).map(String::as_str) == Some("trust-a-flag");
+            explore_holder(&args[2], &args[3], &args[4], trust_a_flag).await
+        }
         Some("pairs") if args.len() == 5 => {
             let registry = Registry::from_str(&config(&args[2], "30s")).await?;
             let n: u64 = args[4].parse()?;
@@ -403,4 +418,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => Err("usage: lock-worker count URL KEY COUNTER TASKS ITERATIONS | lock-worker hold URL KEY WATCHDOG | lock-worker fair URL KEY WAIT_MS | lock-worker multi MODE NODES COUNTER_URL KEYS TASKS ITERATIONS | lock-worker leader MODE NODES NAME WATCHDOG ID | lock-worker sem MODE NODES COUNTER_URL KEY PERMITS TASKS ITERATIONS | lock-worker sem-hold MODE NODES KEY PERMITS WATCHDOG | lock-worker hold-redisson URL KEY WATCHDOG KIND".into()),
     }
+}
+
+/// `explore-holder`: see the head of this file.
+async fn explore_holder(
+    config_file: &str,
+    key: &str,
+    lease: &str,
+    trust_a_flag: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let lease = match lease {
+        "auto" => Lease::Auto,
+        ms => Lease::Fixed(Duration::from_millis(ms.parse()?)),
+    };
+    let registry = Registry::from_str(&std::fs::read_to_string(config_file)?).await?;
+    let guard = match registry.lock(key).lease(lease).try_acquire().await {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            println!("BUSY");
+            return Ok(());
+        }
+        Err(e) => {
+            println!("ERR {e}");
+            return Ok(());
+        }
+    };
+    println!("HELD {}", guard.fencing_token());
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| ())
+    })
+    .await??;
+    let resumed = std::time::Instant::now();
+    println!("RESUMED {}", trust_a_flag || guard.is_held());
+    match tokio::time::timeout(Duration::from_secs(2), guard.lost()).await {
+        Ok(_) => println!("LOST {}", resumed.elapsed().as_millis()),
+        Err(_) => println!("NOT-LOST"),
+    }
+    match guard.release().await {
+        Ok(()) => println!("RELEASED ok"),
+        Err(e) => println!("RELEASED {e}"),
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod differ;
+pub mod holder;
 pub mod model;
 pub mod run;
 pub mod scan;
@@ -48,6 +49,10 @@ pub enum Plant {
     /// The fenced resource of the increments takes every claim and write, whatever its
     /// token (the extended generator).
     FenceWithoutCheck,
+    /// The paused holder process answers from a flag it set when it took the lock, not
+    /// from its guard's `is_held()` ([`Fault::HolderPause`](model::Fault::HolderPause),
+    /// with `holders`).
+    HolderTrustsAFlag,
 }
 
 impl Plant {
@@ -59,6 +64,7 @@ impl Plant {
             "try-without-server" => Some(Plant::TryWithoutServer),
             "release-without-owner-check" => Some(Plant::ReleaseWithoutOwnerCheck),
             "fence-without-check" => Some(Plant::FenceWithoutCheck),
+            "holder-trusts-a-flag" => Some(Plant::HolderTrustsAFlag),
             _ => None,
         }
     }
@@ -110,6 +116,9 @@ pub struct Options {
     /// acquisitions across kinds, hand-offs to local waiters; its seeds are listed with
     /// `focused`).
     pub focused: bool,
+    /// Faults also pause a holder in a process of its own ([`model::GenConfig::holders`];
+    /// its seeds are listed with `holders`).
+    pub holders: bool,
     /// Run differential steps as no-ops (the same schedules, without the memory-vs-Redis
     /// check, e.g. while a known disagreement would hide everything else).
     pub skip_differential: bool,
@@ -141,6 +150,7 @@ impl Options {
             names: model::NAMES,
             extended: false,
             focused: false,
+            holders: false,
             skip_differential: false,
             jobs: match backend {
                 BackendKind::Memory => MEMORY_JOBS,
@@ -174,6 +184,8 @@ pub struct Finding {
     pub extended: bool,
     /// Whether the focused generator drew it.
     pub focused: bool,
+    /// Whether paused holder processes were drawn.
+    pub holders: bool,
 }
 
 impl Finding {
@@ -187,6 +199,11 @@ impl Finding {
             format!("{format} --extended")
         } else if self.focused {
             format!("{format} --focused")
+        } else {
+            format
+        };
+        let format = if self.holders {
+            format!("{format} --holders")
         } else {
             format
         };
@@ -266,6 +283,7 @@ fn gen_config(opts: &Options) -> model::GenConfig {
         reentrant_only: opts.backend.quorum(),
         extended: opts.extended,
         focused: opts.focused,
+        holders: opts.holders && opts.backend != BackendKind::Memory,
     }
 }
 
@@ -469,6 +487,7 @@ fn one(
                 format: opts.format,
                 extended: opts.extended,
                 focused: opts.focused,
+                holders: opts.holders,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -480,6 +499,7 @@ fn one(
             format: opts.format,
             extended: opts.extended,
             focused: opts.focused,
+            holders: opts.holders,
         }),
     }
 }

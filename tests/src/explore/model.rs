@@ -154,6 +154,18 @@ pub enum Fault {
     /// Cluster and sentinel: the master (of `k0`'s slot) SIGSTOPped; SIGCONT at the end.
     /// Longer than the failure detection (1 s) it is replaced by its replica.
     MasterPause,
+    /// A holder in a process of its own (`lock-worker explore-holder`) tries once to take
+    /// `k0` (reentrant; `auto`: the auto lease of 1 s, else a fixed one of 1 s) and is
+    /// SIGSTOPped holding it; SIGCONT at the end, and not before `pause_ms`. Resumed past
+    /// its lease it must know it lost the lock, and hear `lost()` soon. The servers take no fault: every step is
+    /// judged meanwhile (the lock is the process's until its lease runs out on the
+    /// server, then free). Drawn only with [`GenConfig::holders`].
+    HolderPause {
+        /// The auto lease (else a fixed one).
+        auto: bool,
+        /// The shortest pause, in milliseconds.
+        pause_ms: u32,
+    },
 }
 
 /// One step of a schedule.
@@ -300,10 +312,13 @@ pub struct GenConfig {
     /// hand-off to local waiters), `force_unlock` and `try_acquire` in between (another
     /// generator: its seeds are listed with `focused`).
     pub focused: bool,
+    /// Faults also pause a holder in a process of its own ([`Fault::HolderPause`];
+    /// another generator again: its seeds are listed with `holders`).
+    pub holders: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false, focused: false }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false, focused: false, holders: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -463,8 +478,23 @@ fn fault_strategy() -> impl Strategy<Value = Fault> {
     ]
 }
 
-/// The lasting faults of a topology.
-fn faults_of(topology: Topology) -> BoxedStrategy<Fault> {
+/// The lasting faults of a topology, and a paused holder process with `holders`.
+fn faults_of(cfg: &GenConfig) -> BoxedStrategy<Fault> {
+    let servers = server_faults(cfg.topology);
+    if cfg.holders {
+        prop_oneof![
+            3 => servers,
+            1 => (any::<bool>(), prop_oneof![Just(300u32), Just(1500), Just(2500)])
+                .prop_map(|(auto, pause_ms)| Fault::HolderPause { auto, pause_ms }),
+        ]
+        .boxed()
+    } else {
+        servers
+    }
+}
+
+/// The lasting faults of a topology's servers.
+fn server_faults(topology: Topology) -> BoxedStrategy<Fault> {
     match topology {
         Topology::Memory | Topology::Single => fault_strategy().boxed(),
         Topology::Cluster | Topology::Sentinel => {
@@ -728,7 +758,7 @@ impl ReferenceStateMachine for Schedules {
         let fault = if state.fault_on {
             Just(Step::FaultEnd).boxed()
         } else {
-            faults_of(cfg.topology).prop_map(Step::FaultBegin).boxed()
+            faults_of(&cfg).prop_map(Step::FaultBegin).boxed()
         };
         if cfg.topology != Topology::Single {
             let mut arms: Vec<(u32, BoxedStrategy<Step>)> = vec![
@@ -921,6 +951,13 @@ impl fmt::Display for Step {
             ),
             Step::FaultBegin(Fault::MasterPause) => {
                 f.write_str("fault: the master (of k0's slot) SIGSTOPped")
+            }
+            Step::FaultBegin(Fault::HolderPause { auto, pause_ms }) => {
+                let lease = if *auto { "auto lease" } else { "fixed lease" };
+                write!(
+                    f,
+                    "fault: a holder process takes k0 ({lease}, 1s) and is SIGSTOPped (at least {pause_ms}ms)"
+                )
             }
             Step::Failover => f.write_str(
                 "fault: failover (CLUSTER FAILOVER on the replica of k0's master / SENTINEL FAILOVER)",

@@ -78,7 +78,7 @@ pub async fn run_schedule(
     if plant == Plant::FenceWithoutCheck {
         checker.fence_unchecked();
     }
-    world.schedule_begins(prefix);
+    world.schedule_begins(prefix, plant == Plant::HolderTrustsAFlag);
     let tasks = spawn_tasks(&world, &checker, prefix, plant);
     let settle = settle(world.backend);
     let mut used = BTreeSet::new();

@@ -146,6 +146,12 @@ pub struct World {
     proxies: Vec<Vec<Proxy>>,
     owners: Vec<Registry>,
     observer: Registry,
+    /// The observer's configuration (straight to the servers), for a holder process.
+    direct: String,
+    /// The holder process of a [`Fault::HolderPause`] under way.
+    holder: Mutex<Option<super::holder::Holder>>,
+    /// The planted bug of a holder process that trusts a flag (self-test).
+    flag_holder: std::sync::atomic::AtomicBool,
     /// A memory backend beside the Redis one (differential steps).
     memory: Option<Registry>,
     /// The lasting fault on, and the server it took (an index into the nodes).
@@ -199,6 +205,9 @@ impl World {
                     proxies: Vec::new(),
                     owners: vec![shared.clone(); usize::from(OWNERS)],
                     observer: shared,
+                    direct: String::new(),
+                    holder: Mutex::default(),
+                    flag_holder: Default::default(),
                     memory: None,
                     active: Mutex::new(None),
                     broken: Arc::default(),
@@ -220,7 +229,7 @@ impl World {
         servers: Servers,
         proxies: Vec<Vec<Proxy>>,
         owners: Vec<Registry>,
-        observer: Registry,
+        (observer, direct): (Registry, String),
         memory: Registry,
     ) -> World {
         World {
@@ -230,6 +239,9 @@ impl World {
             proxies,
             owners,
             observer,
+            direct,
+            holder: Mutex::default(),
+            flag_holder: Default::default(),
             memory: Some(memory),
             active: Mutex::new(None),
             broken: Arc::default(),
@@ -255,7 +267,7 @@ impl World {
             owners.push(registry(&body, format).await);
         }
         let body = format!("mode = \"single\"\nurl = \"{}\"", server.url());
-        let observer = registry(&body, format).await;
+        let observer = (registry(&body, format).await, config(&body, format));
         let memory = registry("mode = \"memory\"", Format::Distlock).await;
         let servers = Servers::Single(Arc::new(Mutex::new(server)));
         Self::assemble(
@@ -302,7 +314,10 @@ impl World {
             owners.push(registry(&body(&urls), Format::Distlock).await);
         }
         let urls: Vec<String> = nodes.iter().map(RedisProcess::url).collect();
-        let observer = registry(&body(&urls), Format::Distlock).await;
+        let observer = (
+            registry(&body(&urls), Format::Distlock).await,
+            config(&body(&urls), Format::Distlock),
+        );
         let memory = registry("mode = \"memory\"", Format::Distlock).await;
         let servers = Servers::Nodes(Arc::new(Mutex::new(nodes)));
         Self::assemble(
@@ -328,7 +343,7 @@ impl World {
         for _ in 0..OWNERS {
             owners.push(registry(&body, format).await);
         }
-        let observer = registry(&body, format).await;
+        let observer = (registry(&body, format).await, config(&body, format));
         let memory = registry("mode = \"memory\"", Format::Distlock).await;
         let servers = Servers::Cluster(Arc::new(Mutex::new(cluster)));
         Self::assemble(
@@ -355,7 +370,7 @@ impl World {
         for _ in 0..OWNERS {
             owners.push(registry(&body, format).await);
         }
-        let observer = registry(&body, format).await;
+        let observer = (registry(&body, format).await, config(&body, format));
         let memory = registry("mode = \"memory\"", Format::Distlock).await;
         let servers = Servers::Sentinel(Arc::new(Mutex::new(group)));
         Self::assemble(
@@ -370,8 +385,11 @@ impl World {
     }
 
     /// A schedule with key prefix `prefix` begins (the faults aimed at `k0`'s master).
-    pub fn schedule_begins(&self, prefix: &str) {
+    /// `flag_holder`: the planted bug of a holder process that trusts a flag.
+    pub fn schedule_begins(&self, prefix: &str, flag_holder: bool) {
         *lock(&self.prefix) = prefix.to_owned();
+        self.flag_holder
+            .store(flag_holder, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A schedule ended, with faults (`faulted`) or without.
@@ -583,6 +601,9 @@ impl World {
         if matches!(self.servers, Servers::None) {
             return;
         }
+        if let Fault::HolderPause { auto, pause_ms } = fault {
+            return self.holder_begins(auto, pause_ms, checker).await;
+        }
         checker.fault_begin(true);
         let me = self.clone();
         let took: Vec<usize> = tokio::task::spawn_blocking(move || me.begin_blocking(fault))
@@ -672,6 +693,9 @@ impl World {
         let Some((fault, took)) = lock(&self.active).take() else {
             return;
         };
+        if let Fault::HolderPause { .. } = fault {
+            return self.holder_ends(checker).await;
+        }
         let me = self.clone();
         let settled = tokio::task::spawn_blocking(move || me.end_blocking(fault, &took))
             .await
@@ -684,6 +708,45 @@ impl World {
             checker.writes_lost();
         }
         checker.fault_end();
+    }
+
+    /// A holder process tries `k0` and is SIGSTOPped. Not a fault of the servers: the
+    /// checker counts it (what started before it is not judged as quiet) but judges every
+    /// step meanwhile. A process that cannot start breaks the run (like a server).
+    async fn holder_begins(&self, auto: bool, pause_ms: u32, checker: &Checker) {
+        checker.fault_begin(false);
+        let key = self.key(&lock(&self.prefix).clone(), 0, Kind::Reentrant);
+        let flag = self.flag_holder.load(std::sync::atomic::Ordering::Relaxed);
+        match super::holder::Holder::start(&self.direct, &key, auto, flag).await {
+            Ok(mut h) => {
+                tracing::info!(target: "explore", "holder process on {key}: {}", h.answer);
+                h.pause(Duration::from_millis(u64::from(pause_ms)));
+                *lock(&self.holder) = Some(h);
+            }
+            Err(why) => *lock(&self.broken) = Some(format!("holder process: {why}")),
+        }
+        *lock(&self.active) = Some((Fault::HolderPause { auto, pause_ms }, Vec::new()));
+    }
+
+    /// The holder process is resumed and judged ([`super::holder::judge`]).
+    async fn holder_ends(&self, checker: &Checker) {
+        let Some(h) = lock(&self.holder).take() else {
+            return;
+        };
+        // It never held the lock (`BUSY`, `ERR`): nothing to judge; dropped, it is killed.
+        let Some(token) = h.token() else {
+            return;
+        };
+        let key = self.key(&lock(&self.prefix).clone(), 0, Kind::Reentrant);
+        match h.resume().await {
+            Ok(r) => {
+                tracing::info!(target: "explore", "holder process resumed: {r:?}");
+                for v in super::holder::judge(&r, &key, token) {
+                    checker.violation(v);
+                }
+            }
+            Err(why) => checker.violation(format!("holder process of {key}: {why}")),
+        }
     }
 
     fn end_blocking(&self, fault: Fault, took: &[usize]) -> Result<(), String> {
