@@ -5,7 +5,7 @@
 # tests/src/bin/explore.rs; docs/fault-testing.md "The explorer").
 #
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
-#                      [--extended|--focused] [--report FILE] [--failing]
+#                      [--extended|--focused] [--holders] [--report FILE] [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
 #   backend and format asked for, plus random schedules: 600 on memory (16 at once), 20 on single
@@ -27,7 +27,10 @@
 #   generator (one name, no faults, so every step is judged: nested acquisitions of one
 #   name across kinds in one task, tasks of one owner waiting for a lock another of its
 #   tasks holds, force_unlock and try_acquire in between; the seeds file marks its seeds
-#   `focused`) for --seed/--schedules and --long. --failing: the seeds of
+#   `focused`) for --seed/--schedules and --long. --holders: faults also pause a holder in
+#   a process of its own (SIGSTOP past its lease; the seeds file marks such seeds
+#   `holders`) for --seed/--schedules; --quick and --long draw them in their random
+#   schedules on every backend but memory. --failing: the seeds of
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
 # Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice. Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
@@ -52,6 +55,7 @@ report=
 failing=
 extended=
 focused=
+holders=
 while (($#)); do
     case "$1" in
     --quick) mode=quick ;;
@@ -64,6 +68,7 @@ while (($#)); do
     --failing) failing=1 ;;
     --extended) extended=1 ;;
     --focused) focused=1 ;;
+    --holders) holders=1 ;;
     *) die "unknown argument $1 (see the head of scripts/explore.sh)" ;;
     esac
     shift
@@ -97,7 +102,7 @@ fi
 command -v redis-server >/dev/null 2>&1 ||
     die "redis-server not found (scripts/test.sh installs it with apt-get)"
 
-cargo build -q -p distlock-tests --bin explore
+cargo build -q -p distlock-tests --bin explore --bin lock-worker
 bin="${CARGO_TARGET_DIR:-$ROOT/target}/debug/explore"
 seeds_file="$ROOT/tests/explore-seeds.txt"
 start=$(date +%s)
@@ -116,6 +121,11 @@ for run in "${runs[@]}"; do
     [[ -n "$report" ]] && args+=(--report "$report")
     [[ -n "$extended" ]] && args+=(--extended)
     [[ -n "$focused" ]] && args+=(--focused)
+    # Paused holder processes: asked for, or in the random schedules of --quick and --long
+    # (a listed seed says itself whether it was drawn with them).
+    if [[ -n "$holders" || ("$mode" == long || -z "$schedules$failing") && "$b" != memory ]]; then
+        args+=(--holders)
+    fi
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)
     elif [[ -n "$schedules" ]]; then

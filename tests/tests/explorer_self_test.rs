@@ -117,3 +117,35 @@ fn a_fenced_resource_without_its_token_check_loses_an_update() {
 /// (other families, one fencing counter) and their fenced increments interleave: without
 /// the resource's token check an older token's write is taken and an update is lost.
 const FENCE_SEED: u64 = 135;
+
+#[test]
+fn a_paused_holder_that_trusts_a_flag_over_its_guard_is_reported() {
+    let run = |plant| {
+        let mut opts = Options::new(BackendKind::Single, HOLDER_SEED, 1);
+        opts.holders = true;
+        opts.plant = plant;
+        opts.shrink_iters = 0;
+        let summary = explore(&opts);
+        for f in &summary.findings {
+            eprintln!("{}", f.text(BackendKind::Single));
+        }
+        assert_eq!(summary.aborted, None, "the servers held up");
+        assert_eq!(summary.schedules, 1, "the schedule ran");
+        summary.findings
+    };
+    assert!(run(Plant::None).is_empty(), "the seed passes unplanted");
+    let found = run(Plant::HolderTrustsAFlag);
+    assert_eq!(found.len(), 1, "planted: the holder trusts a flag");
+    assert!(
+        found[0]
+            .violations
+            .iter()
+            .any(|v| v.starts_with("paused holder:")),
+        "reported as a paused holder that believes it holds: {:?}",
+        found[0].violations
+    );
+}
+
+/// A single-server schedule whose last step is a holder process that takes `k0` with a
+/// fixed lease of 1 s and is SIGSTOPped for 2.5 s.
+const HOLDER_SEED: u64 = 7004;
