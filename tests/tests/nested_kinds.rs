@@ -245,3 +245,90 @@ async fn nested_kinds_never_wait_for_their_own_task_memory() {
         .expect("memory backend");
     every_chain(&reg, "memory").await;
 }
+
+/// Two `join!` siblings of one task, each taking the same kind of lock of a name inside
+/// the task's hold of another kind of that name: never both inside at once (they take it
+/// in turns, or the second is refused). Every outer kind, every inner kind that nests.
+async fn siblings_across_kinds_exclude(reg: &Registry, format: &str) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let kinds = [
+        LockKind::Reentrant,
+        LockKind::Fair,
+        LockKind::Read,
+        LockKind::Write,
+    ];
+    let mut bad = Vec::new();
+    for outer_kind in kinds {
+        for inner in kinds {
+            if inner == LockKind::Read {
+                continue; // readers share
+            }
+            let name = common::unique("siblings-across-kinds");
+            let Ok(outer) = reg.lock(name.as_str()).kind(outer_kind).acquire().await else {
+                continue;
+            };
+            let inside = Arc::new(AtomicU32::new(0));
+            let most = Arc::new(AtomicU32::new(0));
+            let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let section = || {
+                let (reg, name, inside, most, tokens) = (
+                    reg.clone(),
+                    name.clone(),
+                    inside.clone(),
+                    most.clone(),
+                    tokens.clone(),
+                );
+                async move {
+                    let Ok(g) = reg
+                        .lock(name.as_str())
+                        .kind(inner)
+                        .wait(WAIT)
+                        .acquire()
+                        .await
+                    else {
+                        return;
+                    };
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    // the section's work (not a synchronisation): a sibling must not come in
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let _ = g.release().await;
+                }
+            };
+            outer
+                .scope(async { tokio::join!(section(), section()) })
+                .await;
+            let most = most.load(Ordering::SeqCst);
+            if most > 1 {
+                bad.push(format!(
+                    "{format}: {inner:?} siblings inside {outer_kind:?}: {most} inside at once, tokens {:?}",
+                    tokens.lock().unwrap()
+                ));
+            }
+            let _ = outer.release().await;
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn siblings_across_kinds_exclude_memory() {
+    let reg = Registry::from_str("[backends.main]\nmode = \"memory\"\n")
+        .await
+        .expect("memory backend");
+    siblings_across_kinds_exclude(&reg, "memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn siblings_across_kinds_exclude_distlock_format() {
+    siblings_across_kinds_exclude(&single_with("").await, "distlock").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn siblings_across_kinds_exclude_redisson_format() {
+    siblings_across_kinds_exclude(&single_with("protocol = \"redisson\"\n").await, "redisson")
+        .await;
+}
