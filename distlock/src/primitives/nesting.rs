@@ -50,11 +50,7 @@ pub(super) async fn enter(
             }
             Hold::nested_in(o.owner, under)
         }
-        (Some(o), None) => Hold {
-            nested: false,
-            ..Hold::nested(o.owner)
-        },
-        (None, _) => Hold::fresh(),
+        _ => Hold::fresh(),
     };
     Ok(Entered {
         hold,
@@ -70,7 +66,8 @@ pub(super) async fn enter(
 ///
 /// 1. a reentrant or fair lock: the innermost hold of the same kind, re-entered
 ///    (`Enclosing::Same`) wherever it is in the nesting — holds of other kinds in between are
-///    other locks, and do not hide it;
+///    other locks, and do not hide it; in Redisson's format a reentrant and a fair lock of
+///    one name are one hash, one lock: the innermost hold of either;
 /// 2. a read or write lock: the innermost hold of the read-write lock, in either mode
 ///    (holds of other kinds in between do not hide it): of the same mode, re-entered; a
 ///    write hold for a read, which goes under it (`Enclosing::Write`, a downgrade); a read
@@ -80,18 +77,20 @@ pub(super) async fn enter(
 ///    for its own task's read hold to leave;
 /// 3. in Redisson's format, a hold of the other layout on the same hash (a reentrant or
 ///    fair lock and a read-write lock of one name): refused at once (`NestedKind`);
-/// 4. else (holds of other kinds only, which are other locks): a fresh acquisition, under
-///    the innermost hold's owner (in Redisson's format a reentrant and a fair lock of one
-///    name are one hash, where that owner's field re-enters).
+/// 4. else (holds of other kinds only, which are other locks with keys of their own): a
+///    fresh acquisition, with an owner of its own, as from a task that holds nothing of the
+///    name. Sharing the innermost hold's owner would let a script that re-enters by owner
+///    (a write lock finding the owner writing) or the memory backend take a second
+///    acquisition of that other lock as a re-entry: two `join!` siblings inside at once.
 ///
-/// `(None, None, None)` when the task holds nothing of this name. The third is the error
+/// `(None, None, None)` when the task holds nothing of this name, or only other locks. The third is the error
 /// to answer when the first attempt finds the lock held (the write inside the task's own
 /// read hold).
 fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Found, LockError> {
     let holds = crate::lease::context::holds(&backend.name, &keys.user);
-    let Some(innermost) = holds.first() else {
+    if holds.is_empty() {
         return Ok((None, None, None));
-    };
+    }
     let refused = |held: &LeaseState, reason: &'static str| LockError::NestedKind {
         key: keys.user.clone(),
         backend: backend.name.to_string(),
@@ -102,7 +101,14 @@ fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Found
     let of = |k: LockKind| holds.iter().find(|h| h.keys.shape.is(k));
     match kind {
         LockKind::Reentrant | LockKind::Fair => {
-            if let Some(same) = of(kind) {
+            let same = if keys.format.is_redisson() {
+                holds.iter().find(|h| {
+                    h.keys.shape.is(LockKind::Reentrant) || h.keys.shape.is(LockKind::Fair)
+                })
+            } else {
+                of(kind)
+            };
+            if let Some(same) = same {
                 return Ok((Some(same.clone()), Some(Enclosing::Same), None));
             }
         }
@@ -139,7 +145,7 @@ fn enclosing(backend: &Backend, keys: &LockKeys, kind: LockKind) -> Result<Found
             ));
         }
     }
-    Ok((Some(innermost.clone()), None, None))
+    Ok((None, None, None))
 }
 
 /// The hold a nested acquisition goes under (or takes its owner from), how, and the error

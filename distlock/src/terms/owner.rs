@@ -105,7 +105,8 @@ impl Hold {
         }
     }
 
-    /// A nested acquisition by `owner`, which holds the lock already.
+    /// A nested acquisition by `owner`, which holds the lock already (tests).
+    #[cfg(test)]
     pub(crate) fn nested(owner: OwnerId) -> Hold {
         Hold::nested_in(owner, Enclosing::Same)
     }
