@@ -5,7 +5,8 @@
 # tests/src/bin/explore.rs; docs/fault-testing.md "The explorer").
 #
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
-#                      [--extended|--focused] [--holders] [--report FILE] [--failing]
+#                      [--extended|--focused] [--holders] [--siblings] [--report FILE]
+#                      [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
 #   backend and format asked for, plus random schedules: 600 on memory (16 at once), 20 on single
@@ -30,7 +31,9 @@
 #   `focused`) for --seed/--schedules and --long. --holders: faults also pause a holder in
 #   a process of its own (SIGSTOP past its lease; the seeds file marks such seeds
 #   `holders`) for --seed/--schedules; --quick and --long draw them in their random
-#   schedules on every backend but memory. --failing: the seeds of
+#   schedules on every backend but memory. --siblings: `join!` siblings too (two
+#   acquisitions by one task at once; seeds marked `siblings`) for --seed/--schedules;
+#   --quick and --long draw them in their random schedules. --failing: the seeds of
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
 # Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice. Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
@@ -56,6 +59,7 @@ failing=
 extended=
 focused=
 holders=
+siblings=
 while (($#)); do
     case "$1" in
     --quick) mode=quick ;;
@@ -69,6 +73,7 @@ while (($#)); do
     --extended) extended=1 ;;
     --focused) focused=1 ;;
     --holders) holders=1 ;;
+    --siblings) siblings=1 ;;
     *) die "unknown argument $1 (see the head of scripts/explore.sh)" ;;
     esac
     shift
@@ -121,10 +126,15 @@ for run in "${runs[@]}"; do
     [[ -n "$report" ]] && args+=(--report "$report")
     [[ -n "$extended" ]] && args+=(--extended)
     [[ -n "$focused" ]] && args+=(--focused)
-    # Paused holder processes: asked for, or in the random schedules of --quick and --long
-    # (a listed seed says itself whether it was drawn with them).
-    if [[ -n "$holders" || ("$mode" == long || -z "$schedules$failing") && "$b" != memory ]]; then
+    # Random schedules (--quick's and --long's) draw the extra faults and steps; a listed
+    # seed says itself what it was drawn with.
+    random=
+    if [[ "$mode" == long || -z "$schedules$failing" ]]; then random=1; fi
+    if [[ -n "$holders" || -n "$random" && "$b" != memory ]]; then
         args+=(--holders)
+    fi
+    if [[ -n "$siblings" || -n "$random" ]]; then
+        args+=(--siblings)
     fi
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)

@@ -14,13 +14,22 @@ use distlock_tests::explore::{explore, BackendKind, Format, Options, Plant, Summ
 
 struct Args {
     opts: Options,
-    /// Listed seeds: the generator, and whether paused holder processes are drawn.
-    seeds: Vec<(u64, Generator, bool)>,
+    /// Listed seeds: the generator, and the draws it was listed with.
+    seeds: Vec<(u64, Generator, Draws)>,
     /// Random schedules of the extended generator after the others (same first seed).
     extended_schedules: u64,
     /// Random schedules of the focused generator after those (same first seed).
     focused_schedules: u64,
     report: Option<String>,
+}
+
+/// What a listed seed was drawn with besides its generator.
+#[derive(Clone, Copy, Default)]
+struct Draws {
+    /// Paused holder processes (`--holders`).
+    holders: bool,
+    /// `join!` siblings (`--siblings`).
+    siblings: bool,
 }
 
 /// Which generator a listed seed is of.
@@ -43,11 +52,12 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
 }
 
 /// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
-/// lines `BACKEND SEED pass|fail [extended|focused] [holders]`, `#` starts a comment;
-/// `extended`, `focused`: a seed of that generator; `holders`: drawn with paused holder
-/// processes (`--holders`). `fail` seeds (known violations, listed until their fix is
-/// merged) are taken only with `failing`.
-fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, bool)> {
+/// lines `BACKEND SEED pass|fail [extended|focused] [holders] [siblings]`, `#` starts a
+/// comment; `extended`, `focused`: a seed of that generator; `holders`, `siblings`: drawn
+/// with paused holder processes (`--holders`), with `join!` siblings (`--siblings`).
+/// `fail` seeds (known violations, listed until their fix is merged) are taken only with
+/// `failing`.
+fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, Draws)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| usage(&format!("{path}: {e}")));
     let want = if failing { "fail" } else { "pass" };
     text.lines()
@@ -60,17 +70,22 @@ fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, bo
             if *b != backend || *status != want {
                 return None;
             }
-            let (holders, flags) = match flags {
-                [rest @ .., "holders"] => (true, rest),
-                rest => (false, rest),
-            };
+            let mut draws = Draws::default();
+            let mut flags: &[&str] = flags;
+            loop {
+                match flags {
+                    [rest @ .., "holders"] => (draws.holders, flags) = (true, rest),
+                    [rest @ .., "siblings"] => (draws.siblings, flags) = (true, rest),
+                    _ => break,
+                }
+            }
             let generator = match flags {
                 [] => Generator::Plain,
                 ["extended"] => Generator::Extended,
                 ["focused"] => Generator::Focused,
                 _ => return None,
             };
-            seed.parse().ok().map(|s| (s, generator, holders))
+            seed.parse().ok().map(|s| (s, generator, draws))
         })
         .collect()
 }
@@ -245,21 +260,23 @@ fn main() {
     let start = Instant::now();
     let mut total = Summary::default();
     let b = args.opts.backend;
-    for &(seed, generator, holders) in &args.seeds {
+    for &(seed, generator, draws) in &args.seeds {
         let mut o = args.opts.clone();
         o.seed = seed;
         o.schedules = 1;
         o.extended = generator == Generator::Extended;
         o.focused = generator == Generator::Focused;
-        o.holders = holders;
+        o.holders = draws.holders;
+        o.siblings = draws.siblings;
         let generator = match generator {
             Generator::Plain => "",
             Generator::Extended => " (extended)",
             Generator::Focused => " (focused)",
         };
-        let holders = if holders { " (holders)" } else { "" };
+        let holders = if draws.holders { " (holders)" } else { "" };
+        let siblings = if draws.siblings { " (siblings)" } else { "" };
         println!(
-            "explore: {} fixed seed {seed}{generator}{holders}",
+            "explore: {} fixed seed {seed}{generator}{holders}{siblings}",
             label(&args.opts)
         );
         merge(&mut total, explore_once_more_if_aborted(&o));

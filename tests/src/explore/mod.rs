@@ -104,7 +104,8 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// Print each schedule's seed and verdict as it runs.
     pub verbose: bool,
-    /// Generate `join!` siblings too (another generator: seeds name other schedules).
+    /// Generate `join!` siblings too (another generator: its seeds are listed with
+    /// `siblings`).
     pub siblings: bool,
     /// Names per schedule (default 2; 1 concentrates every step on one lock, another
     /// generator again).
@@ -186,6 +187,8 @@ pub struct Finding {
     pub focused: bool,
     /// Whether paused holder processes were drawn.
     pub holders: bool,
+    /// Whether `join!` siblings were drawn.
+    pub siblings: bool,
 }
 
 impl Finding {
@@ -204,6 +207,11 @@ impl Finding {
         };
         let format = if self.holders {
             format!("{format} --holders")
+        } else {
+            format
+        };
+        let format = if self.siblings {
+            format!("{format} --siblings")
         } else {
             format
         };
@@ -488,6 +496,7 @@ fn one(
                 extended: opts.extended,
                 focused: opts.focused,
                 holders: opts.holders,
+                siblings: opts.siblings,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -500,6 +509,7 @@ fn one(
             extended: opts.extended,
             focused: opts.focused,
             holders: opts.holders,
+            siblings: opts.siblings,
         }),
     }
 }
