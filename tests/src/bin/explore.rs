@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX]
-//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
+//!         [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--resets] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]
 //! ```
 
 use std::io::Write;
@@ -30,6 +30,8 @@ struct Draws {
     holders: bool,
     /// `join!` siblings (`--siblings`).
     siblings: bool,
+    /// Connection resets and lost replies (`--resets`).
+    resets: bool,
 }
 
 /// Which generator a listed seed is of.
@@ -41,7 +43,7 @@ enum Generator {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
+    eprintln!("explore: {msg}\nusage: explore [--backend memory|single|cluster|sentinel|redlock|multi] [--format distlock|redisson] [--seed S] [--schedules N] [--steps MAX] [--seeds-file FILE [--failing]] [--duration SECS] [--report FILE] [--plant BUG] [--siblings] [--extended] [--extended-schedules N] [--focused] [--focused-schedules N] [--holders] [--resets] [--names 1|2] [--shrink ITERS] [--jobs N] [--skip-differential] [--scan PATTERN] [--show] [--verbose]");
     std::process::exit(2);
 }
 
@@ -52,9 +54,10 @@ fn value<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str
 }
 
 /// Seeds of a file for `backend` (`single`, or `single/redisson` in Redisson's format):
-/// lines `BACKEND SEED pass|fail [extended|focused] [holders] [siblings]`, `#` starts a
-/// comment; `extended`, `focused`: a seed of that generator; `holders`, `siblings`: drawn
-/// with paused holder processes (`--holders`), with `join!` siblings (`--siblings`).
+/// lines `BACKEND SEED pass|fail [extended|focused] [holders] [siblings] [resets]`, `#`
+/// starts a comment; `extended`, `focused`: a seed of that generator; `holders`,
+/// `siblings`, `resets`: drawn with paused holder processes (`--holders`), with `join!`
+/// siblings (`--siblings`), with connection resets and lost replies (`--resets`).
 /// `fail` seeds (known violations, listed until their fix is merged) are taken only with
 /// `failing`.
 fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, Draws)> {
@@ -76,6 +79,7 @@ fn seeds_of(path: &str, backend: &str, failing: bool) -> Vec<(u64, Generator, Dr
                 match flags {
                     [rest @ .., "holders"] => (draws.holders, flags) = (true, rest),
                     [rest @ .., "siblings"] => (draws.siblings, flags) = (true, rest),
+                    [rest @ .., "resets"] => (draws.resets, flags) = (true, rest),
                     _ => break,
                 }
             }
@@ -140,6 +144,7 @@ fn parse() -> Args {
             }
             "--focused" => opts.focused = true,
             "--holders" => opts.holders = true,
+            "--resets" => opts.resets = true,
             "--focused-schedules" => {
                 focused_schedules = value::<u64>(&mut it, "--focused-schedules")
             }
@@ -162,6 +167,7 @@ fn parse() -> Args {
         fresh.extended = opts.extended;
         fresh.focused = opts.focused;
         fresh.holders = opts.holders;
+        fresh.resets = opts.resets;
         fresh.names = opts.names;
         fresh.skip_differential = opts.skip_differential;
         opts = fresh;
@@ -268,6 +274,7 @@ fn main() {
         o.focused = generator == Generator::Focused;
         o.holders = draws.holders;
         o.siblings = draws.siblings;
+        o.resets = draws.resets;
         let generator = match generator {
             Generator::Plain => "",
             Generator::Extended => " (extended)",
@@ -275,8 +282,9 @@ fn main() {
         };
         let holders = if draws.holders { " (holders)" } else { "" };
         let siblings = if draws.siblings { " (siblings)" } else { "" };
+        let resets = if draws.resets { " (resets)" } else { "" };
         println!(
-            "explore: {} fixed seed {seed}{generator}{holders}{siblings}",
+            "explore: {} fixed seed {seed}{generator}{holders}{siblings}{resets}",
             label(&args.opts)
         );
         merge(&mut total, explore_once_more_if_aborted(&o));

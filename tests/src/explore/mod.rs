@@ -120,6 +120,9 @@ pub struct Options {
     /// Faults also pause a holder in a process of its own ([`model::GenConfig::holders`];
     /// its seeds are listed with `holders`).
     pub holders: bool,
+    /// Faults also reset an owner's connections or lose a reply
+    /// ([`model::GenConfig::resets`]; its seeds are listed with `resets`).
+    pub resets: bool,
     /// Run differential steps as no-ops (the same schedules, without the memory-vs-Redis
     /// check, e.g. while a known disagreement would hide everything else).
     pub skip_differential: bool,
@@ -152,6 +155,7 @@ impl Options {
             extended: false,
             focused: false,
             holders: false,
+            resets: false,
             skip_differential: false,
             jobs: match backend {
                 BackendKind::Memory => MEMORY_JOBS,
@@ -189,6 +193,8 @@ pub struct Finding {
     pub holders: bool,
     /// Whether `join!` siblings were drawn.
     pub siblings: bool,
+    /// Whether connection resets and lost replies were drawn.
+    pub resets: bool,
 }
 
 impl Finding {
@@ -212,6 +218,11 @@ impl Finding {
         };
         let format = if self.siblings {
             format!("{format} --siblings")
+        } else {
+            format
+        };
+        let format = if self.resets {
+            format!("{format} --resets")
         } else {
             format
         };
@@ -292,6 +303,7 @@ fn gen_config(opts: &Options) -> model::GenConfig {
         extended: opts.extended,
         focused: opts.focused,
         holders: opts.holders && opts.backend != BackendKind::Memory,
+        resets: opts.resets && opts.backend != BackendKind::Memory,
     }
 }
 
@@ -303,6 +315,7 @@ fn counts(steps: &[Step]) -> (u64, u64) {
                 s,
                 Step::FaultBegin(_)
                     | Step::KillClients
+                    | Step::ResetConnections { .. }
                     | Step::DeleteKeys(_)
                     | Step::DebugSleep(_)
                     | Step::Failover
@@ -497,6 +510,7 @@ fn one(
                 focused: opts.focused,
                 holders: opts.holders,
                 siblings: opts.siblings,
+                resets: opts.resets,
             })
         }
         Err(TestError::Abort(msg)) => Some(Finding {
@@ -510,6 +524,7 @@ fn one(
             focused: opts.focused,
             holders: opts.holders,
             siblings: opts.siblings,
+            resets: opts.resets,
         }),
     }
 }

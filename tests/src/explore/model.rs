@@ -208,6 +208,16 @@ pub enum Step {
     FaultEnd,
     /// `CLIENT KILL` of every client connection.
     KillClients,
+    /// Single, redlock and multi: one owner's connections reset (RST) through its fault
+    /// proxies now, or (`lose_reply`) the next reply of each of its servers swallowed and
+    /// that connection reset: the command ran, the owner never hears of it. Drawn only
+    /// with [`GenConfig::resets`].
+    ResetConnections {
+        /// Whose.
+        owner: u8,
+        /// Lose the next reply instead of resetting now.
+        lose_reply: bool,
+    },
     /// The name's keys (every kind's) deleted behind their holders with a raw `DEL`.
     DeleteKeys(u8),
     /// `DEBUG SLEEP` of this many milliseconds on the server (cluster: every master;
@@ -315,10 +325,13 @@ pub struct GenConfig {
     /// Faults also pause a holder in a process of its own ([`Fault::HolderPause`];
     /// another generator again: its seeds are listed with `holders`).
     pub holders: bool,
+    /// Faults also reset an owner's connections or lose a reply through its proxies
+    /// ([`Step::ResetConnections`]; its seeds are listed with `resets`).
+    pub resets: bool,
 }
 
 thread_local! {
-    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false, focused: false, holders: false }) };
+    static GEN: Cell<GenConfig> = const { Cell::new(GenConfig { faults: false, all_kinds: true, siblings: false, names: NAMES, topology: Topology::Memory, redisson: false, reentrant_only: false, extended: false, focused: false, holders: false, resets: false }) };
 }
 
 /// Set what the generator of this thread may use.
@@ -508,6 +521,13 @@ fn server_faults(topology: Topology) -> BoxedStrategy<Fault> {
         ]
         .boxed(),
     }
+}
+
+/// A reset of one owner's connections, or a lost reply.
+fn resets() -> BoxedStrategy<Step> {
+    (0..OWNERS, any::<bool>())
+        .prop_map(|(owner, lose_reply)| Step::ResetConnections { owner, lose_reply })
+        .boxed()
 }
 
 /// The focused generator's kinds: every kind of name 0, reentrant most often (the kind
@@ -778,17 +798,24 @@ impl ReferenceStateMachine for Schedules {
             if failover && !state.fault_on {
                 arms.push((1, Just(Step::Failover).boxed()));
             }
+            if cfg.resets && cfg.topology == Topology::Quorum {
+                arms.push((1, resets()));
+            }
             return proptest::strategy::Union::new_weighted(arms).boxed();
         }
-        prop_oneof![
+        let arms = prop_oneof![
             12 => ops,
             2 => fault,
             1 => Just(Step::KillClients),
             1 => (0..names).prop_map(Step::DeleteKeys),
             1 => prop_oneof![Just(200u32), Just(700)].prop_map(Step::DebugSleep),
             1 => edge_strategy().prop_map(Step::Differential),
-        ]
-        .boxed()
+        ];
+        if cfg.resets {
+            prop_oneof![18 => arms, 1 => resets()].boxed()
+        } else {
+            arms.boxed()
+        }
     }
 
     fn preconditions(state: &ModelState, step: &Step) -> bool {
@@ -806,6 +833,7 @@ impl ReferenceStateMachine for Schedules {
                     && matches!(state.cfg.topology, Topology::Cluster | Topology::Sentinel)
             }
             Step::KillClients
+            | Step::ResetConnections { .. }
             | Step::DeleteKeys(_)
             | Step::DebugSleep(_)
             | Step::Differential(_) => state.cfg.faults,
@@ -964,6 +992,17 @@ impl fmt::Display for Step {
             ),
             Step::FaultEnd => f.write_str("fault ends (restart / SIGCONT / proxy open)"),
             Step::KillClients => f.write_str("fault: CLIENT KILL of every client"),
+            Step::ResetConnections {
+                owner,
+                lose_reply: false,
+            } => write!(f, "fault: o{owner}'s connections reset"),
+            Step::ResetConnections {
+                owner,
+                lose_reply: true,
+            } => write!(
+                f,
+                "fault: o{owner}'s next reply from each server lost, its connection reset"
+            ),
             Step::DeleteKeys(n) => write!(f, "fault: raw DEL of every key of k{n} and s{n}"),
             Step::DebugSleep(ms) => write!(f, "fault: DEBUG SLEEP {ms}ms"),
             Step::Differential(e) => {

@@ -143,6 +143,9 @@ async fn step_once(
         Step::FaultEnd => world.fault_end(checker).await,
         Step::Failover => world.failover(checker).await,
         Step::KillClients => world.kill_clients(checker).await,
+        Step::ResetConnections { owner, lose_reply } => {
+            world.reset_connections(*owner, *lose_reply, checker)
+        }
         Step::DeleteKeys(n) => {
             let keys = vec![
                 world.key(prefix, *n, Kind::Reentrant),

@@ -39,7 +39,11 @@ fn reentry_across_kinds(steps: &[Step]) -> bool {
         // Any fault before: the outer acquisitions may have failed.
         if matches!(
             s,
-            Step::FaultBegin(_) | Step::KillClients | Step::DeleteKeys(_) | Step::DebugSleep(_)
+            Step::FaultBegin(_)
+                | Step::KillClients
+                | Step::ResetConnections { .. }
+                | Step::DeleteKeys(_)
+                | Step::DebugSleep(_)
         ) {
             fault_on = true;
         }

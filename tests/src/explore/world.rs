@@ -388,6 +388,10 @@ impl World {
     /// `flag_holder`: the planted bug of a holder process that trusts a flag.
     pub fn schedule_begins(&self, prefix: &str, flag_holder: bool) {
         *lock(&self.prefix) = prefix.to_owned();
+        // A lost reply armed by the last schedule and never sent is not this one's.
+        for p in self.proxies.iter().flatten() {
+            p.reset_after_replies(0);
+        }
         self.flag_holder
             .store(flag_holder, std::sync::atomic::Ordering::Relaxed);
     }
@@ -921,6 +925,23 @@ impl World {
                 settle_sentinel(&g)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Owner `owner`'s connections reset through its proxies now, or (`lose_reply`) the
+    /// next reply of each of its servers swallowed and its connection reset. Where the
+    /// owners have no proxies (cluster, sentinel), nothing.
+    pub fn reset_connections(&self, owner: u8, lose_reply: bool, checker: &Checker) {
+        let Some(proxies) = self.proxies.get(usize::from(owner)) else {
+            return;
+        };
+        checker.fault_begin(false);
+        for p in proxies {
+            if lose_reply {
+                p.reset_after_replies(1);
+            } else {
+                p.reset_all();
+            }
         }
     }
 
