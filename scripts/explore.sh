@@ -5,7 +5,7 @@
 # tests/src/bin/explore.rs; docs/fault-testing.md "The explorer").
 #
 #   scripts/explore.sh [--quick|--long] [--backend B] [--format F] [--seed S] [--schedules N]
-#                      [--extended|--focused] [--holders] [--siblings] [--report FILE]
+#                      [--extended|--focused] [--holders] [--siblings] [--resets] [--report FILE]
 #                      [--failing]
 #
 # --quick (the default): the fixed seeds of tests/explore-seeds.txt marked `pass` for each
@@ -33,9 +33,13 @@
 #   `holders`) for --seed/--schedules; --quick and --long draw them in their random
 #   schedules on every backend but memory. --siblings: `join!` siblings too (two
 #   acquisitions by one task at once; seeds marked `siblings`) for --seed/--schedules;
-#   --quick and --long draw them in their random schedules. --failing: the seeds of
+#   --quick and --long draw them in their random schedules. --resets: an owner's
+#   connections reset through its fault proxies, or the next reply of each server lost
+#   (single, redlock, multi; seeds marked `resets`) for --seed/--schedules; --quick and
+#   --long draw them in their random schedules. --failing: the seeds of
 #   tests/explore-seeds.txt marked `fail` (known violations awaiting their fix).
-# Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice. Servers: private redis-servers, clusters and
+# Exits 1 on a violation, 2 on bad usage or when the run's own servers failed twice (--long:
+# at its end, the other runs done). Servers: private redis-servers, clusters and
 # sentinel groups on 17400..17499 (cluster buses on 27400..27499) and fault proxies on
 # 17340..17378 (tests/src/lib.rs, tests/src/topology.rs, tests/src/proxy.rs); the shared
 # test servers are not touched.
@@ -60,6 +64,7 @@ extended=
 focused=
 holders=
 siblings=
+resets=
 while (($#)); do
     case "$1" in
     --quick) mode=quick ;;
@@ -74,6 +79,7 @@ while (($#)); do
     --focused) focused=1 ;;
     --holders) holders=1 ;;
     --siblings) siblings=1 ;;
+    --resets) resets=1 ;;
     *) die "unknown argument $1 (see the head of scripts/explore.sh)" ;;
     esac
     shift
@@ -119,6 +125,21 @@ if [[ -n "$report" ]]; then
 fi
 
 status=0
+aborted=0
+# One run of the explorer. A violation (exit 1) is kept for the exit status. A run whose
+# own servers failed twice (exit 2) stops a quick run at once; a long run notes it and goes
+# on with the next generator and backend (an hour is not lost to one cluster that would
+# not settle).
+explore_run() {
+    local rc=0
+    "$bin" "$@" || rc=$?
+    case "$rc" in
+    0) ;;
+    1) status=1 ;;
+    2) if [[ "$mode" == long ]]; then aborted=1; else exit $((status == 1 ? 1 : 2)); fi ;;
+    *) exit "$rc" ;;
+    esac
+}
 for run in "${runs[@]}"; do
     b="${run%%/*}"
     args=(--backend "$b")
@@ -136,6 +157,9 @@ for run in "${runs[@]}"; do
     if [[ -n "$siblings" || -n "$random" ]]; then
         args+=(--siblings)
     fi
+    if [[ -n "$resets" || -n "$random" && "$b" != memory ]]; then
+        args+=(--resets)
+    fi
     if [[ -n "$failing" ]]; then
         args+=(--seeds-file "$seeds_file" --failing --schedules 0)
     elif [[ -n "$schedules" ]]; then
@@ -148,8 +172,7 @@ for run in "${runs[@]}"; do
             share=$((share / 3))
             for generator in --extended --focused; do
                 echo "scripts/explore.sh: $bin ${args[*]} $generator --seed $seed --schedules 1000000000 --duration $share"
-                "$bin" "${args[@]}" "$generator" --seed "$seed" --schedules 1000000000 --duration "$share" || status=$?
-                ((status <= 1)) || exit "$status"
+                explore_run "${args[@]}" "$generator" --seed "$seed" --schedules 1000000000 --duration "$share"
             done
         fi
         args+=(--seed "$seed" --schedules 1000000000 --duration "$share")
@@ -169,8 +192,8 @@ for run in "${runs[@]}"; do
         args+=(--focused-schedules "$f")
     fi
     echo "scripts/explore.sh: $bin ${args[*]}"
-    "$bin" "${args[@]}" || status=$?
-    ((status <= 1)) || exit "$status"
+    explore_run "${args[@]}"
 done
+((status == 0 && aborted)) && status=2
 echo "scripts/explore.sh: $mode, $(($(date +%s) - start)) s, exit status $status"
 exit "$status"
