@@ -877,17 +877,31 @@ impl World {
                     pair.ok_or("cluster: no master of k0's slot with a replica")?;
                 let c = lock(c);
                 // A manual failover the master does not complete in time (a busy machine)
-                // is abandoned by the replica: it is asked again.
-                let mut last = None;
-                let took_over = (0..4).any(|_| {
+                // is abandoned by the replica: it is asked again, up to 4 times. A replica
+                // that still deems its master failed (a pause or a restart just ended:
+                // "Master is down or failed") refuses: asked again until it agrees.
+                let mut last;
+                let (mut asked_times, refused_until) = (0, Instant::now() + SETTLE_LIMIT);
+                let took_over = loop {
                     let r = resp_command(&replica, &["CLUSTER", "FAILOVER"]);
                     let asked = r.as_ref().is_ok_and(RespValue::is_ok);
                     last = Some(r);
-                    asked
-                        && poll_until(SETTLE_LIMIT / 4, || {
+                    if asked {
+                        asked_times += 1;
+                        if poll_until(SETTLE_LIMIT / 4, || {
                             topology::role(&replica).as_deref() == Some("master")
-                        })
-                });
+                        }) {
+                            break true;
+                        }
+                        if asked_times == 4 {
+                            break false;
+                        }
+                    } else if Instant::now() >= refused_until {
+                        break false;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                };
                 if !took_over {
                     return Err(format!(
                         "cluster: {replica} did not take over from {master}: {last:?}"
