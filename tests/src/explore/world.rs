@@ -916,24 +916,38 @@ impl World {
                     .ok_or("sentinel: no sentinel names the master")?;
                 // A sentinel refuses while it has no replica it deems good (`NOGOODSLAVE`,
                 // e.g. just after the previous failover): asked again until one accepts.
+                // A failover it accepted may still be abandoned (the replica it picked
+                // not answering in time on a busy machine): asked again when the master
+                // is not replaced within a third of the limit.
                 let mut last = None;
-                let asked = poll_until(SETTLE_LIMIT, || {
-                    g.sentinels.iter().any(|s| {
-                        let r = resp_command(
-                            &s.addr(),
-                            &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
-                        );
-                        let ok = r.as_ref().is_ok_and(RespValue::is_ok);
-                        last = Some(r);
-                        ok
-                    })
-                });
-                if !asked {
-                    return Err(format!(
-                        "sentinel: no sentinel accepted SENTINEL FAILOVER: {last:?}"
-                    ));
-                }
-                if !poll_until(SETTLE_LIMIT, || g.master_addr().is_some_and(|m| m != old)) {
+                let until = Instant::now() + SETTLE_LIMIT;
+                let replaced = loop {
+                    let asked = poll_until(SETTLE_LIMIT, || {
+                        g.sentinels.iter().any(|s| {
+                            let r = resp_command(
+                                &s.addr(),
+                                &["SENTINEL", "FAILOVER", PrivateSentinel::MASTER_NAME],
+                            );
+                            let ok = r.as_ref().is_ok_and(RespValue::is_ok);
+                            last = Some(r);
+                            ok
+                        })
+                    });
+                    if !asked {
+                        return Err(format!(
+                            "sentinel: no sentinel accepted SENTINEL FAILOVER: {last:?}"
+                        ));
+                    }
+                    if poll_until(SETTLE_LIMIT / 3, || {
+                        g.master_addr().is_some_and(|m| m != old)
+                    }) {
+                        break true;
+                    }
+                    if Instant::now() >= until {
+                        break false;
+                    }
+                };
+                if !replaced {
                     return Err(format!("sentinel: {old} was not replaced"));
                 }
                 settle_sentinel(&g)
