@@ -620,7 +620,10 @@ impl World {
             // A master lost or cut off past the failure detection: its replica may be
             // promoted without what it acknowledged last (asynchronous replication), and
             // clients may still write to it until it is demoted (documented limits).
-            Fault::MasterDown | Fault::MasterPause => checker.writes_lost(),
+            Fault::MasterDown | Fault::MasterPause => {
+                checker.writes_lost();
+                checker.losing_writes(true);
+            }
             _ => {}
         }
         tracing::info!(target: "explore", "fault {fault:?} begins on servers {took:?}");
@@ -710,6 +713,7 @@ impl World {
         }
         if matches!(fault, Fault::MasterDown | Fault::MasterPause) {
             checker.writes_lost();
+            checker.losing_writes(false);
         }
         checker.fault_end();
     }
@@ -839,6 +843,7 @@ impl World {
             // Not coordinated: the old master takes writes until it is demoted (documented
             // limit, docs/fault-testing.md "sentinel-failover").
             checker.writes_lost();
+            checker.losing_writes(true);
         }
         let me = self.clone();
         let settled = tokio::task::spawn_blocking(move || me.failover_blocking())
@@ -853,6 +858,7 @@ impl World {
         }
         if sentinel {
             checker.writes_lost();
+            checker.losing_writes(false);
         }
         checker.fault_end();
     }
@@ -916,11 +922,12 @@ impl World {
                     .ok_or("sentinel: no sentinel names the master")?;
                 // A sentinel refuses while it has no replica it deems good (`NOGOODSLAVE`,
                 // e.g. just after the previous failover): asked again until one accepts.
-                // A failover it accepted may still be abandoned (the replica it picked
-                // not answering in time on a busy machine): asked again when the master
-                // is not replaced within a third of the limit.
+                // A failover it accepted may still be abandoned (the promotion not seen
+                // within the group's `failover-timeout` of 3 s on a busy machine; the
+                // sentinels then wait twice that before another): asked again when the
+                // master is not replaced within half the limit, for up to three limits.
                 let mut last = None;
-                let until = Instant::now() + SETTLE_LIMIT;
+                let until = Instant::now() + SETTLE_LIMIT * 3;
                 let replaced = loop {
                     let asked = poll_until(SETTLE_LIMIT, || {
                         g.sentinels.iter().any(|s| {
@@ -938,7 +945,7 @@ impl World {
                             "sentinel: no sentinel accepted SENTINEL FAILOVER: {last:?}"
                         ));
                     }
-                    if poll_until(SETTLE_LIMIT / 3, || {
+                    if poll_until(SETTLE_LIMIT / 2, || {
                         g.master_addr().is_some_and(|m| m != old)
                     }) {
                         break true;
