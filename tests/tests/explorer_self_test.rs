@@ -4,7 +4,18 @@
 use distlock_tests::explore::{explore, BackendKind, Options, Plant};
 
 fn run(backend: BackendKind, seed: u64, plant: Plant) -> usize {
+    findings(backend, seed, plant, |_| {}).len()
+}
+
+/// One schedule of `seed` with `plant`, drawn as `draw` sets the options; its findings.
+fn findings(
+    backend: BackendKind,
+    seed: u64,
+    plant: Plant,
+    draw: impl Fn(&mut Options),
+) -> Vec<distlock_tests::explore::Finding> {
     let mut opts = Options::new(backend, seed, 1);
+    draw(&mut opts);
     opts.plant = plant;
     opts.shrink_iters = 0;
     let summary = explore(&opts);
@@ -14,7 +25,7 @@ fn run(backend: BackendKind, seed: u64, plant: Plant) -> usize {
     assert_eq!(summary.aborted, None, "the servers held up");
     assert_eq!(summary.schedules, 1, "the schedule ran");
     assert!(summary.operations > 0, "the schedule has lock operations");
-    summary.findings.len()
+    summary.findings
 }
 
 #[test]
@@ -84,17 +95,9 @@ const RAW_DEL_SEED: u64 = 331;
 #[test]
 fn a_fenced_resource_without_its_token_check_loses_an_update() {
     let run = |plant| {
-        let mut opts = Options::new(BackendKind::Memory, FENCE_SEED, 1);
-        opts.extended = true;
-        opts.plant = plant;
-        opts.shrink_iters = 0;
-        let summary = explore(&opts);
-        for f in &summary.findings {
-            eprintln!("{}", f.text(BackendKind::Memory));
-        }
-        assert_eq!(summary.schedules, 1, "the schedule ran");
-        assert!(summary.operations > 0, "the schedule has lock operations");
-        summary.findings
+        findings(BackendKind::Memory, FENCE_SEED, plant, |o| {
+            o.extended = true
+        })
     };
     assert!(run(Plant::None).is_empty(), "the seed passes unplanted");
     let found = run(Plant::FenceWithoutCheck);
@@ -121,17 +124,9 @@ const FENCE_SEED: u64 = 135;
 #[test]
 fn a_paused_holder_that_trusts_a_flag_over_its_guard_is_reported() {
     let run = |plant| {
-        let mut opts = Options::new(BackendKind::Single, HOLDER_SEED, 1);
-        opts.holders = true;
-        opts.plant = plant;
-        opts.shrink_iters = 0;
-        let summary = explore(&opts);
-        for f in &summary.findings {
-            eprintln!("{}", f.text(BackendKind::Single));
-        }
-        assert_eq!(summary.aborted, None, "the servers held up");
-        assert_eq!(summary.schedules, 1, "the schedule ran");
-        summary.findings
+        findings(BackendKind::Single, HOLDER_SEED, plant, |o| {
+            o.holders = true
+        })
     };
     assert!(run(Plant::None).is_empty(), "the seed passes unplanted");
     let found = run(Plant::HolderTrustsAFlag);

@@ -30,6 +30,17 @@ fn config(sentinels: &[String], master: &str, extra: &str, watchdog: &str) -> St
     )
 }
 
+/// Wait (up to 5 s) until `replica` has every write `master` has taken so far.
+fn replicated(master: &str, replica: &str, what: &str) {
+    let offset = |addr: &str| {
+        info_field(addr, "replication", "master_repl_offset")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(-1)
+    };
+    let written = offset(master);
+    wait_until(Duration::from_secs(5), what, || offset(replica) >= written);
+}
+
 fn hash_name(key: &str) -> String {
     format!("lock:{{{key}}}")
 }
@@ -147,17 +158,7 @@ async fn master_failover_is_followed() {
                 .expect("acquire"),
         );
     }
-    let offset = |addr: &str| {
-        info_field(addr, "replication", "master_repl_offset")
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(-1)
-    };
-    let written = offset(&old_master);
-    wait_until(
-        Duration::from_secs(5),
-        "the replica to have the locks",
-        || offset(&replica) >= written,
-    );
+    replicated(&old_master, &replica, "the replica to have the locks");
     let wait = Duration::from_secs(15);
     let mut waiters = Vec::new();
     for k in &keys {
@@ -402,17 +403,7 @@ async fn a_release_the_restarted_old_master_answers_reaches_the_new_master() {
         .await
         .expect("acquire");
     let held_since = Instant::now();
-    let offset = |addr: &str| {
-        info_field(addr, "replication", "master_repl_offset")
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(-1)
-    };
-    let written = offset(&old_master);
-    wait_until(
-        Duration::from_secs(5),
-        "the replica to have the lock",
-        || offset(&replica) >= written,
-    );
+    replicated(&old_master, &replica, "the replica to have the lock");
 
     // SIGKILL; once the sentinels have promoted the replica (it answers ROLE as a master),
     // the old master starts again, empty, before the switch is announced (the sentinels

@@ -204,28 +204,17 @@ impl Finding {
             Format::Distlock => String::new(),
             f => format!(" --format {}", f.name()),
         };
-        let format = if self.extended {
-            format!("{format} --extended")
-        } else if self.focused {
-            format!("{format} --focused")
-        } else {
-            format
-        };
-        let format = if self.holders {
-            format!("{format} --holders")
-        } else {
-            format
-        };
-        let format = if self.siblings {
-            format!("{format} --siblings")
-        } else {
-            format
-        };
-        let format = if self.resets {
-            format!("{format} --resets")
-        } else {
-            format
-        };
+        let flags = [
+            (self.extended, " --extended"),
+            (self.focused, " --focused"),
+            (self.holders, " --holders"),
+            (self.siblings, " --siblings"),
+            (self.resets, " --resets"),
+        ];
+        let format = flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .fold(format, |text, (_, flag)| text + flag);
         format!(
             "VIOLATION seed {} (replay: scripts/explore.sh --backend {}{format} --seed {} --schedules 1)\nshrunk schedule ({} of {} steps):\n{}violations of the shrunk schedule:\n{}\nviolations of the generated schedule:\n{}\n",
             self.seed,
