@@ -16,6 +16,9 @@ pub const LOST_SLACK: Duration = Duration::from_millis(100);
 pub const GRACE: Duration = Duration::from_millis(400);
 /// How long a holder may take to hear a `force_unlock` ("at once").
 pub const REVOKE_BOUND: Duration = Duration::from_millis(500);
+/// How long after a fault ended a subscriber it cut may still be reconnecting: its
+/// backoff's longest pause (1 s, `distlock/src/rt/backoff.rs`) and some.
+pub const RECONNECT_SLACK: Duration = Duration::from_millis(1500);
 /// How far an acquisition may outlive its `wait` (2 × `response_timeout` + 500 ms).
 pub const WAIT_SLACK: Duration = Duration::from_millis(1500);
 
@@ -533,22 +536,24 @@ impl Checker {
             return;
         }
         let at = Instant::now();
-        let faults_then = {
+        let (faults_then, reconnecting) = {
             let mut m = self.model();
             for id in &ids {
                 if let Some(h) = m.holds.get_mut(id) {
                     h.revoked_at.get_or_insert(at);
                 }
             }
-            m.faults
+            let reconnecting = m.fault_ended.is_some_and(|t| t.elapsed() < RECONNECT_SLACK);
+            (m.faults, reconnecting)
         };
         self.later(REVOKE_BOUND, move |me| {
             let m = me.model();
             // A fault within the bound (the server paused, every client killed) holds the
-            // message back, or cuts the subscriber that was to carry it; the holder then
-            // hears it when its subscriber is back (a check of every lease held), which
-            // this bound does not time.
-            if m.faults_on > 0 || m.faults != faults_then {
+            // message back, or cuts the subscriber that was to carry it; so does one that
+            // ended just before, whose subscriber may still be reconnecting. The holder
+            // then hears it when its subscriber is back (a check of every lease held),
+            // which this bound does not time.
+            if m.faults_on > 0 || m.faults != faults_then || reconnecting {
                 return;
             }
             for id in ids {
@@ -941,6 +946,25 @@ mod tests {
         acquired(&c, 2, Kind::Reentrant, 10, second);
         c.losing_writes(false);
         c.fault_end();
+        assert_eq!(c.violations(), Vec::<String>::new());
+    }
+
+    /// A fault that cut the connections just before a `force_unlock` (a reset, a
+    /// `CLIENT KILL`) may leave the holder's subscriber reconnecting, within its backoff
+    /// (at most 1 s), when the message goes out: the holder hears of it when the
+    /// subscriber is back, which the revocation bound does not time.
+    #[tokio::test]
+    async fn a_revocation_just_after_connections_were_cut_is_not_timed() {
+        let c = Checker::for_format(false);
+        c.fault_begin(false);
+        let started = c.started(0, Kind::Reentrant);
+        let id = acquired(&c, 1, Kind::Reentrant, 10, started);
+        c.revoked(vec![id]);
+        let deadline = tokio::time::Instant::now() + super::REVOKE_BOUND * 4;
+        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.pending(), 0, "the revocation was judged");
         assert_eq!(c.violations(), Vec::<String>::new());
     }
 
