@@ -40,7 +40,8 @@
 //! `lock-worker explore-holder CONFIG_FILE KEY LEASE`: the explorer's holder in a process
 //! of its own (tests/src/explore/holder.rs). With the registry of the TOML file, tries
 //! once to take the reentrant lock KEY (LEASE: `auto`, or a fixed lease in ms); prints
-//! `HELD <token>`, `BUSY`, or `ERR <error>` (then exits). Holding, it waits for a line on
+//! `HELD <token>`, `BUSY`, or `ERR <error>` (the try's, or the registry's when it cannot
+//! start; then exits). Holding, it waits for a line on
 //! stdin (the explorer SIGSTOPs it meanwhile, and SIGCONTs it before writing the line);
 //! then prints at once `RESUMED <is_held()>`, then `LOST <ms>` when `lost()` resolves
 //! within 2 s of the line (else `NOT-LOST`), then releases: `RELEASED ok` or
@@ -431,7 +432,15 @@ async fn explore_holder(
         "auto" => Lease::Auto,
         ms => Lease::Fixed(Duration::from_millis(ms.parse()?)),
     };
-    let registry = Registry::from_str(&std::fs::read_to_string(config_file)?).await?;
+    // A registry that cannot start (a multi backend with a node slow or loading after a
+    // fault) holds nothing: said like a failed try.
+    let registry = match Registry::from_str(&std::fs::read_to_string(config_file)?).await {
+        Ok(r) => r,
+        Err(e) => {
+            println!("ERR {e}");
+            return Ok(());
+        }
+    };
     let guard = match registry.lock(key).lease(lease).try_acquire().await {
         Ok(Some(g)) => g,
         Ok(None) => {
