@@ -297,8 +297,8 @@ impl SentinelMaster {
         Ok(released)
     }
 
-    /// An answer of the current master that finds nothing held (a release, a hand-off or
-    /// a cancel with nothing to do) is believed unless the server restarted since it was
+    /// An answer of the current master that finds nothing held (a release, a hand-off, a
+    /// cancel or a `force_unlock` with nothing to do) is believed unless the server restarted since it was
     /// taken for the master while the sentinels fail it over: a master killed and started
     /// again at its address comes back empty, and answers "not held" until the sentinels
     /// announce the replica they promoted, which still holds the lock. Then the answer is
@@ -379,7 +379,12 @@ impl SentinelMaster {
         keys: &LockKeys,
         to: &str,
     ) -> Result<bool, DriverError> {
-        self.checked(self.current().server.force_release(keys, to).await)
+        let current = self.current();
+        let released = self.checked(current.server.force_release(keys, to).await)?;
+        if !released {
+            self.believe_absent(&current).await?;
+        }
+        Ok(released)
     }
 
     pub(crate) async fn renew_each(
