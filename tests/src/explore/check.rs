@@ -889,6 +889,16 @@ fn generation(m: &Model, name: u8, kind: Kind) -> u64 {
 mod tests {
     use super::{Acquired, Checker, Kind, GRACE};
 
+    /// Wait (up to `within`) until every pending check has run; none found a violation.
+    async fn no_violation_once_judged(c: &Checker, within: std::time::Duration, what: &str) {
+        let deadline = tokio::time::Instant::now() + within;
+        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(c.pending(), 0, "{what}");
+        assert_eq!(c.violations(), Vec::<String>::new());
+    }
+
     fn acquired(
         c: &std::sync::Arc<Checker>,
         task: u8,
@@ -922,12 +932,7 @@ mod tests {
         let second = c.started(0, Kind::Reentrant);
         acquired(&c, 2, Kind::Reentrant, 11, second);
         // The overlap is judged GRACE later, by a check of its own.
-        let deadline = tokio::time::Instant::now() + GRACE * 4;
-        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(c.pending(), 0, "the overlap was judged");
-        assert_eq!(c.violations(), Vec::<String>::new());
+        no_violation_once_judged(&c, GRACE * 4, "the overlap was judged").await;
     }
 
     /// Between the begin and the end of an uncoordinated failover the replica may be
@@ -960,12 +965,7 @@ mod tests {
         let started = c.started(0, Kind::Reentrant);
         let id = acquired(&c, 1, Kind::Reentrant, 10, started);
         c.revoked(vec![id]);
-        let deadline = tokio::time::Instant::now() + super::REVOKE_BOUND * 4;
-        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(c.pending(), 0, "the revocation was judged");
-        assert_eq!(c.violations(), Vec::<String>::new());
+        no_violation_once_judged(&c, super::REVOKE_BOUND * 4, "the revocation was judged").await;
     }
 
     /// Two re-entries of one hold, one after the other in its task, write with its token:
@@ -1013,11 +1013,6 @@ mod tests {
         let second = c.started(0, Kind::Reentrant);
         acquired(&c, 1, Kind::Reentrant, 11, second);
         c.ended(id);
-        let deadline = tokio::time::Instant::now() + super::REVOKE_BOUND * 2;
-        while c.pending() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(c.pending(), 0, "the checks ran");
-        assert_eq!(c.violations(), Vec::<String>::new());
+        no_violation_once_judged(&c, super::REVOKE_BOUND * 2, "the checks ran").await;
     }
 }
