@@ -281,6 +281,45 @@ async fn minority_grant_is_released() {
     }
 }
 
+/// Held by another owner on exactly a quorum (3 of 5 nodes; the 2 others missed its
+/// acquisition): every attempt of a waiter is granted on the 2 free nodes, refused on the
+/// 3 others, and undone. The waiter counts as waiting for the lock meanwhile (and as such
+/// in the metrics), and gets it promptly once the other owner's lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_lock_held_on_exactly_a_quorum_counts_as_waiting() {
+    let reg = registry().await;
+    let urls = redlock_urls();
+    let key = unique("held-on-a-quorum");
+    for url in &urls[..3] {
+        hold_as_other(url, &key, 20_000);
+    }
+    let waiting = {
+        let (reg, key) = (reg.clone(), key.clone());
+        tokio::spawn(async move {
+            reg.lock(key.as_str())
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    wait_for_waiter(&reg, &key).await;
+    assert!(!waiting.is_finished(), "the lock is held on a quorum");
+    for url in &urls[..3] {
+        on(url, &["DEL", &hash_of(&key)]);
+    }
+    let freed = Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter gets the lock within 5 s of it going")
+        .expect("waiter task")
+        .expect("the waiter acquires");
+    println!(
+        "redlock: held on exactly a quorum: the waiter holds the lock {:?} after it went",
+        freed.elapsed()
+    );
+    guard.release().await.expect("release");
+}
+
 /// Inspection reports a node that holds the lock, not the first node that answered with
 /// something: a node where a process only waits for it (subscribed to its release
 /// channel) comes after.

@@ -117,11 +117,18 @@ async fn acquire_open(req: Request) -> Result<GuardCore, LockError> {
         let ttl = match a.on_reply(&t, result)? {
             Reply::Granted { token, outermost } => return Ok(a.grant(&t, token, outermost, sent)),
             Reply::Refused { ttl } => ttl,
-            Reply::Again { at, new_field } => {
+            Reply::Again {
+                at,
+                new_field,
+                busy,
+            } => {
                 drop(notified);
                 if new_field {
                     watch = None;
                 }
+                let _asleep = busy.then(|| Asleep::new(&t.backend.waiting));
+                let _gauge =
+                    busy.then(|| crate::obs::metrics::Waiting::new(&t.backend.name, t.site));
                 tokio::time::sleep_until(at).await;
                 continue;
             }
@@ -219,8 +226,13 @@ enum Reply {
     /// Refused: the holder's lease (a semaphore: the earliest holder's) ends within `ttl`.
     Refused { ttl: Option<Duration> },
     /// Try again at `at` (a transient failure, a quorum not reached), under a new field
-    /// when `new_field` (Redisson's format: the release channel changes with it).
-    Again { at: Instant, new_field: bool },
+    /// when `new_field` (Redisson's format: the release channel changes with it). `busy`:
+    /// others hold the lock (a quorum backend's split), so the pause counts as waiting.
+    Again {
+        at: Instant,
+        new_field: bool,
+        busy: bool,
+    },
 }
 
 impl Terms {
@@ -523,6 +535,7 @@ impl Attempts {
                     return Ok(Reply::Again {
                         at: t.deadline.min(now + retry_in),
                         new_field: false,
+                        busy,
                     });
                 }
                 Err(if busy {
@@ -581,6 +594,7 @@ impl Attempts {
         Ok(Reply::Again {
             at: t.deadline.min(now + pause),
             new_field,
+            busy: false,
         })
     }
 
