@@ -65,6 +65,9 @@ LOCK_FILE="${DISTLOCK_TEST_LOCK:-/tmp/distlock-test.lock}"
 LOCK_TIMEOUT="${DISTLOCK_TEST_LOCK_TIMEOUT:-1800}"
 
 section() { printf '\n==== %s ====\n' "$*"; }
+# Free space where the build and the doctests write (a full disk fails links and tests
+# in ways that look like anything else): shown with each stage's outcome.
+disk_free() { df -h --output=avail "$ROOT" "${TMPDIR:-/tmp}" 2>/dev/null | tail -n +2 | tr -s ' \n' ' ' | sed 's/^ //;s/ $//'; }
 # Each stage's outcome, printed again at the very end: a CI log is often read from its tail.
 stages=()
 LOG_DIR="$ROOT/target/test-logs"
@@ -187,6 +190,7 @@ BASE_PATH="$PATH"
 use_server "$server"
 cargo --version
 rustc --version
+echo "free on disk (target, tmp): $(disk_free)"
 
 # Lints first: they need no server. Skipped when a package selection or extra arguments
 # ask for a partial run (DISTLOCK_LINT=1 forces them).
@@ -272,7 +276,7 @@ status=0
 rm -rf "$LOG_DIR"
 started=$SECONDS
 cargo_test_logged "suite-$server" "${scope[@]}" "$@" || status=$?
-stages+=("cargo test on $server: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)")")
+stages+=("cargo test on $server: $((SECONDS - started))s, $( ((status == 0)) && echo passed || echo "FAILED ($status)"); free on disk (target, tmp): $(disk_free)")
 
 # The fault-testing run (scripts/torture.sh --quick, about 4 minutes) after a passing full
 # suite (no cargo arguments, as CI runs it), or whenever DISTLOCK_TORTURE=1. Its servers
@@ -315,6 +319,7 @@ fi
 
 section "stages"
 printf '%s\n' "${stages[@]}"
+echo "free on disk at the end (target, tmp): $(disk_free)"
 if ((status != 0)); then
     section "failures"
     failure_report
