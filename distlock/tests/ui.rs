@@ -14,6 +14,10 @@ const PINNED: &str = "1.95";
 
 #[test]
 fn ui() {
+    // trybuild builds the cases in a workspace of its own, which does not get this one's
+    // profiles: its copies of the dependencies would carry full debug info (3 GB on disk).
+    // This is the binary's only test, so nothing else reads the environment meanwhile.
+    std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "false");
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/pass/*.rs");
     if rustversion::cfg!(stable(1.95)) {
