@@ -44,7 +44,7 @@
 //! answered, some granted and others hold it, is retried at once, a single time: it is most
 //! often a release still in flight when the waiter woke. Otherwise the attempt is repeated
 //! after a random pause of `retry_delay / 2 ..= retry_delay`, within `wait` (after a split,
-//! the pause counts as waiting: `Registry::waiting` and the waiting gauge). When nothing was
+//! the pause counts as waiting: `Registry::waiting` and `distlock_waiters`). When nothing was
 //! granted because other owners hold it on too many nodes, the waiter instead sleeps until a
 //! release is published (below), as on one server. Running out of `wait` gives `Timeout`
 //! when every node answered and the lock was held by others, and
