@@ -126,9 +126,7 @@ async fn acquire_open(req: Request) -> Result<GuardCore, LockError> {
                 if new_field {
                     watch = None;
                 }
-                let _asleep = busy.then(|| Asleep::new(&t.backend.waiting));
-                let _gauge =
-                    busy.then(|| crate::obs::metrics::Waiting::new(&t.backend.name, t.site));
+                let _asleep = busy.then(|| Asleep::new(&t));
                 tokio::time::sleep_until(at).await;
                 continue;
             }
@@ -660,7 +658,6 @@ impl Attempts {
         seen: Option<u64>,
         until: Instant,
     ) -> Option<(u64, Instant)> {
-        let backend = &t.backend;
         let heard = if w.is_live() {
             self.poll.reset();
             // Just subscribed (here or by another waiter of this process) after the refused
@@ -671,8 +668,7 @@ impl Attempts {
             if fresh && !matches!(seen, Some(before) if w.messages() == Some(before)) {
                 return None;
             }
-            let _asleep = Asleep::new(&backend.waiting);
-            let _gauge = crate::obs::metrics::Waiting::new(&backend.name, t.site);
+            let _asleep = Asleep::new(t);
             tokio::select! {
                 _ = n => None,
                 _ = tokio::time::sleep_until(until) => None,
@@ -687,8 +683,7 @@ impl Attempts {
             // arrives anyway (from a node that did confirm it) or a reconnect wakes it —
             // never asleep until the lease's end without hearing a release. It counts as a
             // waiter then, but for its first subscription (a few ms at most).
-            let _asleep = (!fresh).then(|| Asleep::new(&backend.waiting));
-            let _gauge = (!fresh).then(|| crate::obs::metrics::Waiting::new(&backend.name, t.site));
+            let _asleep = (!fresh).then(|| Asleep::new(t));
             let wake = until.min(Instant::now() + self.poll.pause());
             tokio::select! {
                 _ = n => None,
@@ -780,18 +775,27 @@ impl Drop for Queued {
     }
 }
 
-/// Counts a waiter as asleep while it lives.
-pub(crate) struct Asleep<'a>(&'a std::sync::atomic::AtomicUsize);
+/// Counts a waiter as asleep while it lives: in its backend's count (`Registry::waiting`)
+/// and in the `distlock_waiters` gauge.
+struct Asleep<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    _gauge: crate::obs::metrics::Waiting,
+}
 
 impl<'a> Asleep<'a> {
-    pub(crate) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Asleep<'a> {
-        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Asleep(n)
+    fn new(t: &'a Terms) -> Asleep<'a> {
+        let count = &t.backend.waiting;
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Asleep {
+            count,
+            _gauge: crate::obs::metrics::Waiting::new(&t.backend.name, t.site),
+        }
     }
 }
 
 impl Drop for Asleep<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.count
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
