@@ -298,13 +298,14 @@ impl SentinelMaster {
     }
 
     /// An answer of the current master that finds nothing held (a release, a hand-off, a
-    /// cancel or a `force_unlock` with nothing to do) is believed unless the server restarted since it was
-    /// taken for the master while the sentinels fail it over: a master killed and started
-    /// again at its address comes back empty, and answers "not held" until the sentinels
-    /// announce the replica they promoted, which still holds the lock. Then the answer is
-    /// an error the caller treats as transient (a release or cancel is sent again, and
-    /// reaches the new master once the switch is announced). A restarted server the
-    /// sentinels keep as the master, no failover under way, is confirmed as it.
+    /// cancel or a `force_unlock` with nothing to do) is believed unless the server
+    /// restarted since it was taken for the master while the sentinels fail it over: a
+    /// master killed and started again at its address comes back empty, and answers "not
+    /// held" until the sentinels announce the replica they promoted, which still holds the
+    /// lock. Then the answer is an error the caller treats as transient (a release or
+    /// cancel is sent again, and reaches the new master once the switch is announced). A
+    /// restarted server the sentinels keep as the master, no failover under way, is
+    /// confirmed as it.
     ///
     /// One `INFO` on such an answer only (not on the fast path), and the sentinels asked
     /// only when the run id changed.
