@@ -87,9 +87,18 @@ async fn scoped_job(n: u32, probe: &Registry) -> Result<(bool, bool), LockError>
     tokio::spawn({
         let probe = probe.clone();
         async move {
-            let scoped = probe.lock(key.as_str()).try_acquire().await?;
-            let global = Lock::new(key.as_str()).try_acquire().await?;
-            Ok::<_, LockError>((scoped.is_none(), global.is_none()))
+            // A lock the probe took is released before the answer (awaited: a dropped
+            // guard's release lands in the background, after the next `wait = "0s"` call
+            // may have looked).
+            let mut held = Vec::new();
+            for lock in [probe.lock(key.as_str()), Lock::new(key.as_str())] {
+                let got = lock.try_acquire().await?;
+                held.push(got.is_none());
+                if let Some(g) = got {
+                    g.release().await?;
+                }
+            }
+            Ok::<_, LockError>((held[0], held[1]))
         }
     })
     .await
