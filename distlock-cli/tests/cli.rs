@@ -998,23 +998,25 @@ fn exists(name: &str) -> bool {
     }
 }
 
-/// The holder information fields (`i:<owner id>`) of the lock hash `name` on the single
-/// test server.
+/// The holder information fields (`i:<owner id>`) of the lock `name` on the single test
+/// server: a reentrant or fair lock's record (`lock_fields`), a read-write lock's hash.
 fn info_fields(name: &str) -> Vec<String> {
+    use distlock_tests::{resp_command, RespValue};
     let addr = distlock_tests::addr_of(&distlock_tests::single_url());
-    match distlock_tests::resp_command(&addr, &["HKEYS", name]) {
-        Ok(distlock_tests::RespValue::Array(fields)) => fields
+    let fields: Vec<String> = match resp_command(&addr, &["TYPE", name]) {
+        Ok(t) if t.as_str() == Some("hash") => match resp_command(&addr, &["HKEYS", name]) {
+            Ok(RespValue::Array(fields)) => fields
+                .iter()
+                .filter_map(|f| f.as_str().map(str::to_owned))
+                .collect(),
+            other => panic!("HKEYS {name}: {other:?}"),
+        },
+        _ => distlock_tests::lock_fields(&addr, name)
             .into_iter()
-            .filter_map(|f| match f {
-                distlock_tests::RespValue::Bulk(b) => {
-                    Some(String::from_utf8_lossy(&b).into_owned())
-                }
-                _ => None,
-            })
-            .filter(|f| f.starts_with("i:"))
+            .map(|(f, _)| f)
             .collect(),
-        other => panic!("HKEYS {name}: {other:?}"),
-    }
+    };
+    fields.into_iter().filter(|f| f.starts_with("i:")).collect()
 }
 
 #[test]
@@ -1029,7 +1031,7 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
         (LockKind::Read, ":rw"),
         (LockKind::Write, ":rw"),
     ] {
-        // In the lock's own hash: no key of its own.
+        // In the lock's own record or hash: no key of its own.
         let hash = format!("{prefix}{{k}}{suffix}");
         assert!(!exists(&format!("{hash}:info")));
         let outer = rt
@@ -1060,7 +1062,7 @@ fn holder_information_goes_with_the_lock_and_can_be_switched_off() {
             "{shown:?}"
         );
         assert_eq!(written[0], format!("i:{}", shown[0].holders[0].owner));
-        // Since when: the server's TIME in ms, joined as text (seconds, then 3 digits).
+        // Since when: the acquiring process's clock in ms (a read-write lock: the server's TIME).
         let held_for = shown[0].holders[0].held_for;
         assert!(
             held_for.is_some_and(|d| d < Duration::from_secs(60)),

@@ -352,6 +352,55 @@ fn io_err(e: std::io::Error) -> String {
     }
 }
 
+/// The fields of the reentrant or fair lock `key` on `addr`, read from its record
+/// (`protocol/record.lua`) as the inspection script answers them, the way a hash's
+/// HGETALL would: owner id -> its level count, `l:<level id>` -> the token (the outermost
+/// level) or `1` (a nested one), `i:<owner id>` -> `host\tpid\tsite\tsince\ttoken`,
+/// `hold:until`, `w`. Empty when there is no lock; panics on a key that is not a record.
+pub fn lock_fields(addr: &str, key: &str) -> Vec<(String, String)> {
+    let text = match resp_command(addr, &["GET", key]).expect("GET") {
+        RespValue::Null => return Vec::new(),
+        v => v.as_str().expect("a lock record").to_owned(),
+    };
+    let parts: Vec<&str> = text.splitn(6, '\t').collect();
+    let [owner, token, levels, until, waiting, holder] = parts[..] else {
+        panic!("{key}: not a lock record: {text:?}");
+    };
+    let mut out = Vec::new();
+    if !owner.is_empty() {
+        let levels: Vec<&str> = levels.split(',').filter(|l| !l.is_empty()).collect();
+        out.push((owner.to_owned(), levels.len().to_string()));
+        for (i, level) in levels.iter().enumerate() {
+            let mark = if i == 0 { token } else { "1" };
+            out.push((format!("l:{level}"), mark.to_owned()));
+        }
+        if !holder.is_empty() {
+            out.push((format!("i:{owner}"), format!("{holder}\t{token}")));
+        }
+    }
+    if !until.is_empty() {
+        out.push(("hold:until".to_owned(), until.to_owned()));
+    }
+    if !waiting.is_empty() {
+        out.push(("w".to_owned(), waiting.to_owned()));
+    }
+    out
+}
+
+/// One field of [`lock_fields`], as HGET would answer it.
+pub fn lock_field(addr: &str, key: &str, field: &str) -> Option<String> {
+    lock_fields(addr, key)
+        .into_iter()
+        .find(|(f, _)| f == field)
+        .map(|(_, v)| v)
+}
+
+/// A lock record (`protocol/record.lua`) as text, to write with SET: `owner` holding
+/// `levels` (outermost first) with `token`, no `until`, `waiting`, no holder information.
+pub fn lock_record(owner: &str, token: u64, levels: &[&str], waiting: &str) -> String {
+    format!("{owner}\t{token}\t{}\t\t{waiting}\t", levels.join(","))
+}
+
 /// Send one command to `addr` (`host:port`) over a fresh TCP connection and
 /// return its reply. Connect, read and write time out after 2 s
 /// ([`IO_TIMEOUT`]). `Err` is a transport problem (refused, timeout, garbled

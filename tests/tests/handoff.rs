@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockGuard, Registry};
 use distlock_tests::proxy::Proxy;
-use distlock_tests::{resp_command, RedisProcess, RespValue};
+use distlock_tests::{lock_field, lock_fields, lock_record, resp_command, RedisProcess, RespValue};
 use futures_util::FutureExt;
 
 fn config(url: &str, holder_info: bool) -> String {
@@ -72,25 +72,15 @@ fn exists(addr: &str, key: &str) -> bool {
     cmd(addr, &["EXISTS", key]).as_int() == Some(1)
 }
 
-/// The owners in a lock's hash (its fields but the level marks, the holder information,
-/// `hold:until` and the waiting processes `w`), with their counts.
+/// The owners in a lock's record, with their counts (its fields, as `lock_fields` reads
+/// them, but the level marks, the holder information, `hold:until` and the waiting
+/// processes `w`).
 fn owners(addr: &str, key: &str) -> Vec<(String, String)> {
-    let all = cmd(addr, &["HGETALL", key]);
-    let items: Vec<String> = all
-        .as_array()
-        .unwrap_or_default()
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
-    items
-        .chunks(2)
-        .filter(|p| {
-            !p[0].starts_with("l:")
-                && !p[0].starts_with("i:")
-                && p[0] != "hold:until"
-                && p[0] != "w"
+    lock_fields(addr, key)
+        .into_iter()
+        .filter(|(f, _)| {
+            !f.starts_with("l:") && !f.starts_with("i:") && f != "hold:until" && f != "w"
         })
-        .map(|p| (p[0].clone(), p[1].clone()))
         .collect()
 }
 
@@ -160,18 +150,14 @@ async fn a_local_waiter_is_handed_the_lock_with_one_script() {
         got.fencing_token()
     );
     assert_eq!(owners(&addr, &lock).len(), 1, "one owner holds it");
-    let fields = cmd(&addr, &["HGETALL", &lock]);
-    let fields = fields.as_array().unwrap_or_default();
-    let info: Vec<_> = fields
-        .chunks(2)
-        .filter(|p| p[0].as_str().is_some_and(|f| f.starts_with("i:")))
-        .collect();
+    let fields = lock_fields(&addr, &lock);
+    let info: Vec<_> = fields.iter().filter(|(f, _)| f.starts_with("i:")).collect();
     assert_eq!(
         info.len(),
         1,
         "the new holder's information only: {fields:?}"
     );
-    let entry = info[0][1].as_str().unwrap_or_default();
+    let entry = &info[0].1;
     assert!(
         entry.ends_with(&format!("\t{}", got.fencing_token())),
         "the new holder's entry carries its token: {entry}"
@@ -370,15 +356,8 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
     let addr = server.addr();
     let script = distlock::__private::scripts::HANDOFF;
     let (lock, fence) = ("lock:{twice}", "lock:{twice}:fence");
-    assert!(
-        cmd(
-            &addr,
-            &["HSET", lock, "old", "1", "l:0000000000000001", "5"]
-        )
-        .as_int()
-            == Some(2)
-    );
-    assert!(cmd(&addr, &["PEXPIRE", lock, "10000"]).as_int() == Some(1));
+    let old = lock_record("old", 5, &["0000000000000001"], "");
+    assert!(cmd(&addr, &["SET", lock, &old, "PX", "10000"]).is_ok());
     let run = |lease: &str| {
         cmd(
             &addr,
@@ -399,7 +378,7 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         )
     };
     // A bad argument: an error before any write.
-    let before = cmd(&addr, &["HGETALL", lock]);
+    let before = cmd(&addr, &["GET", lock]);
     let bad = resp_command(
         &addr,
         &[
@@ -422,7 +401,7 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         "{bad:?}"
     );
     assert_eq!(
-        format!("{:?}", cmd(&addr, &["HGETALL", lock])),
+        format!("{:?}", cmd(&addr, &["GET", lock])),
         format!("{before:?}")
     );
     // A fencing counter that is not a number: the script fails on it before any write.
@@ -433,7 +412,7 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         "{corrupt:?}"
     );
     assert_eq!(
-        format!("{:?}", cmd(&addr, &["HGETALL", lock])),
+        format!("{:?}", cmd(&addr, &["GET", lock])),
         format!("{before:?}"),
         "nothing written before the counter's error"
     );
@@ -457,11 +436,11 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         "run again: the same token"
     );
     assert_eq!(
-        cmd(&addr, &["HGET", lock, "new"]).as_str(),
+        lock_field(&addr, lock, "new").as_deref(),
         Some("1"),
         "counted once"
     );
-    assert_eq!(cmd(&addr, &["HEXISTS", lock, "old"]).as_int(), Some(0));
+    assert_eq!(lock_field(&addr, lock, "old"), None);
     // The script draws its token before its first write (so a counter that is not a
     // number fails it before anything is written): the run again drew one it left unused.
     assert_eq!(
@@ -474,20 +453,8 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
 
     // A re-entered hold is only counted down: no hand-off, the owner keeps it.
     let reentered = "lock:{twice2}";
-    cmd(
-        &addr,
-        &[
-            "HSET",
-            reentered,
-            "old",
-            "2",
-            "l:0000000000000001",
-            "5",
-            "l:0000000000000003",
-            "1",
-        ],
-    );
-    cmd(&addr, &["PEXPIRE", reentered, "10000"]);
+    let twice = lock_record("old", 5, &["0000000000000001", "0000000000000003"], "");
+    cmd(&addr, &["SET", reentered, &twice, "PX", "10000"]);
     let v = cmd(
         &addr,
         &[
@@ -506,8 +473,8 @@ fn the_transfer_script_run_twice_answers_the_same_token() {
         ],
     );
     assert_eq!(v.as_int(), Some(1), "still held once by its owner: {v:?}");
-    assert_eq!(cmd(&addr, &["HGET", reentered, "old"]).as_str(), Some("1"));
-    assert_eq!(cmd(&addr, &["HEXISTS", reentered, "new"]).as_int(), Some(0));
+    assert_eq!(lock_field(&addr, reentered, "old").as_deref(), Some("1"));
+    assert_eq!(lock_field(&addr, reentered, "new"), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -772,7 +739,7 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
             ],
         )
     };
-    let w = || cmd(&addr, &["HGET", lock, "w"]).as_str().map(str::to_owned);
+    let w = || lock_field(&addr, lock, "w");
     // `,tag:ms` entries.
     let tags = |w: &str| -> Vec<String> {
         w.split(',')

@@ -13,7 +13,9 @@ use std::time::Duration;
 use common::unique;
 use distlock::{Lease, LockError, Registry};
 use distlock_tests::proxy::Proxy;
-use distlock_tests::{addr_of, resp_command, single_url, RedisProcess, RespValue};
+use distlock_tests::{
+    addr_of, lock_field, lock_fields, resp_command, single_url, RedisProcess, RespValue,
+};
 
 async fn registry(url: &str, extra: &str) -> Registry {
     Registry::from_str(&format!(
@@ -40,6 +42,13 @@ fn hget(hash: &str, field: &str) -> Option<i64> {
     }
 }
 
+/// The level count of `owner` in the lock record `key`.
+fn count(key: &str, owner: &str) -> Option<i64> {
+    lock_field(&addr_of(&single_url()), key, owner)?
+        .parse()
+        .ok()
+}
+
 const OWNER: &str = "0123456789abcdef0123456789abcdef";
 
 /// An acquire run twice (a client or proxy retrying after a lost reply) answers
@@ -53,7 +62,7 @@ fn acquire_script_run_twice_counts_once() {
     let first = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
     let again = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
     assert_eq!(first, again, "the same answer, with the same token");
-    assert_eq!(hget(&hash, OWNER), Some(1), "counted once");
+    assert_eq!(count(&hash, OWNER), Some(1), "counted once");
     let freed = eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", "a1"]);
     assert_eq!(freed, RespValue::Integer(0), "one release frees it");
 }
@@ -173,7 +182,7 @@ fn release_only_undoes_its_own_level_once() {
     let keys = [hash.as_str(), fence.as_str()];
     eval(ACQUIRE, &keys, &[OWNER, "10000", "outer", "0"]);
     eval(ACQUIRE, &keys, &[OWNER, "10000", "inner", "1"]);
-    assert_eq!(hget(&hash, OWNER), Some(2));
+    assert_eq!(count(&hash, OWNER), Some(2));
     let release = |level: &str| eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", level]);
     assert_eq!(release("inner"), RespValue::Integer(1));
     assert_eq!(
@@ -186,7 +195,7 @@ fn release_only_undoes_its_own_level_once() {
         RespValue::Integer(1),
         "a level never taken"
     );
-    assert_eq!(hget(&hash, OWNER), Some(1), "the outer level stands");
+    assert_eq!(count(&hash, OWNER), Some(1), "the outer level stands");
 }
 
 /// Through the client: the reply to an acquire is lost (the proxy resets the
@@ -514,19 +523,13 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
         )
     };
     assert_eq!(release(), RespValue::Integer(0), "kept until hold:until");
-    let fields = || match resp_command(&addr_of(&single_url()), &["HKEYS", &kept]).expect("HKEYS") {
-        RespValue::Array(a) => {
-            let mut names: Vec<String> = a
-                .into_iter()
-                .filter_map(|v| match v {
-                    RespValue::Bulk(b) => String::from_utf8(b).ok(),
-                    _ => None,
-                })
-                .collect();
-            names.sort();
-            names
-        }
-        other => panic!("{other:?}"),
+    let fields = || {
+        let mut names: Vec<String> = lock_fields(&addr_of(&single_url()), &kept)
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+        names.sort();
+        names
     };
     assert_eq!(
         fields(),
@@ -542,8 +545,8 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
     );
 }
 
-/// The release of an outermost hold with no nested hold live frees the lock without
-/// counting down (no `HINCRBY`: one call fewer), and a nested acquisition racing that
+/// The release of an outermost hold with no nested hold live frees the lock in three
+/// calls (GET, DEL, PUBLISH), and a nested acquisition racing that
 /// release, in either order, either holds a lock that exists (the release counted it down)
 /// or fails with `LeaseLost` (it found the hold gone) — never holds a lock that is gone.
 #[tokio::test]
@@ -567,11 +570,19 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
     );
     g.release().await.expect("release");
     let stats = info(&addr);
-    assert!(stats.contains("cmdstat_del:"), "{stats}");
-    assert!(
-        !stats.contains("cmdstat_hincrby:"),
-        "the only level goes without counting down: {stats}"
-    );
+    for command in ["get", "del", "publish"] {
+        assert!(
+            stats.contains(&format!("cmdstat_{command}:calls=1,")),
+            "{command}: {stats}"
+        );
+    }
+    let mut inner: Vec<&str> = stats
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split([':', '|']).next())
+        .filter(|c| !["eval", "evalsha", "script", "config", "ping", "info"].contains(c))
+        .collect();
+    inner.sort_unstable();
+    assert_eq!(inner, ["del", "get", "publish"], "and no more: {stats}");
 
     let (mut held, mut lost) = (0, 0);
     for i in 0..90u32 {

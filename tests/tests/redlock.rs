@@ -18,7 +18,8 @@ use common::*;
 use distlock::{InitError, Lease, LockError, Registry};
 use distlock_tests::proxy::Proxy;
 use distlock_tests::{
-    addr_of, redlock_urls, resp_command, resp_command_timeout, RedisProcess, RespValue,
+    addr_of, lock_field, lock_fields, redlock_urls, resp_command, resp_command_timeout,
+    RedisProcess, RespValue,
 };
 use quorum_common::*;
 
@@ -102,18 +103,9 @@ async fn layout_on_every_node() {
     let mut owners = Vec::new();
     let mut fences = Vec::new();
     for url in &urls {
-        let fields = on(url, &["HGETALL", &hash_of(&key)]);
-        let fields = fields.as_array().expect("a hash").to_vec();
+        let fields = lock_fields(&addr_of(url), &hash_of(&key));
         // The owner's count, and the mark of the one level it holds (`l:<level id>`).
-        let pairs: Vec<(String, String)> = fields
-            .chunks(2)
-            .map(|p| {
-                (
-                    p[0].as_str().expect("field").to_string(),
-                    p[1].as_str().expect("value").to_string(),
-                )
-            })
-            .collect();
+        let pairs = fields.clone();
         let (level_marks, owner_fields): (Vec<_>, Vec<_>) = pairs
             .into_iter()
             .filter(|(f, _)| !f.starts_with("i:"))
@@ -193,8 +185,8 @@ async fn fencing_counters_are_raised_to_the_token() {
     g.release().await.expect("release");
     for url in &urls[..2] {
         assert_eq!(
-            on(url, &["HEXISTS", &hash_of(&key), "someone-else"]).as_int(),
-            Some(1),
+            lock_field(&addr_of(url), &hash_of(&key), "someone-else").as_deref(),
+            Some("1"),
             "{url} is left to its owner"
         );
         on(url, &["DEL", &hash_of(&key)]);

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use common::{quoted, unique};
 use distlock::{Lease, LockError, LockKind, Registry};
 use distlock_tests::proxy::Proxy;
-use distlock_tests::{cluster_urls, resp_command, single_url, RedisProcess, RespValue};
+use distlock_tests::{
+    cluster_urls, lock_fields, resp_command, single_url, RedisProcess, RespValue,
+};
 
 /// How soon a holder must hear of a forced release (a message and a renewal round trip).
 const HEARD_WITHIN: Duration = Duration::from_secs(1);
@@ -448,18 +450,9 @@ async fn a_restart_with_data_to_load_is_heard_once_loaded() {
     taken.release().await.expect("release");
 }
 
-/// The fields of the hash `key` on `addr`, sorted.
+/// The fields of the lock record `key` on `addr` (as `lock_fields` reads them), sorted.
 fn fields(addr: &str, key: &str) -> Vec<String> {
-    let mut f: Vec<String> = match cmd(addr, &["HKEYS", key]) {
-        RespValue::Array(a) => a
-            .into_iter()
-            .filter_map(|v| match v {
-                RespValue::Bulk(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
+    let mut f: Vec<String> = lock_fields(addr, key).into_iter().map(|(f, _)| f).collect();
     f.sort();
     f
 }

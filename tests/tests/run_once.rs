@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::unique;
 use distlock::{distributed_lock, Lease, LockError, LockKind, Registry};
-use distlock_tests::{addr_of, resp_command, single_url};
+use distlock_tests::{addr_of, lock_field, lock_fields, resp_command, single_url};
 
 async fn registries() -> Vec<(&'static str, Registry)> {
     common::every_mode().await
@@ -155,9 +155,7 @@ async fn the_hold_is_the_servers_clock() {
         .await
         .unwrap();
     let after = server_ms();
-    let until: i64 = resp_command(&addr, &["HGET", &hash, "hold:until"])
-        .unwrap()
-        .as_str()
+    let until: i64 = lock_field(&addr, &hash, "hold:until")
         .expect("hold:until is set")
         .parse()
         .unwrap();
@@ -166,13 +164,8 @@ async fn the_hold_is_the_servers_clock() {
         "hold:until {until} is not the server's TIME ({before}..{after}) + 20 s"
     );
     guard.release().await.unwrap();
-    let fields = resp_command(&addr, &["HKEYS", &hash]).unwrap();
-    let fields: Vec<&str> = fields
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|f| f.as_str())
-        .collect();
+    let fields = lock_fields(&addr, &hash);
+    let fields: Vec<&str> = fields.iter().map(|(f, _)| f.as_str()).collect();
     assert_eq!(fields, ["hold:until"], "no holder left after the release");
     let pttl = resp_command(&addr, &["PTTL", &hash])
         .unwrap()

@@ -22,7 +22,7 @@ use common::unique;
 use distlock::__private::scripts;
 use distlock::{Lease, LockKind, Registry};
 use distlock_tests::proxy::Proxy;
-use distlock_tests::{addr_of, resp_command, single_url, RespValue};
+use distlock_tests::{addr_of, lock_fields, resp_command, single_url, RespValue};
 
 fn addr() -> String {
     addr_of(&single_url())
@@ -276,10 +276,13 @@ async fn an_undone_run_once_acquisition_frees_its_slot() {
         "the acquire's reply was the one lost"
     );
 
-    // The undo lands in the background: the level's owner leaves the hash.
-    let landed = eventually(Duration::from_secs(10), || int(&["HLEN", &hash]) <= 1).await;
+    // The undo lands in the background: the level's owner leaves the record.
+    let landed = eventually(Duration::from_secs(10), || {
+        lock_fields(&addr(), &hash).len() <= 1
+    })
+    .await;
     assert!(landed, "the undo ran within 10 s");
-    let fields = cmd(&["HGETALL", &hash]);
+    let fields = lock_fields(&addr(), &hash);
     assert_eq!(
         int(&["EXISTS", &hash]),
         0,
@@ -341,11 +344,11 @@ async fn a_failed_redlock_run_once_attempt_frees_the_nodes_it_won() {
     assert!(!ran && r.as_ref().is_err_and(|e| e.is_skipped()), "{r:?}");
     for url in &urls[3..] {
         let undone = eventually(Duration::from_secs(5), || {
-            on(url, &["HLEN", &hash]).as_int() <= Some(1)
+            lock_fields(&addr_of(url), &hash).len() <= 1
         })
         .await;
         assert!(undone, "{url}: the undo ran");
-        let left = on(url, &["HGETALL", &hash]);
+        let left = lock_fields(&addr_of(url), &hash);
         assert_eq!(
             on(url, &["EXISTS", &hash]).as_int(),
             Some(0),
@@ -505,6 +508,44 @@ async fn a_counter_of_an_earlier_build_is_drawn_above_and_raised() {
         );
         g.release().await.expect("release");
         cmd(&["DEL", &legacy]);
+    }
+}
+
+/// A reentrant or fair lock is a string record (`protocol/record.lua`); an earlier build of
+/// distlock wrote a hash there. While processes of both builds take one key (a rolling
+/// upgrade), a hash held by the earlier build is held for this one: refused, left as it
+/// is (no write, no error), and free once it expires.
+#[tokio::test]
+async fn a_lock_hash_of_an_earlier_build_is_held_and_left_as_it_is() {
+    let reg = single("").await;
+    for (kind, suffix) in [(LockKind::Reentrant, ""), (LockKind::Fair, ":fair")] {
+        let key = unique(&format!("earlier-hash-{kind:?}"));
+        let hash = format!("lock:{{{key}}}{suffix}");
+        cmd(&[
+            "HSET",
+            &hash,
+            "earlier-owner",
+            "1",
+            "l:0000000000000001",
+            "7",
+        ]);
+        cmd(&["PEXPIRE", &hash, "1500"]);
+        let before = cmd(&["HGETALL", &hash]);
+        let take = || reg.lock(key.as_str()).kind(kind).try_acquire();
+        let refused = take().await.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        assert!(refused.is_none(), "{kind:?}: held by the earlier build");
+        assert_eq!(cmd(&["HGETALL", &hash]), before, "{kind:?}: left as it is");
+        assert!(int(&["PTTL", &hash]) > 0, "{kind:?}: its expiry kept");
+        let waited = reg
+            .lock(key.as_str())
+            .kind(kind)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: free once it expired: {e}"));
+        assert!(waited.fencing_token() > 0);
+        waited.release().await.expect("release");
+        assert_eq!(int(&["EXISTS", &hash]), 0, "{kind:?}: freed");
     }
 }
 

@@ -1,4 +1,4 @@
-//! What a holder records of itself in the lock's hash (`host\tpid\tsite`, see
+//! What a holder records of itself with the lock (`host\tpid\tsite`, see
 //! `ops/inspect.rs` for the whole entry), and this host's name, which a leader also
 //! publishes.
 

@@ -1,6 +1,6 @@
 //! What distlock tells about itself, written by every layer above: metrics, the
-//! `#[distributed_lock]` sites linked into the binary, and the holder text a lock's hash
-//! records of its holder.
+//! `#[distributed_lock]` sites linked into the binary, and the holder text a lock records
+//! of its holder.
 
 pub(crate) mod holder;
 pub mod metrics;

@@ -1,7 +1,8 @@
-//! Who holds a lock: the holder information the acquire scripts record in the lock's own
-//! hash (`i:<owner id>` -> `host\tpid\tsite\tsince\ttoken`, written by the acquiring
-//! script in the same `HSET` as the holder's count, gone with the holder's hold and with the
-//! lock's expiry; on by default in distlock's format), and the read-only
+//! Who holds a lock: the holder information the acquire scripts record with the lock
+//! itself (a reentrant or fair lock's record, `protocol/record.lua`, in the same `SET` as
+//! its holder; a read-write lock's hash, `i:<owner id>`; read as
+//! `host\tpid\tsite\tsince\ttoken`), gone with the holder's hold and with the lock's
+//! expiry; on by default in distlock's format), and the read-only
 //! inspection behind `distlock list`/`show`: [`Registry::inspect`] and [`Registry::list`].
 //!
 //! Semaphores are shown too ([`Kind::Semaphore`]): their holders (the acquire script
@@ -153,9 +154,12 @@ pub struct Holder {
     pub pid: Option<u32>,
     /// The lock site: the `#[distributed_lock]` function, or `file:line` of `Lock::new`.
     pub site: Option<String>,
-    /// When it was acquired: milliseconds since the Unix epoch, by the server's clock.
+    /// When it was acquired: milliseconds since the Unix epoch, by the acquiring process's
+    /// clock (a reentrant or fair lock: written with no call of its own) or by the server's
+    /// (a read-write lock, a semaphore).
     pub since_ms: Option<u64>,
-    /// How long it has held the lock, by the server's clock (now − `since_ms`).
+    /// How long it has held the lock: the server's clock now − `since_ms` (`None` when
+    /// `since_ms` is ahead of it: a process whose clock runs ahead of the server's).
     pub held_for: Option<Duration>,
     /// The fencing token this holder got.
     pub token: Option<u64>,
@@ -394,7 +398,8 @@ fn holder(owner: &str, count: u64, info: &[(String, String)], now: i64) -> Holde
 }
 
 /// The inspect script's reply as the locks it shows (`None`: not that script's reply).
-/// The lock hash's `l:<level id>` fields mark the levels held (see `protocol/acquire.lua`),
+/// A lock's fields (a reentrant or fair lock's record as `protocol/inspect.lua` answers it,
+/// a read-write lock's hash): `l:<level id>` fields mark the levels held,
 /// `i:<owner id>` the holders' information, `hold:until` a run-once job's
 /// `hold_at_least`, and `w` the processes with a waiter refused it (`protocol/handoff.lua`);
 /// owners are the other fields (so a lock kept after its job by `hold_at_least` shows no
@@ -403,7 +408,7 @@ fn is_owner(field: &str) -> bool {
     !(field.starts_with("l:") || field.starts_with("i:") || field == "hold:until" || field == "w")
 }
 
-/// The tokens of the holds of a reentrant or fair lock's hash: its levels' marks
+/// The tokens of the holds of a reentrant or fair lock: its levels' marks
 /// (`l:<level id>`: a new holder's token; a nested level's `1`, below every token).
 fn level_tokens(fields: &[(String, String)]) -> Vec<u64> {
     fields
@@ -419,7 +424,7 @@ fn last_token(counter: Option<u64>, held: impl IntoIterator<Item = u64>) -> Opti
     held.into_iter().chain(counter).max()
 }
 
-/// The holder information entries of a lock's hash (`i:<owner id>` -> entry), by owner.
+/// The holder information entries of a lock's fields (`i:<owner id>` -> entry), by owner.
 fn info_of(fields: &[(String, String)]) -> Vec<(String, String)> {
     fields
         .iter()

@@ -47,17 +47,19 @@ pub(crate) fn acquire(
             .arg(nested),
     };
     push_fence(&mut call, keys);
-    let Shape::Reentrant = keys.shape else {
-        if let Some(holder) = &keys.holder {
-            call = call.arg(&**holder);
+    match (&keys.shape, keys.holder.as_deref()) {
+        (Shape::Reentrant, _) => {}
+        (Shape::Fair, Some(holder)) => return call.arg(since(holder)),
+        (Shape::Read | Shape::Write | Shape::Semaphore(_), Some(holder)) => {
+            return call.arg(holder)
         }
-        return call;
-    };
+        (Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_), None) => return call,
+    }
     // acquire.lua's optional ARGV[6..8], '' where one before a given one is not given.
     let tag = keys.handoff_tag.as_deref().filter(|_| !hold.nested);
     let floor = keys.seed_floor.filter(|_| !hold.nested);
     if keys.holder.is_some() || tag.is_some() || floor.is_some() {
-        call = call.arg(keys.holder.as_deref().unwrap_or(""));
+        call = call.arg(keys.holder.as_deref().map_or_else(String::new, since));
     }
     if tag.is_some() || floor.is_some() {
         call = call.arg(tag.unwrap_or(""));
@@ -66,6 +68,15 @@ pub(crate) fn acquire(
         call = call.arg(floor.get().to_string());
     }
     call
+}
+
+/// Holder information as a lock's record keeps it (`record.lua`): `host\tpid\tsite` and
+/// `since`, this process's clock in ms now (0 before 1970).
+fn since(holder: &str) -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{holder}\t{ms}")
 }
 
 /// The fencing counter's keys, last of an acquiring call's keys: the counter, and the key's
@@ -187,10 +198,10 @@ pub(crate) fn handoff(
         .arg(to.level_hex())
         .arg(if hold.only_level { "1" } else { "0" });
     // The new holder's information, when it records it (the old holder's goes with its
-    // hold, in the lock's hash); this process's tag and the turn: the lock goes free
+    // hold, in the lock's record); this process's tag and the turn: the lock goes free
     // instead when a waiter of another process was refused it a turn ago or more.
     call = call
-        .arg(holder.unwrap_or(""))
+        .arg(holder.map_or_else(String::new, since))
         .arg(keys.handoff_tag.as_deref().unwrap_or(""))
         .arg(millis(super::TURN));
     Some(call)
@@ -232,7 +243,7 @@ pub(crate) fn cancel(keys: &LockKeys, owner: OwnerId, publish: Publish) -> Optio
 }
 
 /// Delete a lock whoever holds it (with the other keys of fair and read-write locks, and the
-/// holders' information, which is in the lock's hash).
+/// holders' information, which is in the lock's record or hash).
 pub(crate) fn force_release(keys: &LockKeys, publish: Publish) -> Call {
     let mut call = Call::on(Script::ForceRelease, keys)
         .arg(&keys.channel)

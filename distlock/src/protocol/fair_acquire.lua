@@ -1,8 +1,8 @@
 -- Acquire or re-enter a fair lock: granted in the order waiters asked. The lock is a
--- hash like the reentrant lock's (released and renewed by release.lua and renew.lua);
+-- record like the reentrant lock's (record.lua) (released and renewed by release.lua and renew.lua);
 -- waiters queue in a list with a deadline each in a zset; a free lock goes to the head.
 --
--- KEYS[1] lock hash
+-- KEYS[1] the lock's record (record.lua)
 -- KEYS[2] queue list
 -- KEYS[3] waiters' deadlines zset
 -- KEYS[4] fencing counter (fence_prologue.lua)
@@ -12,13 +12,13 @@
 -- ARGV[3] wait left in ms (0: do not queue; at most 31536000000, MAX_WAIT)
 -- ARGV[4] level id (one per acquisition; see acquire.lua)
 -- ARGV[5] '1' when the owner holds the lock already (a nested acquisition), else '0'
--- ARGV[6] (optional) holder information, as in acquire.lua (`i:<owner id>` in the lock hash)
--- Returns: as acquire.lua (and as safe to run twice: the new holder's level mark keeps its
+-- ARGV[6] (optional) holder information, as in acquire.lua
+-- Returns: as acquire.lua (and as safe to run twice: the new holder's record keeps its
 --   token, which a run again answers); a refused waiter gets the time until the lock's lease ends, or until
 --   the head's deadline when the lock is free.
 local lock, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 local owner, lease, wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local level, nested = 'l:' .. ARGV[4], ARGV[5] == '1'
+local level, nested = ARGV[4], ARGV[5] == '1'
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
@@ -26,18 +26,18 @@ end
 if not wait or wait < 0 or wait > 31536000000 then
   return redis.error_reply('ERR distlock: wait out of range (0..31536000000 ms, MAX_WAIT): ' .. tostring(ARGV[3]))
 end
-if redis.call('hexists', lock, level) == 1 then
+local r, held_token, levels, until_ms, waiting, holder = read_record(lock)
+if r == owner and string.find(',' .. levels .. ',', ',' .. level .. ',', 1, true) then
   -- Run again (a lost or late reply): the same answer, and a full lease from now, as the
   -- client counts its lease from this run (see acquire.lua).
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   if nested then return {2, 0} end
-  return {1, tonumber(redis.call('hget', lock, level))}
+  return {1, tonumber(held_token)}
 end
 if nested then
-  if redis.call('hexists', lock, owner) == 0 then return {3, 0} end
-  redis.call('hincrby', lock, owner, 1)
-  redis.call('hset', lock, level, 1)
-  if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
+  if r ~= owner then return {3, 0} end
+  local text = string.format(RECORD, r, held_token, levels .. ',' .. level, until_ms, waiting, holder)
+  redis.call('set', lock, text, 'px', math.max(redis.call('pttl', lock), lease))
   return {2, 0}
 end
 local t = redis.call('time')
@@ -66,7 +66,7 @@ local function enqueue()
   redis.call('zadd', waiters, now + wait, owner)
   tidy()
 end
-if redis.call('exists', lock) == 1 then
+if r ~= nil then
   enqueue()
   return {0, redis.call('pttl', lock)}
 end
@@ -81,11 +81,5 @@ if head then
   tidy()
 end
 local token = next_token(KEYS[4], KEYS[5])
-local mark = string.format('%.0f', token)
-if ARGV[6] then
-  redis.call('hset', lock, owner, 1, level, mark, 'i:' .. owner, holder_entry(ARGV[6], t, mark))
-else
-  redis.call('hset', lock, owner, 1, level, mark)
-end
-redis.call('pexpire', lock, lease)
+redis.call('set', lock, string.format(RECORD, owner, string.format('%.0f', token), level, '', '', ARGV[6] or ''), 'px', lease)
 return {1, token}

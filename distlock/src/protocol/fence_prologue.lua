@@ -53,10 +53,3 @@ local function next_token(fence, legacy, floor)
   end
   return token
 end
--- holder_entry(text, time, token): the holder information of a new holder (`text` is its
--- `host\tpid\tsite`, `time` the server's TIME reply, `token` the token as text), as the
--- acquire scripts write it in the lock's own hash under `i:<owner id>`:
--- `host\tpid\tsite\tsince_ms\ttoken` (the milliseconds joined as text: no number formatting).
-local function holder_entry(text, time, token)
-  return text .. '\t' .. time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000)) .. '\t' .. token
-end

@@ -1,7 +1,7 @@
 -- Read everything about one lock key, of every kind, without changing anything
 -- (`distlock list`/`show`, `Registry::inspect`).
 --
--- KEYS[1] reentrant lock hash      KEYS[2] fair lock hash    KEYS[3] fair queue list
+-- KEYS[1] reentrant lock record    KEYS[2] fair lock record  KEYS[3] fair queue list
 -- KEYS[4] fair waiters zset        KEYS[5] rw hash           KEYS[6] rw readers zset
 -- KEYS[7] rw waiting writers zset  KEYS[8] fencing counter
 -- KEYS[9] semaphore holders zset   KEYS[10] semaphore counts hash (see sem_prologue.lua)
@@ -18,7 +18,11 @@
 --   zrange semaphore holders withscores, hgetall semaphore counts,
 --   this node's address (`host:port`) or false,
 --   lrange semaphore queue, zrange semaphore waiters withscores}
--- The holders' information is in their lock's hash (`i:<owner id>`, see acquire.lua).
+-- A lock's record (record.lua) is answered as the fields of a hash: owner id -> level
+-- count, `l:<level id>` -> the token (the outermost level) or 1 (a nested one),
+-- `i:<owner id>` -> `host\tpid\tsite\tsince\ttoken` (holder information), `hold:until`,
+-- `w` (the record's `until` and `waiting`, when not empty). A read-write lock's hash is
+-- answered as it is.
 -- A waiting process is a subscriber connection to the lock's release channel (PUBSUB NUMSUB
 -- plus SHARDNUMSUB on this server): every process with a task waiting for the lock has
 -- one. -1 when the user may not run PUBSUB (the rest of the reply does not need it).
@@ -26,7 +30,24 @@
 -- deadlines with now_ms.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function hash(k) return {redis.call('pttl', k), redis.call('hgetall', k)} end
+local function hash(k)
+  local owner, token, levels, until_ms, waiting, holder = read_record(k)
+  if not owner then return {redis.call('pttl', k), redis.call('hgetall', k)} end
+  local out = {}
+  local function put(f, v) out[#out + 1] = f; out[#out + 1] = v end
+  if owner ~= '' then
+    local n = 0
+    for lv in string.gmatch(levels, '[^,]+') do
+      put('l:' .. lv, n == 0 and token or '1')
+      n = n + 1
+    end
+    put(owner, tostring(n))
+    if holder ~= '' then put('i:' .. owner, holder .. '\t' .. token) end
+  end
+  if until_ms ~= '' then put('hold:until', until_ms) end
+  if waiting ~= '' then put('w', waiting) end
+  return {redis.call('pttl', k), out}
+end
 local function waiting(channel)
   if not channel then return -1 end
   local n = 0

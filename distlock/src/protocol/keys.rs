@@ -41,9 +41,9 @@ pub(crate) struct LockKeys {
     pub channel: String,
     /// Holder information (`[backends.NAME] holder_info`, on by default in distlock's
     /// format): this holder's `host\tpid\tsite`, which the acquire scripts write, with the
-    /// time and the token, into the lock's own hash (`i:<owner id>` ->
-    /// `host\tpid\tsite\tsince_ms\ttoken`), where it goes with the hold. `None`: the backend
-    /// does not record holders.
+    /// time and the token, with the lock itself (a reentrant or fair lock's record,
+    /// `record.lua`; a read-write lock's hash, `i:<owner id>`), where it goes with the hold.
+    /// `None`: the backend does not record holders.
     pub holder: Option<std::sync::Arc<str>>,
     /// A run-once job's `hold_at_least` (reentrant locks only): a new holder records the
     /// server time it may release at (`hold:until`), and a release before then keeps the

@@ -300,9 +300,11 @@ mod tests {
         assert_eq!(
             with_info.keys.len(),
             2,
-            "the information is in the lock's hash"
+            "the information is in the lock's record"
         );
-        assert_eq!(with_info.args[8], b"h\t1\ts");
+        let info = String::from_utf8(with_info.args[8].clone()).unwrap();
+        assert!(info.starts_with("h\t1\ts\t"), "{info:?}: with since, in ms");
+        assert!(info.rsplit('\t').next().unwrap().parse::<u64>().unwrap() > 0);
         keys = keys.with_holder("h\t2\tt".into());
         let old_records = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(old_records.keys.len(), 2);
@@ -315,7 +317,8 @@ mod tests {
         let tagged = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(tagged.args[8..10], [b"".to_vec(), b"00ab".to_vec()]);
         let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
-        assert_eq!(refused.args[5..], [b"h\t2\tt".to_vec(), b"00ab".to_vec()]);
+        assert!(refused.args[5].starts_with(b"h\t2\tt\t"), "with since");
+        assert_eq!(refused.args[6], b"00ab");
         keys.holder = None;
         let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
         assert_eq!(refused.args[5..], [b"".to_vec(), b"00ab".to_vec()]);

@@ -1,28 +1,30 @@
 -- Release one level of a reentrant (or fair) lock. Safe to run twice: see
--- release_prologue.lua (prepended), which lets the level go.
+-- release_prologue.lua (prepended), which lets the level go. Freeing the lock costs three
+-- calls: GET, DEL, PUBLISH.
 --
--- KEYS[1] lock hash
+-- KEYS[1] the lock's record (record.lua)
 -- ARGV[1] owner id
 -- ARGV[2] channel
 -- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
 -- ARGV[4] level id of the acquisition released
--- ARGV[5] '1' when the lock may carry `hold:until` (this hold was taken with
---   hold_at_least, or is a nested level of a hold that may be), else '0': the common
---   release does not look for it; 'undo' when this release undoes an outermost
---   acquisition whose outcome its caller never learned (the reply lost, the future
---   dropped: no guard was handed out, the job did not run): the lock goes with the
---   `hold:until` that acquisition set, so the slot is free for the job to run elsewhere
--- ARGV[6] '1' when this level is the owner's only one (the client holds off its nested
---   acquisitions until this has run: `Hold::only_level`): freed without counting down; else '0'
---   or absent
--- The owner's holder information (`i:<owner id>`, see acquire.lua) goes with the lock.
--- A lock taken with hold_at_least (acquire.lua: the field `hold:until`, server ms) and
--- freed before that time is kept, without a holder, until then: nothing is published, and
+-- ARGV[5] '1' when the lock may carry `until` (this hold was taken with hold_at_least, or
+--   is a nested level of a hold that may be), else '0': the common release does not look
+--   at it; 'undo' when this release undoes an outermost acquisition whose outcome its
+--   caller never learned (the reply lost, the future dropped: no guard was handed out, the
+--   job did not run): the lock goes with the `until` that acquisition set, so the slot is
+--   free for the job to run elsewhere
+-- ARGV[6] '1' when this level is the owner's only live one (the client holds off its
+--   nested acquisitions until this has run: `Hold::only_level`): it frees the lock, with
+--   any nested level whose release is still on its way; else '0' or absent
+-- The owner's holder information goes with the lock.
+-- A lock taken with hold_at_least (acquire.lua: the record's `until`, server ms) and freed
+-- before that time is kept, without a holder, until then: nothing is published, and
 -- acquirers find it held (run-once jobs).
 -- Returns: -1 the owner does not hold it (nothing changed); n > 0 still held re-entrantly
 --   (also when this level was released already); 0 freed (then the release is published
---   on the channel; or kept until `hold:until`); {0, error} freed, but the publish failed (an ACL user without the
---   channel right: NOPERM): the release stands, waiters wake at the lease's end.
+--   on the channel; or kept until `until`); {0, error} freed, but the publish failed (an
+--   ACL user without the channel right: NOPERM): the release stands, waiters wake at the
+--   lease's end.
 local lock, owner = KEYS[1], ARGV[1]
 local stays = release_level(lock, owner, ARGV[4], ARGV[5] == '1', nil, ARGV[6] == '1')
 if stays then return stays end

@@ -53,7 +53,11 @@ local function again(field)
 end
 local function left(t) return math.max(t - now, 1) end
 local function note(token)
-  if ARGV[7] then redis.call('hset', rw, 'i:' .. owner, holder_entry(ARGV[7], t, string.format('%.0f', token))) end
+  if ARGV[7] then
+    -- `host\tpid\tsite\tsince_ms\ttoken` (the milliseconds joined as text).
+    local since = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+    redis.call('hset', rw, 'i:' .. owner, ARGV[7] .. '\t' .. since .. '\t' .. string.format('%.0f', token))
+  end
 end
 if mode == 'read' then
   local rc, mr = 'r:' .. owner, 'mr:' .. owner

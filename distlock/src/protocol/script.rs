@@ -84,15 +84,15 @@ macro_rules! lua {
 /// KEYS and ARGV.
 #[allow(missing_docs)]
 pub mod sources {
-    pub const ACQUIRE: &str = lua!("fence_prologue.lua", "acquire.lua");
-    pub const RELEASE: &str = lua!("release_prologue.lua", "release.lua");
-    pub const RENEW: &str = lua!("renew.lua");
+    pub const ACQUIRE: &str = lua!("record.lua", "fence_prologue.lua", "acquire.lua");
+    pub const RELEASE: &str = lua!("record.lua", "release_prologue.lua", "release.lua");
+    pub const RENEW: &str = lua!("record.lua", "renew.lua");
     pub const FORCE_RELEASE: &str = lua!("force_release.lua");
     pub const RW_ACQUIRE: &str = lua!("rw_prologue.lua", "fence_prologue.lua", "rw_acquire.lua");
     pub const RW_RELEASE: &str = lua!("rw_prologue.lua", "rw_release.lua");
     pub const RW_RENEW: &str = lua!("rw_prologue.lua", "rw_renew.lua");
     pub const RW_CANCEL: &str = lua!("rw_prologue.lua", "rw_cancel.lua");
-    pub const FAIR_ACQUIRE: &str = lua!("fence_prologue.lua", "fair_acquire.lua");
+    pub const FAIR_ACQUIRE: &str = lua!("record.lua", "fence_prologue.lua", "fair_acquire.lua");
     pub const FAIR_CANCEL: &str = lua!("fair_cancel.lua");
     pub const FENCE: &str = lua!("fence.lua");
     pub const FENCE_GET: &str = lua!("fence_get.lua");
@@ -103,7 +103,7 @@ pub mod sources {
         "fence_quorum_tail.lua"
     );
     pub const FENCE_UNDO: &str = lua!("fence_undo.lua");
-    pub const INSPECT: &str = lua!("inspect.lua");
+    pub const INSPECT: &str = lua!("record.lua", "inspect.lua");
     pub const REDISSON_LOCK: &str = lua!("redisson/token_prologue.lua", "redisson/lock.lua");
     pub const REDISSON_UNLOCK: &str = lua!("redisson/unlock.lua");
     pub const REDISSON_RENEW: &str = lua!("redisson/renew.lua");
@@ -135,7 +135,12 @@ pub mod sources {
     pub const SEM_FAIR_CANCEL: &str = lua!("sem_fair_cancel.lua");
     pub const SEM_RELEASE: &str = lua!("sem_prologue.lua", "sem_release.lua");
     pub const SEM_RENEW: &str = lua!("sem_prologue.lua", "sem_renew.lua");
-    pub const HANDOFF: &str = lua!("fence_prologue.lua", "release_prologue.lua", "handoff.lua");
+    pub const HANDOFF: &str = lua!(
+        "record.lua",
+        "fence_prologue.lua",
+        "release_prologue.lua",
+        "handoff.lua"
+    );
 }
 
 impl Script {

@@ -44,14 +44,8 @@ pub fn fence_on(url: &str, key: &str) -> u64 {
 /// script would.
 pub fn hold_as_other(url: &str, key: &str, ttl_ms: u64) {
     let hash = hash_of(key);
-    assert_eq!(
-        on(url, &["HSET", &hash, "someone-else", "1"]).as_int(),
-        Some(1)
-    );
-    assert_eq!(
-        on(url, &["PEXPIRE", &hash, &ttl_ms.to_string()]).as_int(),
-        Some(1)
-    );
+    let record = distlock_tests::lock_record("someone-else", 1, &["0000000000000001"], "");
+    assert!(on(url, &["SET", &hash, &record, "PX", &ttl_ms.to_string()]).is_ok());
 }
 
 /// `n` private servers (killed and removed on drop).
