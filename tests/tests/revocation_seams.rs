@@ -3,11 +3,13 @@
 //! `forceUnlock` on a cluster (sharded and plain pub/sub) is heard at once; a forced
 //! release whose message arrives before the acquisition's reply is not dropped; and a
 //! server that restarts with data to load (the lock not among it) is heard once it has
-//! loaded. Every bound is a generous protocol bound (a message and one renewal round trip,
+//! loaded; a revocation heard on a hot key is checked once, not for ever. Every bound is a generous protocol bound (a message and one renewal round trip,
 //! or the checks' backoff), far under the lease that would otherwise tell.
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{quoted, unique};
@@ -532,4 +534,73 @@ async fn a_forced_release_heard_before_a_hand_offs_reply_is_not_dropped() {
         lost_within(&what, HEARD_WITHIN, held.lost()).await;
         assert!(!held.is_held(), "{what}: is_held() after the loss");
     }
+}
+
+/// A revocation heard while acquisitions are in flight has each of them check its lease
+/// once. That check is no revocation of its own: counted as one, every acquisition of a
+/// hot key (one is always in flight) saw it and checked its lease again, a renewal for
+/// about every other acquisition for as long as the key stayed hot, and half the
+/// throughput.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_heard_on_a_hot_key_is_checked_once_not_for_ever() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let reg = registry(&format!("mode = \"single\"\nurl = \"{}\"", server.url())).await;
+    subscribed(&reg).await;
+    let key = unique("hot-recheck");
+    let stop = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (reg, key, stop, taken) = (reg.clone(), key.clone(), stop.clone(), taken.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = reg.lock(key.as_str()).acquire().await.expect("acquire");
+                taken.fetch_add(1, Ordering::Relaxed);
+                g.release().await.expect("release");
+            }
+        }));
+    }
+    // Every subscriber connection cut, three times: it connects again, and every lease
+    // held then is checked (a revocation of every lock), while acquisitions of the key
+    // are in flight.
+    for _ in 0..3 {
+        let connections = reg.subscriber_connections("main").unwrap_or(0);
+        cmd(&addr, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reg.subscriber_connections("main").unwrap_or(0) <= connections {
+            assert!(
+                Instant::now() < deadline,
+                "the subscriber did not connect again"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A window of the hot key's traffic, well after the checks that revocation called for.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
+    let before = taken.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let stats = cmd(&addr, &["INFO", "commandstats"]);
+    let in_window = taken.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let stats = stats.as_str().unwrap_or_default().to_owned();
+    // A renewal (or any lease check) asks PTTL; a hand-off or a release does not.
+    let checks: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_pttl:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        in_window > 100,
+        "the key stayed hot: {in_window} acquisitions"
+    );
+    assert!(
+        checks <= 10,
+        "{checks} lease checks for {in_window} acquisitions, long after one revocation: {stats}"
+    );
 }

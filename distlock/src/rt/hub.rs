@@ -77,6 +77,11 @@ pub(crate) enum Revoked<'a> {
     Key(&'a str),
     /// The server may have lost every lock (it restarted, or another one took over).
     All,
+    /// A lease with this Redis key was registered by an acquisition in flight when a
+    /// revocation that may concern it was heard: it is to be checked, but this is no
+    /// revocation of its own (the one heard is remembered already), so the acquisitions
+    /// in flight now are not told of it again.
+    Registered(&'a str),
 }
 
 /// The callback revocations are handed to.

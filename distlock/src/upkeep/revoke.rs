@@ -65,7 +65,7 @@ pub(crate) fn registered(in_flight: &InFlight, backend: &Backend, lease: &LeaseS
     if in_flight.revoked_since(|k| concerns(lease, k)) {
         tracing::debug!(backend = %backend.name, key = %lease.keys.user,
             "distlock: a revocation came while the acquisition was in flight; checking the lease");
-        backend.hub.revoked(Revoked::Key(&lease.keys.hash));
+        backend.hub.revoked(Revoked::Registered(&lease.keys.hash));
     }
 }
 
@@ -83,10 +83,13 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
         };
         // First remembered for the acquisitions in flight: one whose lease is not among
         // those looked at below registers after this, and finds it then.
-        leases.heard.record(match what {
-            Revoked::All => None,
-            Revoked::Key(key) => Some(key),
-        });
+        match what {
+            Revoked::All => leases.heard.record(None),
+            Revoked::Key(key) => leases.heard.record(Some(key)),
+            // Remembered when it was heard: remembered again, every acquisition of a hot
+            // key in flight now would check its lease again, and so on for ever.
+            Revoked::Registered(_) => {}
+        }
         let mut p = shared.lock().unwrap_or_else(|e| e.into_inner());
         match what {
             // Every lease held when the check runs, not only when the connection came:
@@ -94,7 +97,7 @@ pub(crate) fn spawn(backend: &Arc<Backend>) {
             // this call is checked too (one renewal more, at most, for one taken after).
             Revoked::All => p.all = true,
             // Only names of leases held here are kept: the set stays as small as they are.
-            Revoked::Key(key) => {
+            Revoked::Key(key) | Revoked::Registered(key) => {
                 if !leases.held(|l| concerns(l, key)).is_empty() {
                     p.keys.insert(key.to_owned());
                 }
