@@ -73,6 +73,9 @@ const result = roles[workload]
       prefix: `bench:${contender}:${process.pid}:${workload}`,
       now: () => performance.now(),
     });
-console.log(JSON.stringify({ contender, workload, ...result }));
-// Tasks still polling after the window are abandoned: their keys are unique to this run.
-process.exit(0);
+// Exits once the line is written: a pipe's writes may be asynchronous, and process.exit
+// right after console.log cut a hot-key line (tens of kB of instants) at 64 kB. Tasks
+// still polling after the window are abandoned: their keys are unique to this run.
+process.stdout.write(JSON.stringify({ contender, workload, ...result }) + "\n", () =>
+  process.exit(0),
+);
