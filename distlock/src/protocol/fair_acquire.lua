@@ -1,6 +1,7 @@
 -- Acquire or re-enter a fair lock: granted in the order waiters asked. The lock is a
--- record like the reentrant lock's (record.lua) (released and renewed by release.lua and renew.lua);
--- waiters queue in a list with a deadline each in a zset; a free lock goes to the head.
+-- record like the reentrant lock's (record.lua; released and renewed by release.lua and
+-- renew.lua); waiters queue in a list with a deadline each in a zset; a free lock goes to
+-- the head.
 --
 -- KEYS[1] the lock's record (record.lua)
 -- KEYS[2] queue list
