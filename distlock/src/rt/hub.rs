@@ -473,6 +473,7 @@ mod tests {
         backend_hub.on_revoked(OnRevoked(Arc::new(move |r| {
             s.lock().unwrap().push(match r {
                 Revoked::Key(k) => k.to_owned(),
+                Revoked::Registered(k) => format!("registered {k}"),
                 Revoked::All => "*".into(),
             })
         })));
