@@ -198,3 +198,105 @@ async fn a_redisson_format_acquisition_run_after_its_undo_is_undone_again() {
         a_late_acquisition_is_undone("redisson", target).await;
     }
 }
+
+/// A Redisson-format fair waiter whose attempt got no answer in time goes on under a new
+/// owner field and leaves the queue under the old one. The attempt it gave up on can reach
+/// the server after that cancel, and queue the old field for the whole wait: every later
+/// waiter would then wait behind a place nobody takes. The cancel must catch it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let config = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"redisson\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
+        proxy.url(),
+        RESPONSE_TIMEOUT.as_millis()
+    );
+    let reg = Registry::from_str(&config).await.unwrap();
+    let other = Registry::from_str(&config).await.unwrap();
+    let mut direct = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = "late-fair-place";
+    let fair = Target::Lock(LockKind::Fair);
+    for r in [&reg, &other] {
+        assert_eq!(
+            try_once(r, key, fair, Duration::from_secs(5)).await,
+            Ok(true)
+        );
+    }
+    // Another owner holds the lock, so the waiter's attempts queue.
+    let held = other
+        .lock(key)
+        .kind(LockKind::Fair)
+        .lease(Lease::Fixed(Duration::from_secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    // The waiter's first attempt waits in the proxy; the waiter gives up on it.
+    proxy.set_hold_on_send(Some(acquire_sha("redisson", fair).as_bytes()));
+    let before = scripts_run(&mut direct).await;
+    let waiter = {
+        let reg = reg.clone();
+        tokio::spawn(async move {
+            let g = reg
+                .lock(key)
+                .kind(LockKind::Fair)
+                .lease(Lease::Fixed(Duration::from_secs(5)))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .map_err(|e| e.to_string())?;
+            g.release().await.map_err(|e| e.to_string())
+        })
+    };
+    let start = Instant::now();
+    while proxy.held_flows() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set_hold_on_send(None);
+    // Its cancel (and its attempt under a new field) run first, on other connections.
+    while scripts_run(&mut direct).await < before + 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no cancel ran on another connection within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Then the attempt under the old field: it queues, for nobody.
+    let ran = scripts_run(&mut direct).await;
+    assert_eq!(proxy.release_held(), 1);
+    let late = Instant::now();
+    while scripts_run(&mut direct).await == ran {
+        assert!(
+            late.elapsed() < Duration::from_secs(5),
+            "the held attempt never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    held.release().await.unwrap();
+    // The waiter gets the lock and lets it go; then the lock is free for anyone within the
+    // bound, not only after the old field's place runs out with the wait.
+    let outcome = tokio::time::timeout(BOUND, waiter)
+        .await
+        .expect("the waiter got the lock within the bound")
+        .unwrap();
+    assert_eq!(outcome, Ok(()), "the waiter");
+    loop {
+        if try_once(&other, key, fair, Duration::from_secs(5)).await == Ok(true) {
+            break;
+        }
+        assert!(
+            late.elapsed() < BOUND,
+            "a place queued after its cancel still blocks the fair lock {BOUND:?} after it ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "fair: free {:?} after the late place was taken",
+        late.elapsed()
+    );
+}
