@@ -357,8 +357,15 @@ impl Backend {
     }
 
     /// Leave the queue without waiting (a waiter that timed out or was dropped): in the
-    /// background, sent again until the server answers (`resend.rs`).
-    pub(crate) fn cancel_in_background(self: &Arc<Self>, keys: LockKeys, owner: OwnerId) {
+    /// background, sent again until the server answers (`resend.rs`); with `late`, an
+    /// attempt of the place got no answer and may run after this, so it is sent again
+    /// later too ([`Backend::cancel_again_later`]).
+    pub(crate) fn cancel_in_background(
+        self: &Arc<Self>,
+        keys: LockKeys,
+        owner: OwnerId,
+        late: bool,
+    ) {
         if let Some(store) = self.driver.local() {
             return store.cancel_now(&keys, owner);
         }
@@ -371,11 +378,18 @@ impl Backend {
         self.resend(
             "leaving the wait queue",
             &keys.clone(),
-            move || {
+            {
                 let (backend, keys) = (backend.clone(), keys.clone());
-                async move { backend.send_cancel(&keys, owner).await.map(drop) }
+                move || {
+                    let (backend, keys) = (backend.clone(), keys.clone());
+                    async move { backend.send_cancel(&keys, owner).await.map(drop) }
+                }
             },
-            || {},
+            move || {
+                if late {
+                    backend.cancel_again_later(&keys, owner);
+                }
+            },
         );
     }
 

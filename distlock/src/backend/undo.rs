@@ -8,7 +8,10 @@
 //!
 //! So an undo is sent once more at each of [`AGAIN_AFTER`] after its first answer: a
 //! late acquisition that runs within 2 s of the undo is freed within the
-//! pause before the next send (at most 1.5 s; documented: within 3 s). Each send is the
+//! pause before the next send (at most 1.5 s; documented: within 3 s). A queue place left
+//! while an attempt of it was unanswered is left again in the same way
+//! ([`Backend::cancel_again_later`]): the late attempt, refused, queues the place again, and
+//! every later waiter of a fair or write lock would wait behind it until its deadline. Each send is the
 //! same undo (a level released twice is released once), or for Redisson's format the
 //! same field under a new unlock request id
 //! ([`crate::protocol::keys::Format::undo_sent_again`]): the field is that acquisition's
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 use super::Backend;
 use crate::protocol::keys::LockKeys;
-use crate::terms::owner::Hold;
+use crate::terms::owner::{Hold, OwnerId};
 
 /// The pauses before each send again of an undo, from its first answer.
 pub(crate) const AGAIN_AFTER: [Duration; 3] = [
@@ -45,6 +48,26 @@ impl Backend {
                 if let Err(e) = backend.release(&keys, again).await {
                     tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
                         "distlock: an undo sent again, in case its acquisition ran late, failed");
+                }
+            }
+        }));
+    }
+
+    /// `owner`'s queue place on `keys` was just left while an attempt of it had no answer:
+    /// leave it once more at each of [`AGAIN_AFTER`], on the background runtime, as
+    /// [`Backend::undo_again_later`] does (a place left twice is left once). Errors are
+    /// logged only.
+    pub(crate) fn cancel_again_later(self: &Arc<Self>, keys: &LockKeys, owner: OwnerId) {
+        if self.driver.local().is_some() {
+            return;
+        }
+        let (backend, keys) = (self.clone(), keys.clone());
+        drop(self.runtime.spawn(async move {
+            for pause in AGAIN_AFTER {
+                tokio::time::sleep(pause).await;
+                if let Err(e) = backend.send_cancel(&keys, owner).await {
+                    tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
+                        "distlock: leaving a queue again, in case an attempt ran late, failed");
                 }
             }
         }));

@@ -419,6 +419,9 @@ impl Attempts {
         match t.backend.cancel(&q.keys, q.owner).await {
             Ok(_) => {
                 q.armed = false;
+                if q.unanswered {
+                    t.backend.cancel_again_later(&q.keys, q.owner);
+                }
                 self.stale = None;
             }
             Err(e) if e.is_transient() && Instant::now() < t.deadline => {
@@ -466,6 +469,7 @@ impl Attempts {
                 keys: self.keys.clone(),
                 owner: self.hold.owner,
                 armed: true,
+                unanswered: false,
             });
         }
         // A retry after an error sends the same level, so a first run whose reply was lost
@@ -478,9 +482,19 @@ impl Attempts {
                 ttl: Some(until.saturating_duration_since(sent)),
             }),
             None => {
-                t.backend
+                // Marked before it goes: this future may be dropped at the await.
+                let queued = self.queued.as_mut();
+                let unanswered = queued.map(|q| std::mem::replace(&mut q.unanswered, true));
+                let result = t
+                    .backend
                     .acquire(&self.keys, self.hold, t.lease_len, left)
-                    .await
+                    .await;
+                if let (Some(q), Some(before), true) =
+                    (self.queued.as_mut(), unanswered, result.is_ok())
+                {
+                    q.unanswered = before;
+                }
+                result
             }
         };
         (sent, result)
@@ -764,13 +778,17 @@ struct Queued {
     keys: LockKeys,
     owner: OwnerId,
     armed: bool,
+    /// An attempt of this place got no answer (an error, or its future dropped in flight):
+    /// it may still reach the server after the place is left, and queue it again, so
+    /// leaving it is sent again a while later (`Backend::cancel_again_later`).
+    unanswered: bool,
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         if self.armed {
             self.backend
-                .cancel_in_background(self.keys.clone(), self.owner);
+                .cancel_in_background(self.keys.clone(), self.owner, self.unanswered);
         }
     }
 }
