@@ -7,7 +7,7 @@
 -- KEYS[2] fencing counter (fence_prologue.lua)
 -- KEYS[3] (optional) the key's own counter of earlier builds, when KEYS[2] is another (fence_prologue.lua)
 -- ARGV[1] owner id
--- ARGV[2] lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
+-- ARGV[2] lease in ms, digits only (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
 -- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
 -- ARGV[5] hold_at_least in ms ('0' or absent: none; at most the lease, checked by the client): a new
@@ -38,7 +38,7 @@ local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
 local at_least = ARGV[5] == nil and 0 or tonumber(ARGV[5])
 local holder = ARGV[6] or ''
 -- Checked before the first write, so a bad argument leaves nothing behind.
-if not lease or lease < 1 or lease > 86400000 then
+if not lease or lease < 1 or lease > 86400000 or not string.find(ARGV[2], '^%d+$') then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
 if not at_least or at_least < 0 or at_least > 86400000 then
@@ -90,5 +90,7 @@ if at_least > 0 then
   local t = redis.call('time')
   until_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + at_least)
 end
-redis.call('set', lock, string.format(RECORD, owner, string.format('%.0f', token), level, until_ms, '', holder), 'px', lease)
+local high = math.floor(token / 1e9)
+local text = high > 0 and string.format(TOKEN, high, token - high * 1e9) or string.format('%d', token)
+redis.call('set', lock, string.format(RECORD, owner, text, level, until_ms, '', holder), 'px', ARGV[2])
 return {1, token}

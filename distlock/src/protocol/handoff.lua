@@ -23,7 +23,7 @@
 --   lock for a waiter of another process)
 -- ARGV[4] level id of the acquisition released
 -- ARGV[5] the waiter's owner id (not the releasing owner)
--- ARGV[6] the waiter's lease in ms (1..86400000, MAX_LEASE; else an error reply before any write)
+-- ARGV[6] the waiter's lease in ms, digits only (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[7] the waiter's level id (its fresh acquisition's)
 -- ARGV[8] '1' when the released level is the owner's only live one (as release.lua's
 --   ARGV[6]), else '0' or absent
@@ -43,7 +43,7 @@ local lease, new_level = tonumber(ARGV[6]), ARGV[7]
 local holder = ARGV[9] or ''
 local turn = tonumber(ARGV[11]) or 0
 -- Checked before the first write, so a bad argument leaves nothing behind.
-if not lease or lease < 1 or lease > 86400000 then
+if not lease or lease < 1 or lease > 86400000 or not string.find(ARGV[6], '^%d+$') then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[6]))
 end
 if not new_owner or new_owner == '' or new_owner == owner or not ARGV[7] then
@@ -86,5 +86,7 @@ if waiting then
 end
 -- Else the waiter takes it as a fresh acquisition (acquire.lua's), in the same run, with
 -- the entries kept: its record replaces the old one, with its expiry, in one SET.
-redis.call('set', lock, string.format(RECORD, new_owner, string.format('%.0f', token), new_level, '', kept, holder), 'px', lease)
+local high = math.floor(token / 1e9)
+local text = high > 0 and string.format(TOKEN, high, token - high * 1e9) or string.format('%d', token)
+redis.call('set', lock, string.format(RECORD, new_owner, text, new_level, '', kept, holder), 'px', ARGV[6])
 return {4, token}

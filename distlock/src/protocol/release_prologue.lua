@@ -22,7 +22,7 @@ local waiting = false
 local function release_level(lock, owner, level, may_keep, gone, only_level)
   local r, token, levels, until_ms, w, holder = read_record(lock)
   waiting = r and w ~= '' and w or false
-  if not (r == owner and string.find(',' .. levels .. ',', ',' .. level .. ',', 1, true)) then
+  if not (r == owner and (levels == level or string.find(',' .. levels .. ',', ',' .. level .. ',', 1, true))) then
     local answer = gone and gone(r, token, levels)
     if answer then return answer end
     if r == owner and levels ~= '' then
