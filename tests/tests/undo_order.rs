@@ -300,3 +300,121 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         late.elapsed()
     );
 }
+
+/// An acquisition whose first attempt got no answer in time is retried with the same level,
+/// and the retry takes the lock. The first attempt can still reach the server after that
+/// hold has been released: on a free lock it takes it again, for nobody, for a whole lease;
+/// refused (a write lock another writer holds), it queues the writer's place again, and
+/// readers (refused while a writer waits) would wait until its deadline. Either must be
+/// undone within the bound.
+async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, held: bool) {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let config = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
+        proxy.url(),
+        RESPONSE_TIMEOUT.as_millis()
+    );
+    let reg = Registry::from_str(&config).await.unwrap();
+    let other = Registry::from_str(&config).await.unwrap();
+    let mut direct = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = format!("late-retried-{kind:?}-{held}");
+    let target = Target::Lock(kind);
+    for r in [&reg, &other] {
+        assert_eq!(
+            try_once(r, &key, target, Duration::from_secs(5)).await,
+            Ok(true)
+        );
+    }
+    // The first attempt waits in the proxy; the retry, on another connection, takes the
+    // lock, and the hold is released.
+    proxy.set_hold_on_send(Some(acquire_sha("distlock", target).as_bytes()));
+    let acquiring = {
+        let (reg, key) = (reg.clone(), key.clone());
+        tokio::spawn(async move {
+            let g = reg
+                .lock(&key)
+                .kind(kind)
+                .lease(Lease::Fixed(Duration::from_millis(LEASE_MS)))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .map_err(|e| e.to_string())?;
+            g.release().await.map_err(|e| e.to_string())
+        })
+    };
+    let start = Instant::now();
+    while proxy.held_flows() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.set_hold_on_send(None);
+    let outcome = tokio::time::timeout(Duration::from_secs(10), acquiring)
+        .await
+        .expect("the retry took the lock")
+        .unwrap();
+    assert_eq!(outcome, Ok(()), "{kind:?}: the retried acquisition");
+    // With `held`, another owner holds when the first attempt runs: refused, it queues.
+    let holding = match held {
+        true => Some(
+            other
+                .lock(&key)
+                .kind(kind)
+                .lease(Lease::Fixed(Duration::from_secs(20)))
+                .acquire()
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
+    let ran = scripts_run(&mut direct).await;
+    assert_eq!(proxy.release_held(), 1);
+    let late = Instant::now();
+    while scripts_run(&mut direct).await == ran {
+        assert!(
+            late.elapsed() < Duration::from_secs(5),
+            "{kind:?}: the held attempt never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if let Some(g) = holding {
+        g.release().await.unwrap();
+    }
+    // Nobody holds or waits: the lock is free within the bound (a reader gets in where a
+    // writer's place would refuse it).
+    let probe = match kind {
+        LockKind::Write => Target::Lock(LockKind::Read),
+        _ => target,
+    };
+    loop {
+        if try_once(&other, &key, probe, Duration::from_secs(5)).await == Ok(true) {
+            break;
+        }
+        assert!(
+            late.elapsed() < BOUND,
+            "{kind:?} (held: {held}): the late first attempt still keeps the lock from others \
+             {BOUND:?} after it ran (its lease is {LEASE_MS} ms)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "{kind:?} (held: {held}): free {:?} after the late first attempt ran",
+        late.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_acquisitions_late_first_attempt_takes_nothing_for_long() {
+    for (kind, held) in [
+        (LockKind::Reentrant, false),
+        (LockKind::Write, false),
+        (LockKind::Write, true),
+        (LockKind::Fair, true),
+    ] {
+        a_retried_acquisitions_late_first_attempt_is_undone(kind, held).await;
+    }
+}
