@@ -441,8 +441,18 @@ impl Backend {
         self.resends.pending() + own
     }
 
-    pub(crate) async fn release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
-        on_background_runtime(self.send_release(keys, hold)).await
+    /// Release `hold`: answered, it is sent again later when an attempt of its acquisition
+    /// got no answer (`Hold::late`, `undo.rs`).
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        keys: &LockKeys,
+        hold: Hold,
+    ) -> Result<Released, LockError> {
+        let r = on_background_runtime(self.send_release(keys, hold)).await;
+        if r.is_ok() && hold.late {
+            self.release_again_later(&Arc::new(keys.clone()), hold);
+        }
+        r
     }
 
     /// [`Backend::release`], in the task that polls it.
@@ -454,7 +464,7 @@ impl Backend {
     /// Release `hold` and, when that frees the lock, hand it to the local waiter's
     /// acquisition `to` (`crate::lease::handoff`); `Ok(None)`: not offered here.
     pub(crate) async fn hand_off(
-        &self,
+        self: &Arc<Self>,
         keys: &LockKeys,
         hold: Hold,
         to: Hold,
@@ -462,6 +472,9 @@ impl Backend {
         holder: Option<&str>,
     ) -> Result<Option<crate::protocol::HandedOff>, LockError> {
         let r = on_background_runtime(self.driver.hand_off(keys, hold, to, lease, holder)).await;
+        if r.is_ok() && hold.late {
+            self.release_again_later(&Arc::new(keys.clone()), hold);
+        }
         r.map_err(self.fail(Some(&keys.user)))
     }
 
@@ -720,7 +733,7 @@ impl Backend {
                 let (backend, keys) = (backend.clone(), keys.clone());
                 async move {
                     backend.send_release(&keys, hold).await?;
-                    backend.undo_again_later(&keys, hold);
+                    backend.release_again_later(&keys, hold);
                     Ok(())
                 }
             },

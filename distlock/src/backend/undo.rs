@@ -6,7 +6,12 @@
 //! goes out on another connection and is answered first. The acquisition then runs, and
 //! takes the lock for nobody, for a whole lease.
 //!
-//! So an undo is sent once more at each of [`AGAIN_AFTER`] after its first answer: a
+//! The same holds for an acquisition that did get the lock, by a retry with the same level
+//! after an attempt that got no answer (`Hold::late`): that attempt may run after the hold
+//! is released.
+//!
+//! So an undo is sent once more at each of [`AGAIN_AFTER`] after its first answer, and so
+//! is the release of a late hold (with its queue place, for a kind that queues): a
 //! late acquisition that runs within 2 s of the undo is freed within the
 //! pause before the next send (at most 1.5 s; documented: within 3 s). A queue place left
 //! while an attempt of it was unanswered is left again in the same way
@@ -33,21 +38,33 @@ pub(crate) const AGAIN_AFTER: [Duration; 3] = [
 ];
 
 impl Backend {
-    /// `hold` was just released in the background: if that release is an undo, send it
-    /// again at each of [`AGAIN_AFTER`], on the background runtime (not awaited by a
-    /// graceful shutdown: the lease bounds what it would catch). Errors are logged only.
-    pub(crate) fn undo_again_later(self: &Arc<Self>, keys: &Arc<LockKeys>, hold: Hold) {
-        if !hold.undo {
+    /// `hold` was just released: if that release is an undo, or the release of a hold an
+    /// attempt of which got no answer (`Hold::late`), send it again at each of
+    /// [`AGAIN_AFTER`], on the background runtime (not awaited by a graceful shutdown: the
+    /// lease bounds what it would catch); for a late hold of a kind that queues, leave its
+    /// queue place too (the late attempt, refused, takes one). Errors are logged only.
+    pub(crate) fn release_again_later(self: &Arc<Self>, keys: &Arc<LockKeys>, hold: Hold) {
+        if !hold.undo && !hold.late {
             return;
         }
+        let place = hold.late && keys.shape.queues();
         let (backend, keys) = (self.clone(), keys.clone());
         drop(self.runtime.spawn(async move {
             for pause in AGAIN_AFTER {
                 tokio::time::sleep(pause).await;
-                let again = keys.format.undo_sent_again(hold);
+                let again = Hold {
+                    late: false,
+                    ..keys.format.undo_sent_again(hold)
+                };
                 if let Err(e) = backend.release(&keys, again).await {
                     tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
-                        "distlock: an undo sent again, in case its acquisition ran late, failed");
+                        "distlock: a release sent again, in case its acquisition ran late, failed");
+                }
+                if place {
+                    if let Err(e) = backend.send_cancel(&keys, hold.owner).await {
+                        tracing::debug!(backend = %backend.name, key = %keys.user, error = %e,
+                            "distlock: leaving a queue again, in case an attempt ran late, failed");
+                    }
                 }
             }
         }));

@@ -39,7 +39,7 @@ use crate::protocol::Attempt;
 use crate::rt::backoff::Backoff;
 use crate::rt::hub::Watch;
 use crate::terms::owner::{Hold, OwnerId};
-use crate::{Lease, LockError, LockKind};
+use crate::{Lease, LockError};
 
 /// One acquisition: what to take, where, and on which terms.
 pub(crate) struct Request {
@@ -209,6 +209,9 @@ struct Attempts {
     /// before the next attempt, which queues under the new field — else that attempt would
     /// queue behind it, and wait until its deadline (the whole allowance) to be served.
     stale: Option<Queued>,
+    /// An attempt got no answer and this acquisition tries again with the same level (see
+    /// `Hold::late`): the hold it gets is released again later.
+    unanswered: bool,
     /// Its place among the local waiters (`crate::lease::handoff`), and its rank.
     place: Option<Place>,
     rank: Option<u64>,
@@ -278,6 +281,7 @@ impl Terms {
             pending: None,
             queued: None,
             stale: None,
+            unanswered: false,
             place: None,
             rank: None,
             backend_retry: Backoff::retry(),
@@ -361,7 +365,10 @@ impl Attempts {
             &backend.leases,
             self.keys,
             Granted {
-                hold: self.hold,
+                hold: Hold {
+                    late: self.unanswered,
+                    ..self.hold
+                },
                 token,
                 outermost,
                 lease: t.lease_len,
@@ -463,7 +470,7 @@ impl Attempts {
         }
         let sent = Instant::now();
         let left = t.deadline.saturating_duration_since(sent);
-        if self.queued.is_none() && !left.is_zero() && queues(&self.keys.shape) {
+        if self.queued.is_none() && !left.is_zero() && self.keys.shape.queues() {
             self.queued = Some(Queued {
                 backend: t.backend.clone(),
                 keys: self.keys.clone(),
@@ -590,6 +597,9 @@ impl Attempts {
             return Err(e);
         }
         let new_field = t.new_field_on_retry;
+        // Under a new field, the old one's undo and queue cancel (sent again later) cover
+        // the attempt that got no answer; under the same level, the hold it gets does.
+        self.unanswered |= !new_field;
         if new_field {
             // The field this attempt may have taken is released in the background (a
             // field of this acquisition alone, so nothing else is touched), and the retry
@@ -727,16 +737,6 @@ async fn handed(place: Option<&mut Place>) -> Outcome {
     match place {
         Some(p) => p.outcome().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Whether a waiter of this shape queues in the backend (and must leave the queue).
-fn queues(shape: &Shape) -> bool {
-    match shape {
-        Shape::Semaphore(sem) => sem.fair,
-        Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => {
-            shape.lock_kind().is_some_and(LockKind::queues)
-        }
     }
 }
 

@@ -349,7 +349,7 @@ impl Drop for UndoHandOff {
                         for h in [hold, claimed_hold.undoing()] {
                             b.release(&k, h).await?;
                         }
-                        b.undo_again_later(&k, claimed_hold.undoing());
+                        b.release_again_later(&k, claimed_hold.undoing());
                         Ok(())
                     }
                 },

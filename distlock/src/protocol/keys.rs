@@ -95,6 +95,16 @@ impl Shape {
         }
     }
 
+    /// Whether a waiter of this shape queues in the backend (and must leave the queue).
+    pub(crate) fn queues(&self) -> bool {
+        match self {
+            Shape::Semaphore(sem) => sem.fair,
+            Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write => {
+                self.lock_kind().is_some_and(LockKind::queues)
+            }
+        }
+    }
+
     /// Whether it is the lock kind `kind`.
     pub(crate) fn is(&self, kind: LockKind) -> bool {
         self.lock_kind() == Some(kind)

@@ -73,6 +73,11 @@ pub(crate) struct Hold {
     /// none can run on the server before this release, so this level is the owner's only
     /// one and the script frees the lock without counting down (one call fewer).
     pub(crate) only_level: bool,
+    /// An attempt of this acquisition got no answer (an error; a retry with the same level
+    /// took the lock): it may still run on the server after this hold is released, and take
+    /// the lock, or a queue place, again for nobody. Its release (and its queue place) is
+    /// sent again a while later (`backend/undo.rs`).
+    pub(crate) late: bool,
     /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
     /// (a read-write lock) of the other mode.
     pub(crate) enclosing: Enclosing,
@@ -102,6 +107,7 @@ impl Hold {
             enclosing: Enclosing::Same,
             undo: false,
             only_level: false,
+            late: false,
         }
     }
 
@@ -119,6 +125,7 @@ impl Hold {
             nested: true,
             undo: false,
             only_level: false,
+            late: false,
             enclosing,
         }
     }
