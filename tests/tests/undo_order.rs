@@ -60,6 +60,56 @@ fn acquire_sha(protocol: &str, target: Target) -> String {
     redis::Script::new(source).get_hash().to_owned()
 }
 
+/// A private server behind the fault proxy, two registries of `protocol` through the proxy
+/// (response timeout [`RESPONSE_TIMEOUT`]), and a connection straight to the server.
+struct Setup {
+    _server: RedisProcess,
+    proxy: Proxy,
+    reg: Registry,
+    other: Registry,
+    direct: redis::aio::MultiplexedConnection,
+}
+
+async fn setup(protocol: &str) -> Setup {
+    let server = RedisProcess::start();
+    let proxy = Proxy::start(&server.addr());
+    let config = format!(
+        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
+        proxy.url(),
+        RESPONSE_TIMEOUT.as_millis()
+    );
+    let reg = Registry::from_str(&config).await.unwrap();
+    let other = Registry::from_str(&config).await.unwrap();
+    let direct = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Setup {
+        _server: server,
+        proxy,
+        reg,
+        other,
+        direct,
+    }
+}
+
+/// Let the one connection the proxy holds go on to the server, and wait until the script
+/// it carries has run (`what` names it in the failure): when that was.
+async fn run_the_held_attempt(s: &mut Setup, what: &str) -> Instant {
+    let ran = scripts_run(&mut s.direct).await;
+    assert_eq!(s.proxy.release_held(), 1, "{what}: one connection held");
+    let late = Instant::now();
+    while scripts_run(&mut s.direct).await == ran {
+        assert!(
+            late.elapsed() < Duration::from_secs(5),
+            "{what}: the held attempt never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    late
+}
+
 /// What is acquired late, and how a second owner finds it free.
 #[derive(Clone, Copy, Debug)]
 enum Target {
@@ -96,20 +146,8 @@ async fn try_once(
 /// The late acquisition of `target`, on a backend of `protocol`: it must not hold the
 /// lock for its lease.
 async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
-    let server = RedisProcess::start();
-    let proxy = Proxy::start(&server.addr());
-    let config = format!(
-        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
-        proxy.url(),
-        RESPONSE_TIMEOUT.as_millis()
-    );
-    let reg = Registry::from_str(&config).await.unwrap();
-    let other = Registry::from_str(&config).await.unwrap();
-    let mut direct = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut s = setup(protocol).await;
+    let (reg, other) = (s.reg.clone(), s.other.clone());
     let key = format!("late-{protocol}-{target:?}");
     // Every connection is up and has run the scripts once.
     for r in [&reg, &other] {
@@ -119,8 +157,9 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         );
     }
     // The acquisition's bytes wait in the proxy; the client gives up on it.
-    proxy.set_hold_on_send(Some(acquire_sha(protocol, target).as_bytes()));
-    let before = scripts_run(&mut direct).await;
+    s.proxy
+        .set_hold_on_send(Some(acquire_sha(protocol, target).as_bytes()));
+    let before = scripts_run(&mut s.direct).await;
     let lease = Duration::from_millis(LEASE_MS);
     let outcome = try_once(&reg, &key, target, lease).await;
     assert!(
@@ -128,13 +167,13 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         "{target:?}: the held acquisition got an answer: {outcome:?}"
     );
     assert_eq!(
-        proxy.held_flows(),
+        s.proxy.held_flows(),
         1,
         "{target:?}: one connection holds the acquisition"
     );
     // Its undo runs first, on another connection.
     let start = Instant::now();
-    while scripts_run(&mut direct).await == before {
+    while scripts_run(&mut s.direct).await == before {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{target:?}: no undo ran on another connection within 5 s"
@@ -142,16 +181,7 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Then the acquisition: it runs, for nobody.
-    let ran = scripts_run(&mut direct).await;
-    assert_eq!(proxy.release_held(), 1);
-    let late = Instant::now();
-    while scripts_run(&mut direct).await == ran {
-        assert!(
-            late.elapsed() < Duration::from_secs(5),
-            "{target:?}: the held acquisition never ran"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let late = run_the_held_attempt(&mut s, &format!("{target:?}")).await;
     // A second owner finds the lock free within the bound (a writer for a read lock).
     let probe = match target {
         Target::Lock(LockKind::Read) => Target::Lock(LockKind::Write),
@@ -205,20 +235,8 @@ async fn a_redisson_format_acquisition_run_after_its_undo_is_undone_again() {
 /// waiter would then wait behind a place nobody takes. The cancel must catch it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
-    let server = RedisProcess::start();
-    let proxy = Proxy::start(&server.addr());
-    let config = format!(
-        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nprotocol = \"redisson\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
-        proxy.url(),
-        RESPONSE_TIMEOUT.as_millis()
-    );
-    let reg = Registry::from_str(&config).await.unwrap();
-    let other = Registry::from_str(&config).await.unwrap();
-    let mut direct = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut s = setup("redisson").await;
+    let (reg, other) = (s.reg.clone(), s.other.clone());
     let key = "late-fair-place";
     let fair = Target::Lock(LockKind::Fair);
     for r in [&reg, &other] {
@@ -236,8 +254,9 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         .await
         .unwrap();
     // The waiter's first attempt waits in the proxy; the waiter gives up on it.
-    proxy.set_hold_on_send(Some(acquire_sha("redisson", fair).as_bytes()));
-    let before = scripts_run(&mut direct).await;
+    s.proxy
+        .set_hold_on_send(Some(acquire_sha("redisson", fair).as_bytes()));
+    let before = scripts_run(&mut s.direct).await;
     let waiter = {
         let reg = reg.clone();
         tokio::spawn(async move {
@@ -253,13 +272,13 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         })
     };
     let start = Instant::now();
-    while proxy.held_flows() == 0 {
+    while s.proxy.held_flows() == 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    proxy.set_hold_on_send(None);
+    s.proxy.set_hold_on_send(None);
     // Its cancel (and its attempt under a new field) run first, on other connections.
-    while scripts_run(&mut direct).await < before + 2 {
+    while scripts_run(&mut s.direct).await < before + 2 {
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "no cancel ran on another connection within 5 s"
@@ -267,16 +286,7 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Then the attempt under the old field: it queues, for nobody.
-    let ran = scripts_run(&mut direct).await;
-    assert_eq!(proxy.release_held(), 1);
-    let late = Instant::now();
-    while scripts_run(&mut direct).await == ran {
-        assert!(
-            late.elapsed() < Duration::from_secs(5),
-            "the held attempt never ran"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let late = run_the_held_attempt(&mut s, "the attempt").await;
     held.release().await.unwrap();
     // The waiter gets the lock and lets it go; then the lock is free for anyone within the
     // bound, not only after the old field's place runs out with the wait.
@@ -308,20 +318,8 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
 /// readers (refused while a writer waits) would wait until its deadline. Either must be
 /// undone within the bound.
 async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, held: bool) {
-    let server = RedisProcess::start();
-    let proxy = Proxy::start(&server.addr());
-    let config = format!(
-        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\nresponse_timeout = \"{}ms\"\nconnect_timeout = \"300ms\"\n",
-        proxy.url(),
-        RESPONSE_TIMEOUT.as_millis()
-    );
-    let reg = Registry::from_str(&config).await.unwrap();
-    let other = Registry::from_str(&config).await.unwrap();
-    let mut direct = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut s = setup("distlock").await;
+    let (reg, other) = (s.reg.clone(), s.other.clone());
     let key = format!("late-retried-{kind:?}-{held}");
     let target = Target::Lock(kind);
     for r in [&reg, &other] {
@@ -332,7 +330,8 @@ async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, hel
     }
     // The first attempt waits in the proxy; the retry, on another connection, takes the
     // lock, and the hold is released.
-    proxy.set_hold_on_send(Some(acquire_sha("distlock", target).as_bytes()));
+    s.proxy
+        .set_hold_on_send(Some(acquire_sha("distlock", target).as_bytes()));
     let acquiring = {
         let (reg, key) = (reg.clone(), key.clone());
         tokio::spawn(async move {
@@ -348,11 +347,11 @@ async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, hel
         })
     };
     let start = Instant::now();
-    while proxy.held_flows() == 0 {
+    while s.proxy.held_flows() == 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    proxy.set_hold_on_send(None);
+    s.proxy.set_hold_on_send(None);
     let outcome = tokio::time::timeout(Duration::from_secs(10), acquiring)
         .await
         .expect("the retry took the lock")
@@ -371,16 +370,7 @@ async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, hel
         ),
         false => None,
     };
-    let ran = scripts_run(&mut direct).await;
-    assert_eq!(proxy.release_held(), 1);
-    let late = Instant::now();
-    while scripts_run(&mut direct).await == ran {
-        assert!(
-            late.elapsed() < Duration::from_secs(5),
-            "{kind:?}: the held attempt never ran"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let late = run_the_held_attempt(&mut s, &format!("{kind:?}")).await;
     if let Some(g) = holding {
         g.release().await.unwrap();
     }
