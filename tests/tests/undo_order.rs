@@ -110,6 +110,39 @@ async fn run_the_held_attempt(s: &mut Setup, what: &str) -> Instant {
     late
 }
 
+/// In a task of its own: acquire `key` as `kind` on `reg` (waiting up to 20 s) with a fixed
+/// `lease`, and release it; with `hold_first`, the proxy holds the first attempt, and this
+/// returns once it does (the hold is then off for the connections that come after).
+async fn acquire_with_the_first_attempt_held(
+    s: &Setup,
+    reg: &Registry,
+    key: &str,
+    kind: LockKind,
+    lease: Duration,
+    needle: &str,
+) -> tokio::task::JoinHandle<Result<(), String>> {
+    s.proxy.set_hold_on_send(Some(needle.as_bytes()));
+    let (reg, key) = (reg.clone(), key.to_owned());
+    let task = tokio::spawn(async move {
+        let g = reg
+            .lock(&key)
+            .kind(kind)
+            .lease(Lease::Fixed(lease))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map_err(|e| e.to_string())?;
+        g.release().await.map_err(|e| e.to_string())
+    });
+    let start = Instant::now();
+    while s.proxy.held_flows() == 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    s.proxy.set_hold_on_send(None);
+    task
+}
+
 /// What is acquired late, and how a second owner finds it free.
 #[derive(Clone, Copy, Debug)]
 enum Target {
@@ -254,29 +287,12 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         .await
         .unwrap();
     // The waiter's first attempt waits in the proxy; the waiter gives up on it.
-    s.proxy
-        .set_hold_on_send(Some(acquire_sha("redisson", fair).as_bytes()));
     let before = scripts_run(&mut s.direct).await;
-    let waiter = {
-        let reg = reg.clone();
-        tokio::spawn(async move {
-            let g = reg
-                .lock(key)
-                .kind(LockKind::Fair)
-                .lease(Lease::Fixed(Duration::from_secs(5)))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .map_err(|e| e.to_string())?;
-            g.release().await.map_err(|e| e.to_string())
-        })
-    };
+    let needle = acquire_sha("redisson", fair);
+    let secs = Duration::from_secs(5);
+    let waiter =
+        acquire_with_the_first_attempt_held(&s, &reg, key, LockKind::Fair, secs, &needle).await;
     let start = Instant::now();
-    while s.proxy.held_flows() == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    s.proxy.set_hold_on_send(None);
     // Its cancel (and its attempt under a new field) run first, on other connections.
     while scripts_run(&mut s.direct).await < before + 2 {
         assert!(
@@ -330,28 +346,9 @@ async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, hel
     }
     // The first attempt waits in the proxy; the retry, on another connection, takes the
     // lock, and the hold is released.
-    s.proxy
-        .set_hold_on_send(Some(acquire_sha("distlock", target).as_bytes()));
-    let acquiring = {
-        let (reg, key) = (reg.clone(), key.clone());
-        tokio::spawn(async move {
-            let g = reg
-                .lock(&key)
-                .kind(kind)
-                .lease(Lease::Fixed(Duration::from_millis(LEASE_MS)))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .map_err(|e| e.to_string())?;
-            g.release().await.map_err(|e| e.to_string())
-        })
-    };
-    let start = Instant::now();
-    while s.proxy.held_flows() == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "no attempt held");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    s.proxy.set_hold_on_send(None);
+    let needle = acquire_sha("distlock", target);
+    let lease = Duration::from_millis(LEASE_MS);
+    let acquiring = acquire_with_the_first_attempt_held(&s, &reg, &key, kind, lease, &needle).await;
     let outcome = tokio::time::timeout(Duration::from_secs(10), acquiring)
         .await
         .expect("the retry took the lock")
