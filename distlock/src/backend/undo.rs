@@ -72,7 +72,7 @@ impl Backend {
 
     /// `owner`'s queue place on `keys` was just left while an attempt of it had no answer:
     /// leave it once more at each of [`AGAIN_AFTER`], on the background runtime, as
-    /// [`Backend::undo_again_later`] does (a place left twice is left once). Errors are
+    /// [`Backend::release_again_later`] does (a place left twice is left once). Errors are
     /// logged only.
     pub(crate) fn cancel_again_later(self: &Arc<Self>, keys: &LockKeys, owner: OwnerId) {
         if self.driver.local().is_some() {
