@@ -56,6 +56,43 @@ async fn memory_nested_rw_of_a_vanished_write_is_lost() {
     nested_rw_of_a_vanished_write_is_lost(&memory().await, |_| 0).await;
 }
 
+/// A reader's place in the readers' set left without its count in the record (the record
+/// deleted behind the holder, or the two keys deleted one at a time around a read) holds
+/// nothing: the holder hears its lease lost at the next renewal, and a writer gets in at
+/// once, not at the end of the reader's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_a_reader_left_out_of_the_record_keeps_no_writer_out() {
+    use distlock::Lease;
+    use std::time::Duration;
+    let (holder, other) = (single().await, single().await);
+    let addr = distlock_tests::addr_of(&single_url());
+    for lease in [Lease::Fixed(Duration::from_secs(20)), Lease::Auto] {
+        let key = unique("reader-out-of-record");
+        let read = holder
+            .lock(key.as_str())
+            .kind(LockKind::Read)
+            .lease(lease)
+            .acquire()
+            .await
+            .expect("read");
+        distlock_tests::resp_command(&addr, &["DEL", &format!("lock:{{{key}}}:rw")])
+            .expect("DEL the record");
+        if lease == Lease::Auto {
+            let lost = tokio::time::timeout(Duration::from_secs(3), read.lost()).await;
+            assert!(lost.is_ok(), "{lease:?}: the holder hears its read lost");
+        }
+        let write = other
+            .lock(key.as_str())
+            .kind(LockKind::Write)
+            .try_acquire()
+            .await
+            .expect("try write");
+        assert!(write.is_some(), "{lease:?}: a writer gets in at once");
+        drop(write);
+        drop(read);
+    }
+}
+
 /// Sibling futures (`join!`) under one outer `Write` take the nested
 /// write (or read) lock in turns: never two inside at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
