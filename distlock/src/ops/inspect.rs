@@ -562,9 +562,11 @@ fn parse(key: &str, backend: &str, address: &str, v: &Value) -> Option<Vec<LockI
             if e <= now {
                 return None;
             }
+            // A place in the readers' set without its count in the hash holds nothing
+            // (rw_prologue.lua's last_reader()).
+            let c = count(field(&format!("r:{o}"))?);
             last = last.max(e);
             read_tokens.extend(field(&format!("rt:{o}")).and_then(|t| t.parse::<u64>().ok()));
-            let c = field(&format!("r:{o}")).map_or(0, count);
             Some(Holder {
                 lease_left: positive_ms(e - now),
                 ..holder(o, c, &wrinfo, now)

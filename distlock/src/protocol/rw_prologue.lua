@@ -55,10 +55,16 @@ local function unmark(f, level)
   if rest == ',' then redis.call('hdel', rw, f) else redis.call('hset', rw, f, rest) end
   return true
 end
+-- The latest lease end of a reader that holds: a place in the readers' set without its
+-- count in the hash (the two keys deleted one at a time around a read, or the hash alone)
+-- holds nothing and goes, so it keeps no writer out.
 local function last_reader()
-  local r = redis.call('zrange', readers, -1, -1, 'withscores')
-  if r[2] then return tonumber(r[2]) end
-  return nil
+  while true do
+    local r = redis.call('zrange', readers, -1, -1, 'withscores')
+    if not r[2] then return nil end
+    if redis.call('hexists', rw, 'r:' .. r[1]) == 1 then return tonumber(r[2]) end
+    redis.call('zrem', readers, r[1])
+  end
 end
 local function touch()
   local last = now

@@ -23,7 +23,7 @@ if ARGV[3] == 'write' then
   end
 else
   local e = redis.call('zscore', readers, owner)
-  if not e then return 0 end
+  if not e or redis.call('hexists', rw, 'r:' .. owner) == 0 then return 0 end
   if tonumber(e) < now + lease then redis.call('zadd', readers, now + lease, owner) end
 end
 touch()
