@@ -90,11 +90,11 @@ def library():
 
 CALLS_ACQUIRE = """local found = redis.call('exists', KEYS[1], KEYS[3])
 local token = redis.call('incr', KEYS[2])
-redis.call('set', KEYS[1], ARGV[1] .. '\\t' .. token .. '\\t' .. ARGV[3] .. '\\t\\t\\t' .. ARGV[6], 'px', ARGV[2])
+redis.call('set', KEYS[1], ARGV[1] .. '\\t' .. token .. '\\t' .. ARGV[3] .. '\\t\\t\\t' .. ARGV[4], 'px', ARGV[2])
 return {1, token}"""
 CALLS_RELEASE = """local text = redis.call('get', KEYS[1])
 redis.call('del', KEYS[1])
-redis.call(ARGV[3], ARGV[2], ARGV[1])
+redis.call('publish', ARGV[2], ARGV[1])
 return 0"""
 COMPARE_AND_DELETE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
@@ -115,8 +115,8 @@ def contenders(c):
     def scripted(verb, acquire, release):
         def pair(key):
             return enc(verb, acquire, "3", key, "distlock:fence", key + ":fence",
-                       OWNER, "30000", "1a2b3c4d5e6f7a8b", "0", "0", HOLDER, "7f3e") + \
-                enc(verb, release, "1", key, OWNER, key + ":released", "publish", "1a2b3c4d5e6f7a8b", "0", "1")
+                       OWNER, "30000", "1a2b3c4d5e6f7a8b", HOLDER, "7f3e") + \
+                enc(verb, release, "1", key, OWNER, key + ":released", "1a2b3c4d5e6f7a8b", "1")
         return pair
 
     noop = load("return 0")

@@ -71,7 +71,6 @@ impl Floor {
             .arg(owner)
             .arg(30_000)
             .arg("0")
-            .arg("0")
             .query_async(&mut conn)
             .await
             .expect("acquire");
@@ -85,7 +84,6 @@ impl Floor {
             .arg(&hash)
             .arg(owner)
             .arg(&channel)
-            .arg("publish")
             .arg("0")
             .query_async(&mut conn)
             .await

@@ -725,7 +725,7 @@ fn a_refused_attempt_of_another_process_turns_a_hand_off_into_a_release() {
         first(cmd(
             &addr,
             &[
-                "EVAL", acquire, "2", lock, fence, owner, "10000", level, "0", "0", "", tag,
+                "EVAL", acquire, "2", lock, fence, owner, "10000", level, "", tag,
             ],
         ))
     };

@@ -59,11 +59,11 @@ fn acquire_script_run_twice_counts_once() {
     let hash = format!("lock:{{{}}}", unique("twice"));
     let fence = format!("{hash}:fence");
     let keys = [hash.as_str(), fence.as_str()];
-    let first = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
-    let again = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1", "0"]);
+    let first = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1"]);
+    let again = eval(ACQUIRE, &keys, &[OWNER, "10000", "a1"]);
     assert_eq!(first, again, "the same answer, with the same token");
     assert_eq!(count(&hash, OWNER), Some(1), "counted once");
-    let freed = eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", "a1"]);
+    let freed = eval(RELEASE, &[&hash], &[OWNER, "ch", "a1"]);
     assert_eq!(freed, RespValue::Integer(0), "one release frees it");
 }
 
@@ -86,9 +86,9 @@ fn a_retried_acquire_extends_the_lease_from_the_retry() {
     let hash = format!("lock:{{{}}}", unique("retry-lease"));
     let fence = format!("{hash}:fence");
     let keys = [hash.as_str(), fence.as_str()];
-    let first = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1", "0"]);
+    let first = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1"]);
     std::thread::sleep(Duration::from_millis(600)); // the late reply (a fault, not a sync)
-    let retry = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1", "0"]);
+    let retry = eval(ACQUIRE, &keys, &[OWNER, "1000", "r1"]);
     assert_eq!(first, retry, "the same answer, with the same token");
     let left = pttl(&hash);
     assert!(
@@ -97,9 +97,9 @@ fn a_retried_acquire_extends_the_lease_from_the_retry() {
     );
 
     // A nested acquisition's retry likewise.
-    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "1"]);
+    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "", "", "1"]);
     std::thread::sleep(Duration::from_millis(600));
-    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "1"]);
+    eval(ACQUIRE, &keys, &[OWNER, "1000", "n1", "", "", "1"]);
     let left = pttl(&hash);
     assert!(left > 900, "nested retry: {left} ms");
 }
@@ -180,10 +180,10 @@ fn release_only_undoes_its_own_level_once() {
     let hash = format!("lock:{{{}}}", unique("levels"));
     let fence = format!("{hash}:fence");
     let keys = [hash.as_str(), fence.as_str()];
-    eval(ACQUIRE, &keys, &[OWNER, "10000", "outer", "0"]);
-    eval(ACQUIRE, &keys, &[OWNER, "10000", "inner", "1"]);
+    eval(ACQUIRE, &keys, &[OWNER, "10000", "outer"]);
+    eval(ACQUIRE, &keys, &[OWNER, "10000", "inner", "", "", "1"]);
     assert_eq!(count(&hash, OWNER), Some(2));
-    let release = |level: &str| eval(RELEASE, &[&hash], &[OWNER, "ch", "publish", level]);
+    let release = |level: &str| eval(RELEASE, &[&hash], &[OWNER, "ch", level]);
     assert_eq!(release("inner"), RespValue::Integer(1));
     assert_eq!(
         release("inner"),
@@ -455,12 +455,12 @@ fn an_only_level_release_run_twice_frees_once() {
     use distlock::__private::scripts::{ACQUIRE, RELEASE};
     let hash = format!("lock:{{{}}}", unique("only-level-twice"));
     let fence = format!("{hash}:fence");
-    let first = eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "a1", "0"]);
+    let first = eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "a1"]);
     assert!(
         matches!(&first, RespValue::Array(a) if a.first() == Some(&RespValue::Integer(1))),
         "{first:?}"
     );
-    let args = [OWNER, "ch", "publish", "a1", "0", "1"];
+    let args = [OWNER, "ch", "a1", "1"];
     assert_eq!(
         eval(RELEASE, &[&hash], &args),
         RespValue::Integer(0),
@@ -484,15 +484,13 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
         |key: &str| resp_command(&addr_of(&single_url()), &["EXISTS", key]).expect("EXISTS");
     let hash = format!("lock:{{{}}}", unique("count-down-twice"));
     let fence = format!("{hash}:fence");
-    eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "outer", "0"]);
-    eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "inner", "1"]);
-    let release = |level: &str| {
-        eval(
-            RELEASE,
-            &[&hash],
-            &[OWNER, "ch", "publish", level, "0", "0"],
-        )
-    };
+    eval(ACQUIRE, &[&hash, &fence], &[OWNER, "10000", "outer"]);
+    eval(
+        ACQUIRE,
+        &[&hash, &fence],
+        &[OWNER, "10000", "inner", "", "", "1"],
+    );
+    let release = |level: &str| eval(RELEASE, &[&hash], &[OWNER, "ch", level]);
     assert_eq!(release("inner"), RespValue::Integer(1));
     assert_eq!(release("outer"), RespValue::Integer(0), "freed");
     assert_eq!(
@@ -513,15 +511,9 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
     eval(
         ACQUIRE,
         &[&kept, &fence],
-        &[OWNER, "100000", "job", "0", "60000"],
+        &[OWNER, "100000", "job", "", "", "", "60000"],
     );
-    let release = || {
-        eval(
-            RELEASE,
-            &[&kept],
-            &[OWNER, "ch", "publish", "job", "1", "1"],
-        )
-    };
+    let release = || eval(RELEASE, &[&kept], &[OWNER, "ch", "job", "1", "", "1"]);
     assert_eq!(release(), RespValue::Integer(0), "kept until hold:until");
     let fields = || {
         let mut names: Vec<String> = lock_fields(&addr_of(&single_url()), &kept)

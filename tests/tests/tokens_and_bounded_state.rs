@@ -87,12 +87,12 @@ fn names(key: &str) -> Names {
     }
 }
 
-/// The reentrant lock's acquire, raw: owner, level, nested.
+/// The reentrant lock's acquire, raw: owner, lease, level (a fresh acquisition).
 fn reentrant(n: &Names, owner: &str, level: &str) -> (i64, i64) {
     pair(eval(
         scripts::ACQUIRE,
         &[&n.reentrant, &n.fence],
-        &[owner, "10000", level, "0"],
+        &[owner, "10000", level],
     ))
 }
 
@@ -328,7 +328,6 @@ async fn a_failed_redlock_run_once_attempt_frees_the_nodes_it_won() {
                 A,
                 "20000",
                 "x1",
-                "0",
             ],
         );
         assert_eq!(pair(r).0, 1, "{url}: held by the other owner");

@@ -9,23 +9,25 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in ms, digits only (1..86400000, MAX_LEASE; else an error reply before any write)
 -- ARGV[3] level id (one per acquisition)
--- ARGV[4] '1' when the owner holds the lock already (a nested acquisition), else '0'
--- ARGV[5] hold_at_least in ms ('0' or absent: none; at most the lease, checked by the client): a new
---   holder records `until` = server TIME + this, and release.lua keeps the lock,
---   without a holder, until then (run-once jobs)
--- ARGV[6] (optional, holder information on) this holder's `host\tpid\tsite\tsince` (since:
---   this process's clock in ms): a new holder writes it in its record, in the same SET:
---   it lives and goes with the lock, and costs no key, no write and no expiry of its own.
---   '' (or absent): none.
--- ARGV[7] (optional; a fresh acquisition on a backend that hands off) the tag of the
---   acquirer's process (its backend's hand-off waiters, hex digits): an attempt refused
---   because another owner holds the lock adds it to the record's `waiting` with the server
---   time in ms (`,<tag>:<ms>` per waiting process, each once, from its first refusal; it
---   goes with the lock), so that a hand-off among the holder process's own waiters lets the
---   lock go free for it after a turn (handoff.lua). '' (or absent): none.
--- ARGV[8] (optional; a fresh acquisition on redlock or multi, whose counter is the key's
---   own) where a counter that does not exist starts: the client's clock in µs + 100 ms,
---   taken when it is ahead of the server's clock by at most 200 ms (fence_prologue.lua).
+-- The rest are optional, in the order of how often they are given: the client leaves out
+-- those after the last one it gives (every argument costs the server a little on every
+-- call), and '' stands for one not given before one that is.
+-- ARGV[4] (holder information on) this holder's `host\tpid\tsite\tsince` (since: this
+--   process's clock in ms): a new holder writes it in its record, in the same SET: it
+--   lives and goes with the lock, and costs no key, no write and no expiry of its own.
+-- ARGV[5] (a fresh acquisition on a backend that hands off) the tag of the acquirer's
+--   process (its backend's hand-off waiters, hex digits): an attempt refused because
+--   another owner holds the lock adds it to the record's `waiting` with the server time in
+--   ms (`,<tag>:<ms>` per waiting process, each once, from its first refusal; it goes with
+--   the lock), so that a hand-off among the holder process's own waiters lets the lock go
+--   free for it after a turn (handoff.lua).
+-- ARGV[6] '1' when the owner holds the lock already (a nested acquisition); else a fresh one
+-- ARGV[7] hold_at_least in ms (none when not given or '0'; at most the lease, checked by
+--   the client): a new holder records `until` = server TIME + this, and release.lua keeps
+--   the lock, without a holder, until then (run-once jobs)
+-- ARGV[8] (a fresh acquisition on redlock or multi, whose counter is the key's own) where
+--   a counter that does not exist starts: the client's clock in µs + 100 ms, taken when
+--   it is ahead of the server's clock by at most 200 ms (fence_prologue.lua).
 -- Returns: {1, token} newly acquired (run again: the same, with the token the first run
 --   drew, kept in the record: never the counter's current value, which a holder of
 --   another kind of this key may have drawn since; and the expiry raised to a full lease
@@ -34,15 +36,15 @@
 --   {0, pttl} held by another owner; {3, 0} a nested acquisition found the owner's hold
 --   gone (expired, deleted, lost in a failover): nothing is created.
 local lock, fence, owner, level = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
-local lease, nested = tonumber(ARGV[2]), ARGV[4] == '1'
-local at_least = ARGV[5] == nil and 0 or tonumber(ARGV[5])
-local holder = ARGV[6] or ''
+local lease, nested = tonumber(ARGV[2]), ARGV[6] == '1'
+local at_least = (ARGV[7] == nil or ARGV[7] == '') and 0 or tonumber(ARGV[7])
+local holder = ARGV[4] or ''
 -- Checked before the first write, so a bad argument leaves nothing behind.
 if not lease or lease < 1 or lease > 86400000 or not string.find(ARGV[2], '^%d+$') then
   return redis.error_reply('ERR distlock: lease out of range (1..86400000 ms, MAX_LEASE): ' .. tostring(ARGV[2]))
 end
 if not at_least or at_least < 0 or at_least > 86400000 then
-  return redis.error_reply('ERR distlock: hold_at_least out of range (0..86400000 ms): ' .. tostring(ARGV[5]))
+  return redis.error_reply('ERR distlock: hold_at_least out of range (0..86400000 ms): ' .. tostring(ARGV[7]))
 end
 -- A run again of this acquisition (its first reply was lost or late) answers the same, and
 -- makes the expiry a full lease from now (only ever extending): the client counts its
@@ -73,7 +75,7 @@ if found > 0 then
       if pttl < lease then redis.call('pexpire', lock, lease) end
       return {1, tonumber(token)}
     end
-    local tag = ARGV[7]
+    local tag = ARGV[5]
     if r and tag and tag ~= '' and not string.find(waiting, ',' .. tag .. ':', 1, true) then
       local t = redis.call('time')
       waiting = waiting .. ',' .. tag .. ':' .. t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))

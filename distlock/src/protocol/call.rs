@@ -25,6 +25,12 @@ impl IntoArg for Vec<u8> {
     }
 }
 
+impl IntoArg for std::borrow::Cow<'_, str> {
+    fn into_arg(self) -> Vec<u8> {
+        self.into_owned().into_bytes()
+    }
+}
+
 impl IntoArg for &String {
     fn into_arg(self) -> Vec<u8> {
         self.as_bytes().to_vec()

@@ -1,6 +1,7 @@
 //! The calls of distlock's own format, one arm per [`Shape`]: the reentrant, fair and
 //! read-write locks' scripts and the semaphore's.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::protocol::call::Call;
@@ -19,53 +20,75 @@ pub(crate) fn acquire(
     wait: Duration,
     publish: Publish,
 ) -> Call {
-    let wait = wait.as_millis().min(i64::MAX as u128).to_string();
+    let wait = || wait.as_millis().min(i64::MAX as u128).to_string();
     let nested = hold.nested_arg();
     let mut call = match &keys.shape {
         Shape::Semaphore(sem) if sem.fair => {
-            return sem_fair_acquire(keys, sem, hold, lease, wait, publish)
+            return sem_fair_acquire(keys, sem, hold, lease, wait(), publish)
         }
         Shape::Semaphore(sem) => return sem_acquire(keys, sem, hold, lease),
-        Shape::Reentrant => Call::on(Script::Acquire, keys)
-            .arg(hold.owner.hex())
-            .arg(millis(lease))
-            .arg(hold.level_hex())
-            .arg(nested)
-            .arg(keys.hold_at_least.map_or_else(|| "0".to_owned(), millis)),
+        Shape::Reentrant => return reentrant_acquire(keys, hold, lease),
         Shape::Fair => Call::on(Script::FairAcquire, keys)
             .arg(hold.owner.hex())
             .arg(millis(lease))
-            .arg(wait)
+            .arg(wait())
             .arg(hold.level_hex())
             .arg(nested),
         Shape::Read | Shape::Write => Call::on(Script::RwAcquire, keys)
             .arg(hold.owner.hex())
             .arg(millis(lease))
             .arg(rw_mode(&keys.shape))
-            .arg(wait)
+            .arg(wait())
             .arg(hold.level_hex())
             .arg(nested),
     };
     push_fence(&mut call, keys);
     match (&keys.shape, keys.holder.as_deref()) {
-        (Shape::Reentrant, _) => {}
-        (Shape::Fair, Some(holder)) => return call.arg(since(holder)),
-        (Shape::Read | Shape::Write | Shape::Semaphore(_), Some(holder)) => {
-            return call.arg(holder)
+        (Shape::Fair, Some(holder)) => call.arg(since(holder)),
+        (Shape::Read | Shape::Write | Shape::Semaphore(_), Some(holder)) => call.arg(holder),
+        (Shape::Reentrant | Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_), _) => {
+            call
         }
-        (Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_), None) => return call,
     }
-    // acquire.lua's optional ARGV[6..8], '' where one before a given one is not given.
-    let tag = keys.handoff_tag.as_deref().filter(|_| !hold.nested);
-    let floor = keys.seed_floor.filter(|_| !hold.nested);
-    if keys.holder.is_some() || tag.is_some() || floor.is_some() {
-        call = call.arg(keys.holder.as_deref().map_or_else(String::new, since));
-    }
-    if tag.is_some() || floor.is_some() {
-        call = call.arg(tag.unwrap_or(""));
-    }
-    if let Some(floor) = floor {
-        call = call.arg(floor.get().to_string());
+}
+
+/// acquire.lua's call: owner, lease and level, then only the optional arguments it needs
+/// (holder information, the hand-off tag and the counter's floor for a fresh
+/// acquisition; the nested flag; `hold_at_least`).
+fn reentrant_acquire(keys: &LockKeys, hold: Hold, lease: Duration) -> Call {
+    let mut call = Call::on(Script::Acquire, keys)
+        .arg(hold.owner.hex())
+        .arg(millis(lease))
+        .arg(hold.level_hex());
+    push_fence(&mut call, keys);
+    let fresh = !hold.nested;
+    optional(
+        call,
+        [
+            keys.holder
+                .as_deref()
+                .filter(|_| fresh)
+                .map(|h| Cow::Owned(since(h))),
+            keys.handoff_tag
+                .as_deref()
+                .filter(|_| fresh)
+                .map(Cow::Borrowed),
+            hold.nested.then(|| Cow::Borrowed(hold.nested_arg())),
+            keys.hold_at_least.map(|d| Cow::Owned(millis(d))),
+            keys.seed_floor
+                .filter(|_| fresh)
+                .map(|f| Cow::Owned(f.get().to_string())),
+        ],
+    )
+}
+
+/// A script's optional arguments, in its order: those after the last one given are left
+/// out (every argument costs the server a little on every call), and '' stands for one not
+/// given before one that is.
+fn optional<const N: usize>(mut call: Call, args: [Option<Cow<'_, str>>; N]) -> Call {
+    let given = args.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    for a in args.into_iter().take(given) {
+        call = call.arg(a.unwrap_or(Cow::Borrowed("")));
     }
     call
 }
@@ -145,22 +168,30 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
         .arg(hold.owner.hex())
         .arg(&keys.channel)
         .arg(publish.verb()),
-        Shape::Reentrant | Shape::Fair => Call::on(Script::Release, keys)
-            .only_hash()
-            .arg(hold.owner.hex())
-            .arg(&keys.channel)
-            .arg(publish.verb())
-            .arg(hold.level_hex())
-            .arg(if hold.undo && !hold.nested {
+        Shape::Reentrant | Shape::Fair => {
+            let call = Call::on(Script::Release, keys)
+                .only_hash()
+                .arg(hold.owner.hex())
+                .arg(&keys.channel)
+                .arg(hold.level_hex());
+            let may_keep = if hold.undo && !hold.nested {
                 // The undo of the acquisition that created the lock (and set its
                 // `hold:until`): the job never ran, so the slot is freed.
-                "undo"
+                Some("undo")
             } else if keys.hold_at_least.is_some() || hold.nested {
-                "1"
+                Some("1")
             } else {
-                "0"
-            })
-            .arg(if hold.only_level { "1" } else { "0" }),
+                None
+            };
+            let sharded = match publish {
+                Publish::Sharded => Some(publish.verb()),
+                Publish::Plain => None,
+            };
+            optional(
+                call,
+                [hold.only_level.then_some("1"), sharded, may_keep].map(|a| a.map(Cow::Borrowed)),
+            )
+        }
         Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)
             .arg(hold.owner.hex())
             .arg(rw_mode(&keys.shape))

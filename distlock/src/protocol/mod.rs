@@ -237,10 +237,13 @@ mod tests {
         let hold = Hold::fresh();
         let plain = release(&keys, hold, Publish::Plain);
         let sharded = release(&keys, hold, Publish::Sharded);
-        assert_eq!(plain.args[2], b"publish");
-        assert_eq!(sharded.args[2], b"spublish");
+        assert_eq!(
+            plain.args.len(),
+            3,
+            "owner, channel, level: the optional ones left out"
+        );
+        assert_eq!(sharded.args[3..], [b"".to_vec(), b"spublish".to_vec()]);
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
-        assert_eq!(plain.args[5], b"0", "counted down");
         let only = release(
             &keys,
             Hold {
@@ -250,7 +253,8 @@ mod tests {
             Publish::Plain,
         );
         assert_eq!(
-            only.args[5], b"1",
+            only.args[3..],
+            [b"1".to_vec()],
             "the owner's only level (Hold::only_level)"
         );
         assert!(
@@ -317,11 +321,11 @@ mod tests {
         let tagged = handoff(&keys, old, new, d, None, Publish::Plain).unwrap();
         assert_eq!(tagged.args[8..10], [b"".to_vec(), b"00ab".to_vec()]);
         let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
-        assert!(refused.args[5].starts_with(b"h\t2\tt\t"), "with since");
-        assert_eq!(refused.args[6], b"00ab");
+        assert!(refused.args[3].starts_with(b"h\t2\tt\t"), "with since");
+        assert_eq!(refused.args[4..], [b"00ab".to_vec()]);
         keys.holder = None;
         let refused = acquire(&keys, old, d, Duration::ZERO, Publish::Plain);
-        assert_eq!(refused.args[5..], [b"".to_vec(), b"00ab".to_vec()]);
+        assert_eq!(refused.args[3..], [b"".to_vec(), b"00ab".to_vec()]);
         let nested = acquire(
             &keys,
             Hold::nested(old.owner),
@@ -330,8 +334,8 @@ mod tests {
             Publish::Plain,
         );
         assert_eq!(
-            nested.args.len(),
-            5,
+            nested.args[3..],
+            [b"".to_vec(), b"".to_vec(), b"1".to_vec()],
             "a nested acquisition never waits: no tag"
         );
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
@@ -356,7 +360,7 @@ mod tests {
         let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
         keys.hold_at_least = Some(Duration::from_secs(5));
         let hold = Hold::fresh();
-        let flag = |h: Hold| release(&keys, h, Publish::Plain).args[4].clone();
+        let flag = |h: Hold| release(&keys, h, Publish::Plain).args[5].clone();
         assert_eq!(flag(hold), b"1", "a release keeps hold:until");
         assert_eq!(flag(hold.undoing()), b"undo", "an undo frees the slot");
         let nested = Hold::nested(hold.owner);

@@ -5,17 +5,19 @@
 -- KEYS[1] the lock's record (record.lua)
 -- ARGV[1] owner id
 -- ARGV[2] channel
--- ARGV[3] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub) or 'publish'
--- ARGV[4] level id of the acquisition released
--- ARGV[5] '1' when the lock may carry `until` (this hold was taken with hold_at_least, or
---   is a nested level of a hold that may be), else '0': the common release does not look
---   at it; 'undo' when this release undoes an outermost acquisition whose outcome its
---   caller never learned (the reply lost, the future dropped: no guard was handed out, the
---   job did not run): the lock goes with the `until` that acquisition set, so the slot is
---   free for the job to run elsewhere
--- ARGV[6] '1' when this level is the owner's only live one (the client holds off its
+-- ARGV[3] level id of the acquisition released
+-- The rest are optional, as acquire.lua's: those after the last one given are left out.
+-- ARGV[4] '1' when this level is the owner's only live one (the client holds off its
 --   nested acquisitions until this has run: `Hold::only_level`): it frees the lock, with
---   any nested level whose release is still on its way; else '0' or absent
+--   any nested level whose release is still on its way
+-- ARGV[5] the publish verb: 'spublish' (Redis Cluster: sharded pub/sub); 'publish' when not
+--   given or ''
+-- ARGV[6] '1' when the lock may carry `until` (this hold was taken with hold_at_least, or
+--   is a nested level of a hold that may be): the common release does not look at it;
+--   'undo' when this release undoes an outermost acquisition whose outcome its caller
+--   never learned (the reply lost, the future dropped: no guard was handed out, the job
+--   did not run): the lock goes with the `until` that acquisition set, so the slot is
+--   free for the job to run elsewhere
 -- The owner's holder information goes with the lock.
 -- A lock taken with hold_at_least (acquire.lua: the record's `until`, server ms) and freed
 -- before that time is kept, without a holder, until then: nothing is published, and
@@ -26,9 +28,11 @@
 --   ACL user without the channel right: NOPERM): the release stands, waiters wake at the
 --   lease's end.
 local lock, owner = KEYS[1], ARGV[1]
-local stays = release_level(lock, owner, ARGV[4], ARGV[5] == '1', nil, ARGV[6] == '1')
+local stays = release_level(lock, owner, ARGV[3], ARGV[6] == '1', nil, ARGV[4] == '1')
 if stays then return stays end
 redis.call('del', lock)
-local published = redis.pcall(ARGV[3], ARGV[2], owner)
+local verb = ARGV[5]
+if not verb or verb == '' then verb = 'publish' end
+local published = redis.pcall(verb, ARGV[2], owner)
 if type(published) == 'table' and published.err then return {0, published.err} end
 return 0
