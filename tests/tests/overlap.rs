@@ -513,7 +513,7 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
         &[&kept, &fence],
         &[OWNER, "100000", "job", "", "", "", "60000"],
     );
-    let release = || eval(RELEASE, &[&kept], &[OWNER, "ch", "job", "1", "", "1"]);
+    let release = || eval(RELEASE, &[&kept], &[OWNER, "ch", "job", "1", "", "", "1"]);
     assert_eq!(release(), RespValue::Integer(0), "kept until hold:until");
     let fields = || {
         let mut names: Vec<String> = lock_fields(&addr_of(&single_url()), &kept)
@@ -537,8 +537,8 @@ fn a_freeing_release_and_a_kept_one_run_twice_change_nothing_the_second_time() {
     );
 }
 
-/// The release of an outermost hold with no nested hold live frees the lock in three
-/// calls (GET, DEL, PUBLISH), and a nested acquisition racing that
+/// The release of an outermost hold with no nested hold live frees the lock in two
+/// calls (GET, DEL; nobody waits, so no PUBLISH), and a nested acquisition racing that
 /// release, in either order, either holds a lock that exists (the release counted it down)
 /// or fails with `LeaseLost` (it found the hold gone) — never holds a lock that is gone.
 #[tokio::test]
@@ -569,11 +569,11 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
             .and_then(|v| v.split(',').next()?.parse().ok())
             .unwrap_or(0)
     };
-    // The release: GET, DEL, PUBLISH. A watchdog renewal may land meanwhile: GET, PTTL
-    // and perhaps PEXPIRE, a script of its own.
+    // The release: GET, DEL (nobody waits: no PUBLISH). A watchdog renewal may land
+    // meanwhile: GET, PTTL and perhaps PEXPIRE, a script of its own.
     let renewals = calls("pttl");
     assert_eq!(calls("del"), 1, "{stats}");
-    assert_eq!(calls("publish"), 1, "{stats}");
+    assert_eq!(calls("publish"), 0, "{stats}");
     assert_eq!(calls("get"), 1 + renewals, "{stats}");
     let others: Vec<&str> = stats
         .lines()

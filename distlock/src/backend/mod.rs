@@ -78,6 +78,11 @@ pub(crate) struct Backend {
     /// `None` where there is no hand-off (`handoff = false`, memory, redlock/multi,
     /// sentinel with `sync_replicas`, Redisson's format).
     pub(crate) handoffs: Option<Arc<crate::lease::handoff::Waiters>>,
+    /// What this backend's refused attempts at a reentrant lock of distlock's format leave
+    /// in the lock (`acquire.lua`): a release publishes only when a waiter left its tag
+    /// there (`release.lua`), and a hand-off tells a waiter of another process from one
+    /// of its own by it (`handoff.lua`). The hand-off waiters' tag where there are any.
+    pub(crate) tag: Arc<str>,
     /// The releases, undos and queue cancels being sent again until the server answers
     /// (`resend.rs`).
     resends: Arc<resend::Resends>,
@@ -208,8 +213,13 @@ impl Backend {
         let handoffs: Option<Arc<crate::lease::handoff::Waiters>> =
             caps.hand_off.then(Default::default);
         let leases = Arc::new(leases.handing_off(handoffs.clone()));
+        let tag = handoffs.as_ref().map_or_else(
+            || format!("{:016x}", rand::random::<u64>()).into(),
+            |w| w.tag().clone(),
+        );
         let backend = Backend {
             handoffs,
+            tag,
             name,
             address,
             prefix: defaults.key_prefix.clone(),
@@ -457,6 +467,10 @@ impl Backend {
 
     /// [`Backend::release`], in the task that polls it.
     async fn send_release(&self, keys: &LockKeys, hold: Hold) -> Result<Released, LockError> {
+        let hold = Hold {
+            others_wait: self.hub.waiting_on(&keys.channel),
+            ..hold
+        };
         let r = self.driver.release(keys, hold).await;
         r.map_err(self.fail(Some(&keys.user)))
     }

@@ -266,11 +266,13 @@ impl Terms {
             }
             _ => None,
         };
-        // Its refused attempts tell the holder's process that a waiter of another process
-        // is there: it lets the lock go free for it at its next release instead of handing
-        // it to one of its own once it has waited a turn (`acquire.lua`, `handoff.lua`).
-        if let Some(w) = &handoffs {
-            keys.handoff_tag = Some(w.tag().clone());
+        // Its refused attempts leave this backend's tag in the lock: the release publishes
+        // only when a tag is there (`release.lua`), and a holder's process that hands off
+        // lets the lock go free for a waiter of another process once it has waited a turn
+        // instead of handing it to one of its own (`acquire.lua`, `handoff.lua`). Every
+        // fresh acquisition that can wait for a release leaves it, hand-off or not.
+        if !entered.hold.nested && keys.leaves_its_tag() {
+            keys.handoff_tag = Some(backend.tag.clone());
         }
         let in_flight = backend.leases.heard.in_flight();
         let attempts = Attempts {

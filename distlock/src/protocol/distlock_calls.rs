@@ -187,9 +187,13 @@ pub(crate) fn release(keys: &LockKeys, hold: Hold, publish: Publish) -> Call {
                 Publish::Sharded => Some(publish.verb()),
                 Publish::Plain => None,
             };
+            // A fair lock's waiters leave no tag in it (they queue): its release always
+            // publishes; so does one while waiters of this backend are asleep.
+            let always = (!keys.leaves_its_tag() || hold.others_wait).then_some("1");
             optional(
                 call,
-                [hold.only_level.then_some("1"), sharded, may_keep].map(|a| a.map(Cow::Borrowed)),
+                [hold.only_level.then_some("1"), always, sharded, may_keep]
+                    .map(|a| a.map(Cow::Borrowed)),
             )
         }
         Shape::Read | Shape::Write => Call::on(Script::RwRelease, keys)

@@ -66,22 +66,26 @@ end, ARGV[8] == '1')
 if stays then return stays end
 -- Freed. The waiters of other processes refused it (acquire.lua's entries in `waiting`,
 -- `,<tag>:<server ms>`): one that has waited `turn` ms or more gets the lock free, and a
--- younger one is kept for a later release; this process's own entries go (its waiters are
--- handed the lock here).
+-- younger one is kept for a later release. This process's own entries are kept too: a
+-- waiter of its own whose place came too late for a hand-off hears the publish of a
+-- later release (release.lua publishes only when an entry is there).
 local kept = ''
 if waiting then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = nil
   for tag, at in string.gmatch(waiting, ',(%x+):(%d+)') do
     if tag ~= ARGV[10] then
+      if not now then
+        local t = redis.call('time')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
       if now - tonumber(at) >= turn then
         redis.call('del', lock)
         local published = redis.pcall(ARGV[3], ARGV[2], owner)
         if type(published) == 'table' and published.err then return {0, published.err} end
         return 0
       end
-      kept = kept .. ',' .. tag .. ':' .. at
     end
+    kept = kept .. ',' .. tag .. ':' .. at
   end
 end
 -- Else the waiter takes it as a fresh acquisition (acquire.lua's), in the same run, with

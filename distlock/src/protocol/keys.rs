@@ -49,10 +49,11 @@ pub(crate) struct LockKeys {
     /// server time it may release at (`hold:until`), and a release before then keeps the
     /// lock, without a holder, until that time.
     pub hold_at_least: Option<std::time::Duration>,
-    /// The tag of this process's hand-off waiters (its backend's
-    /// `crate::lease::handoff::Waiters`), set on a fresh acquisition of a lock that
-    /// hands off: its refused attempts tell the holder's process that a waiter of another
-    /// process is there (`acquire.lua`).
+    /// The tag of the acquiring backend (`crate::backend::Backend::tag`), set on a fresh
+    /// acquisition of a reentrant lock of distlock's format ([`LockKeys::leaves_its_tag`]):
+    /// its refused attempts leave it in the lock, so that the release publishes, and the
+    /// holder's process, when it hands off, knows a waiter of another process is there
+    /// (`acquire.lua`).
     pub handoff_tag: Option<std::sync::Arc<str>>,
 }
 
@@ -354,6 +355,23 @@ impl LockKeys {
         } else {
             self.channel.clone()
         }
+    }
+
+    /// Whether a refused acquisition leaves its backend's tag in the lock, and a release
+    /// publishes only when one is there ([`LockKeys::handoff_tag`]): distlock's reentrant
+    /// lock, whose record (`record.lua`) keeps the tags. A fair lock's waiters are in its
+    /// queue instead, and its release always publishes; the other kinds' scripts publish
+    /// by their own rules; Redisson's format is Redisson's.
+    pub(crate) fn leaves_its_tag(&self) -> bool {
+        let shape = match &self.shape {
+            Shape::Reentrant => true,
+            Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => false,
+        };
+        let format = match &self.format {
+            Format::Distlock => true,
+            Format::Redisson(_) => false,
+        };
+        shape && format
     }
 
     /// Whether each waiter listens on a channel of its own (a Redisson fair lock's: a

@@ -242,7 +242,16 @@ mod tests {
             3,
             "owner, channel, level: the optional ones left out"
         );
-        assert_eq!(sharded.args[3..], [b"".to_vec(), b"spublish".to_vec()]);
+        assert_eq!(
+            sharded.args[3..],
+            [b"".to_vec(), b"".to_vec(), b"spublish".to_vec()]
+        );
+        let fair = LockKeys::for_kind("lock:", "k".into(), LockKind::Fair).unwrap();
+        assert_eq!(
+            release(&fair, hold, Publish::Plain).args[3..],
+            [b"".to_vec(), b"1".to_vec()],
+            "a fair lock's release always publishes"
+        );
         assert_eq!(plain.keys, vec!["lock:{k}".to_string()]);
         let only = release(
             &keys,
@@ -360,7 +369,7 @@ mod tests {
         let mut keys = LockKeys::new("lock:", "k".into()).unwrap();
         keys.hold_at_least = Some(Duration::from_secs(5));
         let hold = Hold::fresh();
-        let flag = |h: Hold| release(&keys, h, Publish::Plain).args[5].clone();
+        let flag = |h: Hold| release(&keys, h, Publish::Plain).args[6].clone();
         assert_eq!(flag(hold), b"1", "a release keeps hold:until");
         assert_eq!(flag(hold.undoing()), b"undo", "an undo frees the slot");
         let nested = Hold::nested(hold.owner);

@@ -249,6 +249,14 @@ impl Hub {
         }
     }
 
+    /// Whether a waiter of this process waits on `name` now (a watch other than a
+    /// holder's).
+    pub(crate) fn waiting_on(&self, name: &str) -> bool {
+        let map = self.map();
+        map.get(name)
+            .is_some_and(|c| c.users.load(Ordering::Acquire) > c.held.load(Ordering::Acquire))
+    }
+
     /// How many releases (and wake-ups) `name` has seen, when it is watched and live now
     /// (its releases reach this process); `None` otherwise.
     pub(crate) fn messages(&self, name: &str) -> Option<u64> {

@@ -78,6 +78,11 @@ pub(crate) struct Hold {
     /// the lock, or a queue place, again for nobody. Its release (and its queue place) is
     /// sent again a while later (`backend/undo.rs`).
     pub(crate) late: bool,
+    /// Set on a release while waiters of its backend wait for the lock (`Hub::waiting_on`):
+    /// a release that frees it publishes even when no waiter's tag is in the lock
+    /// (`release.lua`). A release wakes one waiter of a process, and that one's
+    /// acquisition leaves no tag for the others asleep.
+    pub(crate) others_wait: bool,
     /// For a nested acquisition, the enclosing hold it must find: of the same kind, or
     /// (a read-write lock) of the other mode.
     pub(crate) enclosing: Enclosing,
@@ -108,6 +113,7 @@ impl Hold {
             undo: false,
             only_level: false,
             late: false,
+            others_wait: false,
         }
     }
 
@@ -126,6 +132,7 @@ impl Hold {
             undo: false,
             only_level: false,
             late: false,
+            others_wait: false,
             enclosing,
         }
     }
