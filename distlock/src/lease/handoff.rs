@@ -40,21 +40,14 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::protocol::keys::{Format, LockKeys, Shape};
+use crate::protocol::keys::LockKeys;
 use crate::terms::owner::{Hold, OwnerId};
 
 /// Whether acquisitions and releases of `keys` hand off (see the module docs for why the
 /// other shapes, formats and run-once jobs do not).
 pub(crate) fn eligible(keys: &LockKeys) -> bool {
-    let shape = match &keys.shape {
-        Shape::Reentrant => true,
-        Shape::Fair | Shape::Read | Shape::Write | Shape::Semaphore(_) => false,
-    };
-    let format = match &keys.format {
-        Format::Distlock => true,
-        Format::Redisson(_) => false,
-    };
-    shape && format && keys.hold_at_least.is_none()
+    // distlock's reentrant lock, whose record keeps the waiters' tags a hand-off reads.
+    keys.leaves_its_tag() && keys.hold_at_least.is_none()
 }
 
 /// A lock marked in [`Waiters`]: held by a hold this process was handed, or let go free for
