@@ -58,7 +58,7 @@ local token = next_token(fence, KEYS[3])
 -- again of a transfer that was made finds the level gone and the waiter's level there: the
 -- same answer, with the token the transfer drew. The client hands off only holds taken
 -- without hold_at_least (and only their outermost level), so no `until` is looked for.
-local stays = release_level(lock, owner, ARGV[4], false, function(r, granted, levels)
+local stays, waiting = release_level(lock, owner, ARGV[4], false, function(r, granted, levels)
   if not (r == new_owner and string.find(',' .. levels .. ',', ',' .. new_level .. ',', 1, true)) then return nil end
   if redis.call('pttl', lock) < lease then redis.call('pexpire', lock, lease) end
   return {4, tonumber(granted)}

@@ -35,7 +35,7 @@
 --   the publish failed (an ACL user without the channel right: NOPERM): the release
 --   stands, waiters wake at the lease's end.
 local lock, owner = KEYS[1], ARGV[1]
-local stays = release_level(lock, owner, ARGV[3], ARGV[7] == '1', nil, ARGV[4] == '1')
+local stays, waiting = release_level(lock, owner, ARGV[3], ARGV[7] == '1', nil, ARGV[4] == '1')
 if stays then return stays end
 redis.call('del', lock)
 -- `waiting`: the record's tags (release_prologue.lua), false when none.

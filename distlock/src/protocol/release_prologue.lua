@@ -16,12 +16,11 @@
 -- owner's only live one (see `Hold::only_level`: no nested hold of it is live, and none
 -- can run before this release; a nested level still in the record is one whose release is
 -- still on its way), so the level frees the lock whatever other levels the record lists.
--- `waiting` (set by release_level): the record's `waiting` (false when empty): the
--- acquisitions refused it while it was held (acquire.lua), which wait for its release.
-local waiting = false
+-- With nil it also returns the record's `waiting` (false when empty): the acquisitions
+-- refused the lock while it was held (acquire.lua), which wait for its release. It keeps
+-- no state between calls (a function library defines it once for every call).
 local function release_level(lock, owner, level, may_keep, gone, only_level)
   local r, token, levels, until_ms, w, holder = read_record(lock)
-  waiting = r and w ~= '' and w or false
   if not (r == owner and (levels == level or string.find(',' .. levels .. ',', ',' .. level .. ',', 1, true))) then
     local answer = gone and gone(r, token, levels)
     if answer then return answer end
@@ -48,5 +47,5 @@ local function release_level(lock, owner, level, may_keep, gone, only_level)
       return 0
     end
   end
-  return nil
+  return nil, r and w ~= '' and w or false
 end
