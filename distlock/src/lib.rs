@@ -235,6 +235,12 @@ pub mod __private {
     /// distlock sends it, prologues included (`protocol/script.rs` builds them).
     pub use crate::protocol::script::sources as scripts;
 
+    /// The name of the function distlock calls (`FCALL`) on a server that loaded its
+    /// function library, for the script whose source is `source` (one of [`scripts`]).
+    pub fn function_of(source: &str) -> Option<&'static str> {
+        crate::protocol::Script::of_source(source).map(crate::protocol::Script::function)
+    }
+
     /// The fencing counter a cluster backend with key prefix `prefix` draws the tokens of
     /// the lock whose hash is `lock_hash` from: the counter of its slot, `PREFIX{{fence:N}`
     /// (single and sentinel draw from `PREFIX{{fence}`, redlock and multi from the key's

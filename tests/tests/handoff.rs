@@ -133,7 +133,7 @@ async fn a_local_waiter_is_handed_the_lock_with_one_script() {
     assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
     held.release().await.expect("release");
     let got = waiter.await.expect("waiter task").expect("waiter acquire");
-    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    let scripts = calls(&addr, "fcall") + calls(&addr, "evalsha") + calls(&addr, "eval");
     assert_eq!(
         scripts, 1,
         "the owner change is one script (the release hands it over; no acquire of the waiter's)"
@@ -174,7 +174,7 @@ async fn sixteen_tasks_on_one_key_exclude_each_other() {
     assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
     // 16 tasks x 50 acquisitions of one key, with a counter updated across an `.await`.
     scenarios::exclusion_16_tasks(&reg).await;
-    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    let scripts = calls(&addr, "fcall") + calls(&addr, "evalsha") + calls(&addr, "eval");
     println!(
         "hot key: {:.2} scripts per acquisition (acquire + release + refused attempts)",
         scripts as f64 / 800.0
@@ -492,7 +492,7 @@ async fn with_handoff_false_a_release_frees_the_lock_and_the_waiter_acquires_its
         assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
         held.release().await.expect("release");
         let got = waiter.await.expect("waiter task").expect("waiter acquire");
-        let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+        let scripts = calls(&addr, "fcall") + calls(&addr, "evalsha") + calls(&addr, "eval");
         assert!(
             calls(&addr, "publish") >= 1,
             "barging: the release freed the lock and published it"
@@ -520,7 +520,7 @@ async fn with_handoff_false_sixteen_tasks_on_one_key_exclude_each_other() {
     let reg = barging(&server.url()).await;
     assert!(cmd(&addr, &["CONFIG", "RESETSTAT"]).is_ok());
     scenarios::exclusion_16_tasks(&reg).await;
-    let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
+    let scripts = calls(&addr, "fcall") + calls(&addr, "evalsha") + calls(&addr, "eval");
     println!(
         "hot key, barging: {:.2} scripts per acquisition (acquire + release + refused attempts)",
         scripts as f64 / 800.0

@@ -29,7 +29,7 @@ async fn a_silently_dropped_command_connection_is_replaced() {
     // for good; new connections work.
     let g = reg.lock("hung").acquire().await.unwrap();
     g.release().await.unwrap();
-    let silenced = proxy.silence_flows_that_sent(b"EVALSHA");
+    let silenced = proxy.silence_flows_that_sent(b"FCALL");
     assert!(silenced >= 1, "a command connection was silenced");
     let start = Instant::now();
     let mut errors = Vec::new();

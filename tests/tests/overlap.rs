@@ -579,7 +579,10 @@ async fn an_outer_release_racing_a_nested_acquisition_never_leaves_it_holding_no
         .lines()
         .filter_map(|l| l.strip_prefix("cmdstat_")?.split([':', '|']).next())
         .filter(|c| {
-            !["eval", "evalsha", "script", "config", "ping", "info"].contains(c)
+            ![
+                "eval", "evalsha", "fcall", "function", "script", "config", "ping", "info",
+            ]
+            .contains(c)
                 && !["get", "del", "publish", "pttl", "pexpire"].contains(c)
         })
         .collect();

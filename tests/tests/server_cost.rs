@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use distlock::Registry;
-use distlock_tests::resp_command;
 use distlock_tests::RedisProcess;
+use distlock_tests::{resp_command, README_ACL_RIGHTS};
 
 /// Pairs measured.
 const PAIRS: u64 = 50;
@@ -28,12 +28,12 @@ fn calls(addr: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncontended_lock_and_unlock_runs_seven_commands_on_the_server() {
-    let server = RedisProcess::start();
+/// Runs [`PAIRS`] uncontended lock+unlock pairs on `server` through `url` (after a warm-up)
+/// and checks what they cost: 7 commands a pair, of which two are the scripts, sent as
+/// `verb`.
+async fn seven_commands_a_pair(server: &RedisProcess, url: &str, verb: &str) {
     let reg = Registry::from_str(&format!(
-        "[backends.main]\nmode = \"single\"\nurl = \"{}\"\n",
-        server.url()
+        "[backends.main]\nmode = \"single\"\nurl = \"{url}\"\n"
     ))
     .await
     .unwrap();
@@ -64,13 +64,30 @@ async fn an_uncontended_lock_and_unlock_runs_seven_commands_on_the_server() {
     );
     // The two scripts, and in them: EXISTS, INCR (the token), SET ... PX (the lock's
     // record, holder information and expiry in one write); GET, DEL.
-    for command in ["evalsha", "exists", "incr", "set", "get", "del"] {
+    for command in [verb, "exists", "incr", "set", "get", "del"] {
         let n = calls.get(command).copied().unwrap_or(0);
-        let want = if command == "evalsha" {
-            2 * PAIRS
-        } else {
-            PAIRS
-        };
+        let want = if command == verb { 2 * PAIRS } else { PAIRS };
         assert!(n >= want, "{command}: {n} calls, {want} wanted: {calls:?}");
     }
+}
+
+/// A server that takes distlock's function library runs each script as a function
+/// (`FCALL`), which defines its helpers once, when loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_lock_and_unlock_runs_seven_commands_on_the_server() {
+    let server = RedisProcess::start();
+    seven_commands_a_pair(&server, &server.url(), "fcall").await;
+}
+
+/// An ACL user with the README's rights, which leave out `+function|load` and `+fcall`:
+/// the same commands, the scripts sent by EVALSHA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_function_rights_runs_the_same_commands_by_evalsha() {
+    let server = RedisProcess::start();
+    let mut args = vec!["ACL", "SETUSER", "distlock", "reset", "on", ">pw"];
+    args.extend_from_slice(README_ACL_RIGHTS);
+    let r = resp_command(&server.addr(), &args).expect("ACL SETUSER");
+    assert!(r.is_ok(), "ACL SETUSER: {r:?}");
+    let url = format!("redis://distlock:pw@{}", server.addr());
+    seven_commands_a_pair(&server, &url, "evalsha").await;
 }

@@ -22,7 +22,7 @@ const LEASE_MS: u64 = 27_183;
 /// 3 s; generous here for a loaded machine).
 const BOUND: Duration = Duration::from_secs(8);
 
-/// Scripts run on `server` so far (`EVALSHA` and `EVAL` calls, from `INFO commandstats`).
+/// Scripts run on `server` so far (`FCALL`, `EVALSHA` and `EVAL` calls, from `INFO commandstats`).
 async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -30,7 +30,11 @@ async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
         .await
         .expect("INFO commandstats");
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -42,9 +46,11 @@ async fn scripts_run(server: &mut redis::aio::MultiplexedConnection) -> u64 {
         .sum()
 }
 
-/// The SHA1 of the script that acquires `target` in `protocol`: what the proxy holds on
-/// (the release, which carries the lease too in Redisson's format, is another script).
-fn acquire_sha(protocol: &str, target: Target) -> String {
+/// The function name of the script that acquires `target` in `protocol` (the server loads
+/// distlock's function library), as an `FCALL` carries it: what the proxy holds on (the
+/// release, which carries the lease too in Redisson's format, is another script; the
+/// library's source, sent once when it is loaded, names it in quotes).
+fn acquire_needle(protocol: &str, target: Target) -> String {
     use distlock::__private::scripts as s;
     let source = match (protocol, target) {
         ("redisson", Target::Lock(LockKind::Reentrant)) => s::REDISSON_LOCK,
@@ -57,7 +63,8 @@ fn acquire_sha(protocol: &str, target: Target) -> String {
         (_, Target::Semaphore) => s::SEM_ACQUIRE,
         (_, Target::Lock(other)) => panic!("no acquire script here for {other:?}"),
     };
-    redis::Script::new(source).get_hash().to_owned()
+    let function = distlock::__private::function_of(source).expect("a script of the protocol");
+    format!("\r\n{function}\r\n")
 }
 
 /// A private server behind the fault proxy, two registries of `protocol` through the proxy
@@ -191,7 +198,7 @@ async fn a_late_acquisition_is_undone(protocol: &str, target: Target) {
     }
     // The acquisition's bytes wait in the proxy; the client gives up on it.
     s.proxy
-        .set_hold_on_send(Some(acquire_sha(protocol, target).as_bytes()));
+        .set_hold_on_send(Some(acquire_needle(protocol, target).as_bytes()));
     let before = scripts_run(&mut s.direct).await;
     let lease = Duration::from_millis(LEASE_MS);
     let outcome = try_once(&reg, &key, target, lease).await;
@@ -288,7 +295,7 @@ async fn a_fair_queue_place_taken_after_its_cancel_is_cancelled_again() {
         .unwrap();
     // The waiter's first attempt waits in the proxy; the waiter gives up on it.
     let before = scripts_run(&mut s.direct).await;
-    let needle = acquire_sha("redisson", fair);
+    let needle = acquire_needle("redisson", fair);
     let secs = Duration::from_secs(5);
     let waiter =
         acquire_with_the_first_attempt_held(&s, &reg, key, LockKind::Fair, secs, &needle).await;
@@ -346,7 +353,7 @@ async fn a_retried_acquisitions_late_first_attempt_is_undone(kind: LockKind, hel
     }
     // The first attempt waits in the proxy; the retry, on another connection, takes the
     // lock, and the hold is released.
-    let needle = acquire_sha("distlock", target);
+    let needle = acquire_needle("distlock", target);
     let lease = Duration::from_millis(LEASE_MS);
     let acquiring = acquire_with_the_first_attempt_held(&s, &reg, &key, kind, lease, &needle).await;
     let outcome = tokio::time::timeout(Duration::from_secs(10), acquiring)

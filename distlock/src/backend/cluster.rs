@@ -47,7 +47,7 @@ use super::topology::{ScriptReplies, Topology};
 use crate::check::probe::Probe;
 use crate::check::report::ServerReport;
 use crate::errors::backend::{bounded, DriverError};
-use crate::protocol::exec::load_all;
+use crate::protocol::exec::{load_all, Functions};
 use crate::protocol::keys::{FenceScope, Format, LockKeys};
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::rt::hub::{Hub, SubscribeRequest, SWEEP_EVERY};
@@ -132,9 +132,12 @@ pub(crate) async fn connect(
             }
         }
     };
+    let functions = Arc::<Functions>::default();
     let once = match redisson {
         None => None,
-        Some(_) => Some(redisson_once::connect(settings, nodes, &address, publish).await?),
+        Some(_) => Some(
+            redisson_once::connect(settings, nodes, &address, publish, functions.clone()).await?,
+        ),
     };
     let template = match nodes.first() {
         Some(url) => Some(settings.info(url)?),
@@ -148,6 +151,7 @@ pub(crate) async fn connect(
             response_timeout: settings.response_timeout,
             publish,
             direct: None,
+            functions,
         },
         once,
         in_flight: Arc::default(),
@@ -158,7 +162,7 @@ pub(crate) async fn connect(
         &cluster.address,
         "SCRIPT LOAD timed out",
         settings.response_timeout,
-        load_all(&mut c),
+        load_all(&mut c, &cluster.functions),
     )
     .await
     {

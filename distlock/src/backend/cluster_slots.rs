@@ -328,7 +328,7 @@ fn parse_slots(v: &Value) -> Vec<(u16, u16, String)> {
         .collect()
 }
 
-/// The key a command is routed by: the first key of `EVAL`/`EVALSHA` (every key of a lock
+/// The key a command is routed by: the first key of `EVAL`/`EVALSHA`/`FCALL` (every key of a lock
 /// call shares one hash tag), the key of the one-key commands the protocol sends; `None`
 /// for anything else (it takes the cluster connection).
 fn key_of(cmd: &Cmd) -> Option<&[u8]> {
@@ -338,8 +338,12 @@ fn key_of(cmd: &Cmd) -> Option<&[u8]> {
         _ => None,
     });
     let name = args.next()??;
-    let at = if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
-        // EVALSHA sha numkeys key ...: routed only when it has a key.
+    let at = if [&b"EVALSHA"[..], b"EVAL", b"FCALL"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
+    {
+        // EVALSHA sha numkeys key ... (FCALL: the function's name): routed only when it
+        // has a key.
         let _script = args.next()??;
         let numkeys = args.next()??;
         if numkeys == b"0" {
@@ -385,5 +389,13 @@ mod tests {
         c.arg("latch:{k}");
         assert_eq!(key_of(&c), Some(&b"latch:{k}"[..]));
         assert_eq!(key_of(redis::cmd("SCRIPT").arg("LOAD").arg("x")), None);
+        let mut c = redis::cmd("FCALL");
+        c.arg("f").arg(1).arg("lock:{k}").arg("x");
+        assert_eq!(key_of(&c), Some(&b"lock:{k}"[..]));
+        assert_eq!(
+            key_of(redis::cmd("FUNCTION").arg("LOAD").arg("x")),
+            None,
+            "the cluster connection: every master"
+        );
     }
 }

@@ -14,7 +14,7 @@ use redis::Value;
 use super::direct::Direct;
 use crate::errors::backend::{bounded, redirected, DriverError};
 use crate::errors::reply::UnexpectedReply;
-use crate::protocol::exec::eval;
+use crate::protocol::exec::{eval, Functions};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Attempt, Call, HandedOff, Publish, Released};
 use crate::terms::owner::{Hold, OwnerId};
@@ -31,6 +31,9 @@ pub(crate) struct Link<C> {
     /// Connections the calling task drives itself, used for one call at a time when idle
     /// (`direct.rs`); `None`: every call goes through `conn`.
     pub(super) direct: Option<Arc<Direct>>,
+    /// Whether the server runs the protocol as distlock's function library (shared by the
+    /// link's clones).
+    pub(super) functions: Arc<Functions>,
 }
 
 impl<C> std::fmt::Debug for Link<C> {
@@ -85,7 +88,7 @@ impl<C: ConnectionLike + DirectRoutes + Clone + Send + Sync> Link<C> {
                         &self.address,
                         what,
                         self.response_timeout,
-                        eval(&mut lease, call),
+                        eval(&mut lease, call, &self.functions),
                     )
                     .await;
                     let redirect = match &r {
@@ -112,7 +115,7 @@ impl<C: ConnectionLike + DirectRoutes + Clone + Send + Sync> Link<C> {
             &self.address,
             what,
             self.response_timeout,
-            eval(&mut conn, call),
+            eval(&mut conn, call, &self.functions),
         )
         .await
     }

@@ -24,16 +24,19 @@ use tokio::sync::Notify;
 use super::conn::Settings;
 use super::link::Link;
 use crate::errors::backend::{bounded, DriverError};
+use crate::protocol::exec::Functions;
 use crate::protocol::Publish;
 use crate::terms::owner::OwnerId;
 
 /// The cluster connection that never sends a command twice, for Redisson's acquire
-/// scripts.
+/// scripts (a call that did not run is sent again: `protocol/exec.rs`). `functions`: the
+/// cluster link's, which loads the library on the masters.
 pub(crate) async fn connect(
     settings: &Settings,
     nodes: &[RedisUrl],
     address: &str,
     publish: Publish,
+    functions: Arc<Functions>,
 ) -> Result<Link<ClusterConnection>, DriverError> {
     let client = settings
         .cluster_commands(nodes)
@@ -53,6 +56,7 @@ pub(crate) async fn connect(
         response_timeout: settings.response_timeout,
         publish,
         direct: None,
+        functions,
     })
 }
 

@@ -4,6 +4,7 @@
 //! One auto-reconnecting multiplexed connection ([`ConnectionManager`]) is shared by every
 //! task; every call is bounded by the response timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -56,13 +57,14 @@ impl Server {
             response_timeout: settings.response_timeout,
             publish: Publish::Plain,
             direct,
+            functions: Arc::default(),
         };
         let mut c = server.conn.clone();
         let loaded = bounded(
             address,
             "SCRIPT LOAD timed out",
             settings.response_timeout,
-            load_all(&mut c),
+            load_all(&mut c, &server.functions),
         )
         .await;
         match loaded {
@@ -124,7 +126,12 @@ impl Server {
             &self.address,
             "acquire + WAIT timed out",
             self.response_timeout + timeout,
-            eval_pipelined(&mut conn, std::slice::from_ref(call), Some(&wait)),
+            eval_pipelined(
+                &mut conn,
+                std::slice::from_ref(call),
+                Some(&wait),
+                &self.functions,
+            ),
         )
         .await?;
         let mut replies = replies.into_iter();
@@ -160,7 +167,7 @@ impl Server {
                 &self.address,
                 "renewal timed out",
                 self.response_timeout,
-                eval_pipelined(&mut conn, &calls, None),
+                eval_pipelined(&mut conn, &calls, None, &self.functions),
             )
             .await
             {

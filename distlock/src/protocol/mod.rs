@@ -10,8 +10,9 @@
 //! lock's channel, with the verb the topology uses ([`Publish`]). Fair and read-write locks
 //! have keys of their own (`fair_acquire.lua`, `rw_prologue.lua`).
 //!
-//! Scripts run by EVALSHA, falling back to EVAL after `NOSCRIPT` (a restarted server or a
-//! promoted replica has an empty script cache): [`exec`] is the one place that does it.
+//! Scripts run as the functions of one library (`FCALL`) on a server that takes it, else by
+//! EVALSHA, falling back to EVAL after `NOSCRIPT` (a restarted server or a promoted replica
+//! has an empty script cache): [`exec`] is the one place that does it.
 
 pub(crate) mod call;
 mod distlock_calls;
@@ -228,6 +229,22 @@ mod tests {
             assert!(src.starts_with("--"), "{s:?}");
             assert!(src.contains("KEYS[1]"), "{s:?} names its keys");
             assert_eq!(s.sha().len(), 40);
+        }
+    }
+
+    #[test]
+    fn the_library_names_every_script_and_defines_the_shared_helpers_once() {
+        let library = &script::LIBRARY.source;
+        assert!(library.starts_with("#!lua name=distlock_"));
+        for s in Script::ALL {
+            let registered = format!("function_name='{}'", s.function());
+            assert_eq!(library.matches(&registered).count(), 1, "{s:?}");
+        }
+        for helper in [
+            "local function read_record(",
+            "local function release_level(",
+        ] {
+            assert_eq!(library.matches(helper).count(), 1, "{helper}");
         }
     }
 

@@ -237,7 +237,109 @@ impl Script {
         });
         &SHAS[self as usize]
     }
+
+    /// The script's name in distlock's function library, for FCALL.
+    pub(crate) fn function(self) -> &'static str {
+        &LIBRARY.functions[self as usize]
+    }
+
+    /// The script whose source (as sent with EVAL) is `source`.
+    pub(crate) fn of_source(source: &str) -> Option<Script> {
+        Script::ALL.into_iter().find(|s| s.source() == source)
+    }
+
+    /// Whether the script may run on a server out of memory (`maxmemory` reached): the
+    /// ones that let go, renew or read. A script sent by EVAL runs there and fails at its
+    /// first write that could take memory; a function runs there only when flagged
+    /// `allow-oom`, and is refused before it starts otherwise. So an acquisition, which
+    /// makes keys, is refused whole on a full server, and what frees memory still runs.
+    fn runs_when_full(self) -> bool {
+        match self {
+            Script::Acquire
+            | Script::RwAcquire
+            | Script::FairAcquire
+            | Script::Fence
+            | Script::FenceClaim
+            | Script::FenceQuorum
+            | Script::RedissonLock
+            | Script::RedissonFairLock
+            | Script::RedissonReadLock
+            | Script::RedissonWriteLock
+            | Script::SemAcquire
+            | Script::SemFairAcquire => false,
+            Script::Release
+            | Script::Renew
+            | Script::ForceRelease
+            | Script::RwRelease
+            | Script::RwRenew
+            | Script::RwCancel
+            | Script::FairCancel
+            | Script::FenceGet
+            | Script::FenceUndo
+            | Script::Inspect
+            | Script::RedissonUnlock
+            | Script::RedissonRenew
+            | Script::RedissonFairUnlock
+            | Script::RedissonFairCancel
+            | Script::RedissonReadUnlock
+            | Script::RedissonReadRenew
+            | Script::RedissonWriteUnlock
+            | Script::RedissonFairForceUnlock
+            | Script::Announce
+            | Script::SemRelease
+            | Script::SemRenew
+            | Script::Handoff
+            | Script::SemFairCancel => true,
+        }
+    }
 }
+
+/// The prologues a function library defines once, at its head, where a script defines
+/// them on every call: in the order a script's source may start with them. None keeps
+/// state between calls.
+const SHARED_PROLOGUES: [&str; 3] = [
+    include_str!("record.lua"),
+    include_str!("fence_prologue.lua"),
+    include_str!("release_prologue.lua"),
+];
+
+/// Every script as a function of one Redis Functions library (Redis 7.0 and later,
+/// Valkey), loaded with `FUNCTION LOAD REPLACE` and called with `FCALL` (`exec.rs`).
+/// The library's name carries a hash of every script's source, so builds whose scripts
+/// differ load libraries of their own side by side (a rolling upgrade), and loading the
+/// same build's library again changes nothing.
+pub(crate) struct Library {
+    /// The library's code, `#!lua name=...` first.
+    pub(crate) source: String,
+    /// Each script's function name, by `Script as usize`.
+    functions: [String; 35],
+}
+
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let all: String = Script::ALL.iter().map(|s| s.sha()).collect();
+    let name = format!("distlock_{}", &redis::Script::new(&all).get_hash()[..12]);
+    let functions = Script::ALL.map(|s| format!("{name}_{}", s.name()));
+    let mut source = format!("#!lua name={name}\n");
+    for p in SHARED_PROLOGUES {
+        source.push_str(p);
+    }
+    for s in Script::ALL {
+        let mut body = s.source();
+        for p in SHARED_PROLOGUES {
+            body = body.strip_prefix(p).unwrap_or(body);
+        }
+        let flags = if s.runs_when_full() {
+            "'allow-oom'"
+        } else {
+            ""
+        };
+        source.push_str(&format!(
+            "redis.register_function{{function_name='{}', flags={{{flags}}}, callback=function(KEYS, ARGV)\n{body}\nend}}\n",
+            functions[s as usize]
+        ));
+    }
+    Library { source, functions }
+});
 
 /// How a release is announced: `PUBLISH`, or `SPUBLISH` on a Redis Cluster, where a sharded
 /// message goes from the lock's master straight to the subscribers of that slot instead of
