@@ -15,9 +15,11 @@ ratio to the floor:
              calls and arguments, no work
   calls      the inner calls of a fresh acquisition and a release (EXISTS, INCR, SET PX;
              GET, DEL, PUBLISH) with no other Lua: what the calls alone cost
-  distlock   the acquire and release scripts as distlock sends them (their sources,
-             prologues included, from distlock/src/protocol)
-  functions  the same bodies as one Redis Functions library, called with FCALL: the
+  distlock   the acquire and release scripts as distlock sends them by EVALSHA, where
+             a server refuses its function library (their sources, prologues included,
+             from distlock/src/protocol)
+  functions  the same bodies as distlock's function library holds them, called with
+             FCALL, as distlock sends them where the server takes the library: the
              prologues run once, when the library is loaded, not on every call
 
 Nothing else should run on the machine meanwhile. No dependency beyond Python 3.
@@ -78,7 +80,8 @@ def source(*files):
 
 
 def library():
-    """acquire.lua and release.lua as functions of one library, after their prologues."""
+    """acquire.lua and release.lua as functions of one library, after their prologues (as
+    distlock's library, `protocol/script.rs`, defines them)."""
     body = source("record.lua", "fence_prologue.lua", "release_prologue.lua")
     for name, file, flags in (("acquire", "acquire.lua", ""), ("release", "release.lua", "'allow-oom'")):
         body += (
