@@ -372,7 +372,7 @@ impl Backend {
     /// later too ([`Backend::cancel_again_later`]).
     pub(crate) fn cancel_in_background(
         self: &Arc<Self>,
-        keys: LockKeys,
+        keys: Arc<LockKeys>,
         owner: OwnerId,
         late: bool,
     ) {
@@ -384,7 +384,6 @@ impl Backend {
             return;
         }
         let backend = self.clone();
-        let keys = Arc::new(keys);
         self.resend(
             "leaving the wait queue",
             &keys.clone(),
@@ -720,7 +719,7 @@ impl Backend {
     }
 
     /// Release without waiting: used when a guard is dropped. Never blocks, never panics.
-    pub(crate) fn release_in_background(self: &Arc<Self>, keys: LockKeys, hold: Hold) {
+    pub(crate) fn release_in_background(self: &Arc<Self>, keys: Arc<LockKeys>, hold: Hold) {
         self.release_in_background_holding(keys, hold, None);
     }
 
@@ -729,7 +728,7 @@ impl Backend {
     /// run, so no nested acquisition of that hold runs on the server before it.
     pub(crate) fn release_in_background_holding(
         self: &Arc<Self>,
-        keys: LockKeys,
+        keys: Arc<LockKeys>,
         hold: Hold,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
@@ -737,7 +736,6 @@ impl Backend {
             return store.release_now(&keys, hold);
         }
         let backend = self.clone();
-        let keys = Arc::new(keys);
         // Sent until the server answers (`resend.rs`); on a runtime that is shutting
         // down the task is dropped, and the lease runs out on its own.
         self.resend(

@@ -160,7 +160,9 @@ pub(crate) struct LeaseState {
     pub(crate) backend: Arc<str>,
     /// The registry of the backend's auto leases (this one is in it while `auto` and held).
     leases: Arc<Leases>,
-    pub(crate) keys: LockKeys,
+    /// Shared with what releases it in the background (a guard dropped, a release cut
+    /// short), which outlives the guard.
+    pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: OwnerId,
     /// The acquisition (owner and level) as the scripts know it.
     pub(crate) hold: Hold,
@@ -203,7 +205,7 @@ impl LeaseState {
     pub(crate) fn new(
         backend: Arc<str>,
         leases: &Arc<Leases>,
-        keys: LockKeys,
+        keys: Arc<LockKeys>,
         granted: Granted,
     ) -> Arc<LeaseState> {
         let Granted {
@@ -488,7 +490,7 @@ mod tests {
     async fn a_hand_off_mark_goes_with_the_hold_it_describes() {
         let waiters = Arc::new(Waiters::default());
         let leases = Arc::new(Leases::default().handing_off(Some(waiters.clone())));
-        let keys = LockKeys::new("lock:", "k".into()).expect("keys");
+        let keys = Arc::new(LockKeys::new("lock:", "k".into()).expect("keys"));
         let until = Instant::now() + Duration::from_secs(30);
         for end in ["lost", "released"] {
             let hold = Hold::fresh();

@@ -191,7 +191,8 @@ struct Terms {
 
 /// What changes from one attempt to the next.
 struct Attempts {
-    keys: LockKeys,
+    /// Shared with the undo armed while an attempt is unanswered, and then with the lease.
+    keys: Arc<LockKeys>,
     hold: Hold,
     /// A nested hold's turn on its enclosing hold (given back with the guard).
     permit: Option<OwnedSemaphorePermit>,
@@ -276,7 +277,7 @@ impl Terms {
         }
         let in_flight = backend.leases.heard.in_flight();
         let attempts = Attempts {
-            keys,
+            keys: Arc::new(keys),
             hold: entered.hold,
             permit: entered.permit,
             upgrade: entered.upgrade,
@@ -777,7 +778,7 @@ pub(crate) fn timeout(
 /// A waiter's place in a fair or write queue, left when dropped armed.
 struct Queued {
     backend: Arc<Backend>,
-    keys: LockKeys,
+    keys: Arc<LockKeys>,
     owner: OwnerId,
     armed: bool,
     /// An attempt of this place got no answer (an error, or its future dropped in flight):

@@ -246,7 +246,7 @@ fn only_level_hold(state: &LeaseState) -> (Option<OwnedSemaphorePermit>, Hold) {
 /// waiter's possible grant too) before the waiter is told to retry.
 async fn hand_off(
     backend: &Arc<Backend>,
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     hold: Hold,
     claimed: Claimed,
     nested_permit: Option<OwnedSemaphorePermit>,
@@ -314,7 +314,7 @@ async fn hand_off(
 /// grant too, then the waiter is told to retry (after the undo, so its own attempt cannot
 /// find a grant that is about to go).
 struct UndoHandOff {
-    armed: Option<(Arc<Backend>, LockKeys, Hold, Claimed)>,
+    armed: Option<(Arc<Backend>, Arc<LockKeys>, Hold, Claimed)>,
     /// The released hold's nested permit (`only_level_hold`), kept through the undo.
     nested_permit: Option<OwnedSemaphorePermit>,
 }
@@ -339,7 +339,7 @@ impl Drop for UndoHandOff {
             // Both releases, until the server answers (`backend/resend.rs`; each is safe
             // to run twice); then the waiter tries again.
             let nested_permit = self.nested_permit.take();
-            let (b, k) = (backend.clone(), Arc::new(keys.clone()));
+            let (b, k) = (backend.clone(), keys.clone());
             backend.resend(
                 "undoing a hand-off",
                 &keys,
@@ -373,7 +373,7 @@ async fn release_held(state: &LeaseState, backend: &Arc<Backend>) -> Result<(), 
 /// Release `hold`; `only_level`, its nested permit when it frees without counting down
 /// (`only_level_hold`), is kept until the release has run.
 async fn release_plain(
-    keys: &LockKeys,
+    keys: &Arc<LockKeys>,
     hold: Hold,
     backend: &Arc<Backend>,
     nested_permit: Option<OwnedSemaphorePermit>,
@@ -407,13 +407,13 @@ fn released_result(r: Released, keys: &LockKeys, backend: &Backend) -> Result<()
 /// release whose future was dropped after its script may have run. The scripts count each
 /// level once, so releasing a level that was never taken, or twice, changes nothing.
 pub(crate) struct ReleaseOnDrop {
-    armed: Option<(Arc<Backend>, LockKeys, Hold)>,
+    armed: Option<(Arc<Backend>, Arc<LockKeys>, Hold)>,
     /// A released hold's nested permit (`only_level_hold`), kept through the background re-send.
     permit: Option<OwnedSemaphorePermit>,
 }
 
 impl ReleaseOnDrop {
-    pub(crate) fn new(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
+    pub(crate) fn new(backend: &Arc<Backend>, keys: &Arc<LockKeys>, hold: Hold) -> ReleaseOnDrop {
         ReleaseOnDrop {
             armed: Some((backend.clone(), keys.clone(), hold)),
             permit: None,
@@ -423,7 +423,7 @@ impl ReleaseOnDrop {
     /// Undoes the acquisition `hold` in the background when dropped armed: sent, its
     /// outcome unknown, no guard handed out (see `Hold::undo`: a run-once job's slot is
     /// freed, not kept until its `hold:until`).
-    pub(crate) fn undo(backend: &Arc<Backend>, keys: &LockKeys, hold: Hold) -> ReleaseOnDrop {
+    pub(crate) fn undo(backend: &Arc<Backend>, keys: &Arc<LockKeys>, hold: Hold) -> ReleaseOnDrop {
         ReleaseOnDrop::new(backend, keys, hold.undoing())
     }
 

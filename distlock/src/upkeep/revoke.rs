@@ -206,7 +206,7 @@ async fn check(
     let (auto, fixed): (Vec<_>, Vec<_>) = leases.iter().partition(|(l, _)| l.auto);
     let lease_len = backend.watchdog_timeout;
     let sent = Instant::now();
-    let items: Vec<_> = auto.iter().map(|(l, _)| (&l.keys, l.owner)).collect();
+    let items: Vec<_> = auto.iter().map(|(l, _)| (&*l.keys, l.owner)).collect();
     let mut outcomes: Vec<_> = if items.is_empty() {
         Vec::new()
     } else {
@@ -271,7 +271,7 @@ mod tests {
         LeaseState::new(
             "b".into(),
             leases,
-            keys,
+            Arc::new(keys),
             Granted {
                 hold: Hold::fresh(),
                 token: 1,

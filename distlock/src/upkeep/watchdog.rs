@@ -48,7 +48,7 @@ async fn renew_all(backend: &Backend) -> bool {
     // In rounds of at most this many, so a huge number of leases does not build one
     // enormous request; the driver pipelines each round.
     for chunk in leases.chunks(4096) {
-        let items: Vec<_> = chunk.iter().map(|l| (&l.keys, l.owner)).collect();
+        let items: Vec<_> = chunk.iter().map(|l| (&*l.keys, l.owner)).collect();
         let sent = Instant::now();
         // Each lease has its own outcome: on a cluster, a master that is down (failing over)
         // does not hold up the leases on the others.
