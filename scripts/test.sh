@@ -39,7 +39,7 @@ SERVERS="$ROOT/scripts/servers.sh"
 # `--workspace` (each --test names one target of the workspace) builds with the features
 # the whole suite was built with, so nothing is compiled again.
 SERVER_SUBSET=(--workspace --test matrix --test redisson_interop --test acl
-    --test sentinel --test cluster --test redlock --test multi)
+    --test sentinel --test cluster --test redlock --test multi --test function_library)
 
 server=redis7
 if [[ "${1:-}" == --server || "${1:-}" == --server=* ]]; then
