@@ -167,6 +167,12 @@ fn first_form(functions: &Functions) -> Form {
 }
 
 /// Run one call.
+///
+/// # Cancel safety
+///
+/// Dropped at an await, the call has run once or not at all, as a single command would
+/// have (the callers' undo guards cover that), and a `FUNCTION LOAD` cut short has loaded
+/// the library or not: a later call that finds it gone loads it.
 pub(crate) async fn eval<C: ConnectionLike + Send>(
     conn: &mut C,
     call: &Call,
@@ -208,6 +214,10 @@ async fn send<C: ConnectionLike + Send>(
 /// Run `calls` in one pipeline, followed by `then` when given (its reply last), each with
 /// its own outcome. Calls that did not run are sent again in the next form, alone; the
 /// others ran once. `Err` only when the connection failed.
+///
+/// # Cancel safety
+///
+/// As [`eval`]'s, for each call.
 pub(crate) async fn eval_pipelined<C: ConnectionLike + Send>(
     conn: &mut C,
     calls: &[Call],
