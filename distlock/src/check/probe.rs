@@ -197,7 +197,7 @@ impl Probe {
                     for scope in [FenceScope::Server, FenceScope::Slot] {
                         keys.push(k.clone().scoped(scope).counters().0);
                     }
-                    keys.push(k.fence.clone());
+                    keys.push(k.fence());
                     keys.push(format!("{}:fenced", k.hash));
                 }
                 channels.push(k.channel.clone());
@@ -478,7 +478,7 @@ fn redisson_samples(name: &str) -> (Vec<String>, Vec<String>) {
     let [queue, deadlines] = r.extra();
     let keys = vec![
         r.hash.clone(),
-        r.fence.clone(),
+        r.fence(),
         r.redisson_latch(&"0".repeat(32)),
         queue,
         deadlines,

@@ -739,7 +739,7 @@ mod tests {
                     "{}",
                     k.hash
                 );
-                assert_eq!(user_key("lock:", &k.fence), None);
+                assert_eq!(user_key("lock:", &k.fence()), None);
             }
             let sem = LockKeys::semaphore("lock:", key.into(), 1, 1, false).unwrap();
             assert_eq!(user_key("lock:", &sem.hash).as_deref(), Some(key));

@@ -316,7 +316,7 @@ pub(crate) fn inspect(prefix: &str, key: &str, cluster: bool) -> Result<Call, cr
         rw.hash.clone(),
         readers,
         writers,
-        r.fence.clone(),
+        r.fence(),
         sem.hash.clone(),
         counts,
         sem_queue,

@@ -25,11 +25,6 @@ pub(crate) struct LockKeys {
     /// semaphore the holders' zset `PREFIX{KEY}:sem`. The other keys of fair and read-write
     /// locks are derived from it (see `protocol/`).
     pub hash: String,
-    /// The key's own fencing counter: `PREFIX{KEY}:fence`, Redisson's
-    /// `redisson_lock_token:{name}` in its format. The acquire scripts draw the tokens
-    /// from it, or from the server's or the slot's counter ([`LockKeys::fence_scope`],
-    /// [`LockKeys::counters`]).
-    pub fence: String,
     /// Which counter the tokens come from ([`LockKeys::scoped`]; [`FenceScope::Key`]
     /// until then, and always in Redisson's format).
     pub fence_scope: FenceScope,
@@ -82,6 +77,16 @@ impl Shape {
             LockKind::Fair => Shape::Fair,
             LockKind::Read => Shape::Read,
             LockKind::Write => Shape::Write,
+        }
+    }
+
+    /// What the shape's main key adds to the key's `PREFIX{KEY}` (distlock's format).
+    fn suffix(&self) -> &'static str {
+        match self {
+            Shape::Reentrant => "",
+            Shape::Fair => ":fair",
+            Shape::Read | Shape::Write => ":rw",
+            Shape::Semaphore(_) => ":sem",
         }
     }
 
@@ -264,7 +269,6 @@ impl LockKeys {
             format!("{prefix}{{{key}}}")
         };
         Ok(LockKeys {
-            fence: format!("{hash}:fence"),
             fence_scope: FenceScope::Key,
             seed_floor: None,
             channel: format!("{hash}:released"),
@@ -289,15 +293,19 @@ impl LockKeys {
         fair: bool,
     ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new(prefix, key)?;
-        keys.hash.push_str(":sem");
-        keys.channel = format!("{}:released", keys.hash);
-        keys.shape = Shape::Semaphore(Box::new(SemKeys {
-            counts: format!("{}:n", keys.hash),
+        let shape = Shape::Semaphore(Box::new(SemKeys {
+            counts: String::new(),
             permits,
             limit,
             fair,
             only_holder: None,
         }));
+        keys.hash.push_str(shape.suffix());
+        keys.channel = format!("{}:released", keys.hash);
+        keys.shape = shape;
+        if let Shape::Semaphore(sem) = &mut keys.shape {
+            sem.counts = format!("{}:n", keys.hash);
+        }
         Ok(keys)
     }
 
@@ -330,7 +338,6 @@ impl LockKeys {
             }
             LockKind::Read | LockKind::Write => redisson_name("redisson_rwlock", &keys.user),
         };
-        keys.fence = redisson_name("redisson_lock_token", &keys.user);
         keys.format = Format::Redisson(Box::new(RedissonKeys {
             lease,
             allowance: REDISSON_FAIR_WAIT,
@@ -416,14 +423,12 @@ impl LockKeys {
         kind: LockKind,
     ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new(prefix, key)?;
-        let suffix = match kind {
-            LockKind::Fair => ":fair",
-            LockKind::Read | LockKind::Write => ":rw",
-            LockKind::Reentrant => return Ok(keys),
-        };
-        keys.hash.push_str(suffix);
-        keys.channel = format!("{}:released", keys.hash);
+        if kind == LockKind::Reentrant {
+            return Ok(keys);
+        }
         keys.shape = Shape::of(kind);
+        keys.hash.push_str(keys.shape.suffix());
+        keys.channel = format!("{}:released", keys.hash);
         Ok(keys)
     }
 
@@ -450,7 +455,7 @@ impl LockKeys {
         let prefix = || &self.hash[..self.hash.find('{').unwrap_or(0)];
         let shared = match (&self.format, self.fence_scope) {
             (Format::Redisson(_), _) | (Format::Distlock, FenceScope::Key) => {
-                return (self.fence.clone(), None)
+                return (self.fence(), None)
             }
             (Format::Distlock, FenceScope::Server) => format!("{}{{{{fence}}", prefix()),
             (Format::Distlock, FenceScope::Slot) => {
@@ -459,7 +464,23 @@ impl LockKeys {
                 format!("{}{{{COUNTER_TAG}{n}}}", prefix())
             }
         };
-        (shared, Some(self.fence.clone()))
+        (shared, Some(self.fence()))
+    }
+
+    /// The key's own fencing counter: `PREFIX{KEY}:fence`, Redisson's
+    /// `redisson_lock_token:{name}` in its format. The acquire scripts draw the tokens
+    /// from it, or from the server's or the slot's counter ([`LockKeys::fence_scope`],
+    /// [`LockKeys::counters`]). Made when asked, not kept: every held lease keeps its
+    /// keys, and only an acquisition needs this one.
+    pub(crate) fn fence(&self) -> String {
+        match &self.format {
+            Format::Redisson(_) => redisson_name("redisson_lock_token", &self.user),
+            Format::Distlock => {
+                let suffix = self.shape.suffix();
+                let key = self.hash.strip_suffix(suffix).unwrap_or(&self.hash);
+                format!("{key}:fence")
+            }
+        }
     }
 
     /// Record holder information as `holder` (`host\tpid\tsite`).
@@ -543,10 +564,10 @@ mod tests {
     fn plain_key_shares_one_tag() {
         let k = LockKeys::new("lock:", "order:42".into()).unwrap();
         assert_eq!(k.hash, "lock:{order:42}");
-        assert_eq!(k.fence, "lock:{order:42}:fence");
+        assert_eq!(k.fence(), "lock:{order:42}:fence");
         assert_eq!(k.channel, "lock:{order:42}:released");
         assert_eq!(hash_tag(&k.hash), "order:42");
-        assert_eq!(hash_tag(&k.fence), "order:42");
+        assert_eq!(hash_tag(&k.fence()), "order:42");
     }
 
     #[test]
@@ -555,7 +576,7 @@ mod tests {
             let k = LockKeys::new("lock:", key.into()).unwrap();
             let tag = hash_tag(&k.hash);
             assert!(tag.starts_with('#'), "{key}: {}", k.hash);
-            assert_eq!(hash_tag(&k.fence), tag);
+            assert_eq!(hash_tag(&k.fence()), tag);
             assert_eq!(hash_tag(&k.channel), tag);
             assert!(k.hash.ends_with(key));
         }
@@ -619,7 +640,7 @@ mod tests {
         let k = LockKeys::redisson("order:42".into(), LockKind::Reentrant, d).unwrap();
         assert_eq!(k.hash, "order:42");
         assert_eq!(k.channel, "redisson_lock__channel:{order:42}");
-        assert_eq!(k.fence, "redisson_lock_token:{order:42}");
+        assert_eq!(k.fence(), "redisson_lock_token:{order:42}");
         assert_eq!(
             k.redisson_latch("ab"),
             "redisson_unlock_latch:{order:42}:ab"
@@ -660,7 +681,7 @@ mod tests {
     fn kinds_have_their_own_keys_in_the_same_slot() {
         let rw = LockKeys::for_kind("lock:", "k".into(), LockKind::Read).unwrap();
         assert_eq!(rw.hash, "lock:{k}:rw");
-        assert_eq!(rw.fence, "lock:{k}:fence");
+        assert_eq!(rw.fence(), "lock:{k}:fence");
         assert_eq!(rw.channel, "lock:{k}:rw:released");
         assert_eq!(rw.extra()[0], "lock:{k}:rw:readers");
         let fair = LockKeys::for_kind("lock:", "k".into(), LockKind::Fair).unwrap();
@@ -672,7 +693,7 @@ mod tests {
         let sem = LockKeys::semaphore("lock:", "k".into(), 1, 4, false).unwrap();
         assert_eq!(sem.hash, "lock:{k}:sem");
         assert_eq!(sem.channel, "lock:{k}:sem:released");
-        assert_eq!(sem.fence, "lock:{k}:fence");
+        assert_eq!(sem.fence(), "lock:{k}:fence");
         let Shape::Semaphore(k) = &sem.shape else {
             panic!("a semaphore's keys")
         };

@@ -39,7 +39,7 @@ pub(crate) fn acquire(
         LockKind::Reentrant => {
             let call = Call::raw(
                 Script::RedissonLock,
-                vec![keys.hash.clone(), keys.fence.clone()],
+                vec![keys.hash.clone(), keys.fence()],
                 Vec::new(),
             )
             .arg(millis(lease))
@@ -54,7 +54,7 @@ pub(crate) fn acquire(
             let [queue, deadlines] = keys.extra();
             Call::raw(
                 Script::RedissonFairLock,
-                vec![keys.hash.clone(), queue, deadlines, keys.fence.clone()],
+                vec![keys.hash.clone(), queue, deadlines, keys.fence()],
                 Vec::new(),
             )
             .arg(millis(lease))
@@ -66,11 +66,7 @@ pub(crate) fn acquire(
         LockKind::Read => {
             let call = Call::raw(
                 Script::RedissonReadLock,
-                vec![
-                    keys.hash.clone(),
-                    rw_timeouts(keys, &field),
-                    keys.fence.clone(),
-                ],
+                vec![keys.hash.clone(), rw_timeouts(keys, &field), keys.fence()],
                 Vec::new(),
             )
             .arg(millis(lease))
@@ -85,7 +81,7 @@ pub(crate) fn acquire(
         LockKind::Write => {
             let call = Call::raw(
                 Script::RedissonWriteLock,
-                vec![keys.hash.clone(), keys.fence.clone()],
+                vec![keys.hash.clone(), keys.fence()],
                 Vec::new(),
             )
             .arg(millis(lease))

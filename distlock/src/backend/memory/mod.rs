@@ -257,7 +257,7 @@ impl MemoryDriver {
         }
         match Self::live(&mut st, &keys.hash, now) {
             None => {
-                let token = st.next_token(&keys.fence);
+                let token = st.next_token(&keys.fence());
                 st.locks.insert(
                     keys.hash.clone(),
                     HeldLock {
@@ -323,7 +323,7 @@ impl MemoryDriver {
         } else if !fits {
             return (held_until(first, now), false);
         }
-        let token = st.next_token(&keys.fence);
+        let token = st.next_token(&keys.fence());
         st.sems.entry(keys.hash.clone()).or_default().insert(
             owner,
             SemHolder {
@@ -421,7 +421,7 @@ impl MemoryDriver {
             rw.writer = Some((owner, 1, later(now, lease)));
         }
         Attempt::Acquired {
-            token: st.next_token(&keys.fence),
+            token: st.next_token(&keys.fence()),
         }
     }
 

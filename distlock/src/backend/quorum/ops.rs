@@ -171,7 +171,7 @@ impl QuorumDriver {
         }
         let node_timeout = self.options.node_timeout;
         let lagging: Vec<(usize, u64)> = tokens.into_iter().filter(|(_, t)| *t < token).collect();
-        let fence = &keys.fence;
+        let fence = &keys.fence();
         let (raised, _) = self
             .on_nodes(
                 lagging.iter().map(|(i, _)| *i),
