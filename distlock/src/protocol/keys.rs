@@ -80,13 +80,16 @@ impl Shape {
         }
     }
 
+    /// What a semaphore's main key adds to the key's `PREFIX{KEY}`.
+    const SEMAPHORE_SUFFIX: &'static str = ":sem";
+
     /// What the shape's main key adds to the key's `PREFIX{KEY}` (distlock's format).
     fn suffix(&self) -> &'static str {
         match self {
             Shape::Reentrant => "",
             Shape::Fair => ":fair",
             Shape::Read | Shape::Write => ":rw",
-            Shape::Semaphore(_) => ":sem",
+            Shape::Semaphore(_) => Shape::SEMAPHORE_SUFFIX,
         }
     }
 
@@ -293,19 +296,15 @@ impl LockKeys {
         fair: bool,
     ) -> Result<LockKeys, LockError> {
         let mut keys = LockKeys::new(prefix, key)?;
-        let shape = Shape::Semaphore(Box::new(SemKeys {
-            counts: String::new(),
+        keys.hash.push_str(Shape::SEMAPHORE_SUFFIX);
+        keys.channel = format!("{}:released", keys.hash);
+        keys.shape = Shape::Semaphore(Box::new(SemKeys {
+            counts: format!("{}:n", keys.hash),
             permits,
             limit,
             fair,
             only_holder: None,
         }));
-        keys.hash.push_str(shape.suffix());
-        keys.channel = format!("{}:released", keys.hash);
-        keys.shape = shape;
-        if let Shape::Semaphore(sem) = &mut keys.shape {
-            sem.counts = format!("{}:n", keys.hash);
-        }
         Ok(keys)
     }
 
