@@ -82,12 +82,16 @@ enum NotRun {
 
 /// Whether `r`, a reply to a call sent as `form`, says it did not run, and why. The
 /// redis client gives "Function not found" and an unknown command no kind of their own,
-/// so those two are known by their text.
+/// so those two are known by their text, as is a `NOPERM` for `FCALL` itself: one for a
+/// key or a command inside is the caller's to see, as `EVALSHA` would have met it too.
 fn not_run(r: &RedisResult<Value>, form: Form) -> Option<NotRun> {
     let Err(e) = r else { return None };
     match (form, e.kind()) {
         (Form::Sha, ErrorKind::Server(ServerErrorKind::NoScript)) => Some(NotRun::NoScript),
-        (Form::Function, ErrorKind::Server(ServerErrorKind::NoPerm)) => Some(NotRun::Refused),
+        (Form::Function, ErrorKind::Server(ServerErrorKind::NoPerm)) => e
+            .detail()
+            .is_some_and(|d| d.to_ascii_lowercase().contains("'fcall'"))
+            .then_some(NotRun::Refused),
         (Form::Function, ErrorKind::Server(ServerErrorKind::ResponseError)) => {
             let detail = e.detail().unwrap_or("").to_ascii_lowercase();
             if detail.starts_with("function not found") {
@@ -244,9 +248,7 @@ pub(crate) async fn eval_pipelined<C: ConnectionLike + Send>(
             ?why,
             "distlock: calls did not run; sending them again"
         );
-        let failed = std::mem::replace(&mut replies[first], Ok(Value::Nil));
-        let next = next_form(conn, functions, form, why, &mut reloaded, &failed).await?;
-        replies[first] = failed;
+        let next = next_form(conn, functions, form, why, &mut reloaded, &replies[first]).await?;
         let Some(next) = next else {
             return Ok(replies);
         };
