@@ -800,6 +800,20 @@ impl Drop for RedisProcess {
     }
 }
 
+/// Make `user` (password `pw`) on the server at `addr` with the README's rights
+/// ([`README_ACL_RIGHTS`]) and `more`, and return its URL.
+///
+/// # Panics
+/// If the server refuses `ACL SETUSER`.
+pub fn readme_acl_user(addr: &str, user: &str, more: &[&str]) -> String {
+    let mut args = vec!["ACL", "SETUSER", user, "reset", "on", ">pw"];
+    args.extend_from_slice(README_ACL_RIGHTS);
+    args.extend_from_slice(more);
+    let r = resp_command(addr, &args).expect("ACL SETUSER");
+    assert!(r.is_ok(), "ACL SETUSER at {addr}: {r:?}");
+    format!("redis://{user}:pw@{addr}")
+}
+
 /// The rights of the minimal `ACL SETUSER` line in docs/backends.md (key prefix `lock:`), as
 /// arguments: the least-privilege tests grant exactly these (`tests/tests/acl.rs` checks
 /// that line against them).

@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use distlock::Registry;
-use distlock_tests::{addr_of, cluster_urls, resp_command, RedisProcess, README_ACL_RIGHTS};
+use distlock_tests::{addr_of, cluster_urls, readme_acl_user, resp_command, RedisProcess};
 
 fn single(url: &str) -> String {
     format!(
@@ -101,6 +101,64 @@ async fn a_server_restarted_without_data_gets_the_library_again() {
     assert!(calls(&addr, "fcall") >= 2);
 }
 
+/// A user that may load the library but not call it (`+function|load` without `+fcall`):
+/// the first `FCALL` is refused before it runs, is sent again by EVALSHA, and scripts serve
+/// from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_fcall_is_served_by_scripts() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let url = readme_acl_user(&addr, "distlock", &["+function|load"]);
+    let reg = Registry::from_str(&single(&url)).await.unwrap();
+    assert!(has_library(&addr), "it could load the library");
+    for _ in 0..3 {
+        pair(&reg, "refused").await;
+    }
+    assert!(!exists(&addr, "lock:{refused}"));
+    // The one refused call is counted as rejected, not run.
+    assert_eq!(calls(&addr, "fcall"), 0);
+    assert!(calls(&addr, "evalsha") >= 6);
+}
+
+/// The library is flushed while leases are renewed in pipelines (the watchdog): the
+/// renewal that finds it gone loads it again, and the leases stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_flushed_under_the_watchdog_is_loaded_again_by_its_renewal() {
+    let server = RedisProcess::start();
+    let addr = server.addr();
+    let config = format!(
+        "[defaults]\nwatchdog_timeout = \"1s\"\n{}",
+        single(&server.url())
+    );
+    let reg = Registry::from_str(&config).await.unwrap();
+    let guards = [
+        reg.lock("renewed-a").acquire().await.expect("acquire"),
+        reg.lock("renewed-b").acquire().await.expect("acquire"),
+    ];
+    assert!(resp_command(&addr, &["FUNCTION", "FLUSH"]).unwrap().is_ok());
+    let start = Instant::now();
+    while !has_library(&addr) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no renewal loaded the library within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Two renewal rounds later (a third of the watchdog timeout apart) both are held.
+    let renewed = calls(&addr, "fcall");
+    while calls(&addr, "fcall") < renewed + 4 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the renewals stopped after the library was loaded again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for g in guards {
+        assert!(g.is_held(), "{}: lost after the flush", g.key());
+        g.release().await.expect("release");
+    }
+}
+
 /// Holds a lock on a server out of memory (`maxmemory` below what it uses, `noeviction`):
 /// its release still runs, and frees it; a new lock is refused with an error; with memory
 /// again, it is taken.
@@ -139,10 +197,7 @@ async fn a_full_server_lets_a_lock_go_and_refuses_a_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_server_does_the_same_for_scripts_sent_by_evalsha() {
     let server = RedisProcess::start();
-    let mut args = vec!["ACL", "SETUSER", "distlock", "reset", "on", ">pw"];
-    args.extend_from_slice(README_ACL_RIGHTS);
-    assert!(resp_command(&server.addr(), &args).unwrap().is_ok());
-    full_server(&server, &format!("redis://distlock:pw@{}", server.addr())).await;
+    full_server(&server, &readme_acl_user(&server.addr(), "distlock", &[])).await;
     assert_eq!(calls(&server.addr(), "fcall"), 0);
     assert!(calls(&server.addr(), "evalsha") > 0);
 }

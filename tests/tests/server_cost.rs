@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use distlock::Registry;
 use distlock_tests::RedisProcess;
-use distlock_tests::{resp_command, README_ACL_RIGHTS};
+use distlock_tests::{readme_acl_user, resp_command};
 
 /// Pairs measured.
 const PAIRS: u64 = 50;
@@ -84,10 +84,6 @@ async fn an_uncontended_lock_and_unlock_runs_seven_commands_on_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_the_function_rights_runs_the_same_commands_by_evalsha() {
     let server = RedisProcess::start();
-    let mut args = vec!["ACL", "SETUSER", "distlock", "reset", "on", ">pw"];
-    args.extend_from_slice(README_ACL_RIGHTS);
-    let r = resp_command(&server.addr(), &args).expect("ACL SETUSER");
-    assert!(r.is_ok(), "ACL SETUSER: {r:?}");
-    let url = format!("redis://distlock:pw@{}", server.addr());
+    let url = readme_acl_user(&server.addr(), "distlock", &[]);
     seven_commands_a_pair(&server, &url, "evalsha").await;
 }
