@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use distlock::Registry;
+use distlock::{Lease, Registry};
 use distlock_tests::{addr_of, cluster_urls, readme_acl_user, resp_command, RedisProcess};
 
 fn single(url: &str) -> String {
@@ -51,7 +51,13 @@ async fn a_library_flushed_behind_a_holder_is_loaded_again_by_its_release() {
     let reg = Registry::from_str(&single(&server.url())).await.unwrap();
     pair(&reg, "flushed").await;
     assert!(has_library(&addr), "loaded when the backend connected");
-    let g = reg.lock("flushed").acquire().await.expect("acquire");
+    // A fixed lease: no renewal of the watchdog's loads the library before the release.
+    let g = reg
+        .lock("flushed")
+        .lease(Lease::Fixed(Duration::from_secs(30)))
+        .acquire()
+        .await
+        .expect("acquire");
     assert!(resp_command(&addr, &["FUNCTION", "FLUSH"]).unwrap().is_ok());
     assert!(!has_library(&addr));
     let before = calls(&addr, "fcall");
