@@ -70,10 +70,12 @@ async fn a_library_flushed_behind_a_holder_is_loaded_again_by_its_release() {
         "the release freed the lock"
     );
     assert!(has_library(&addr), "the release's call loaded it again");
-    // Its FCALL, refused, and again after the load: functions serve on.
-    assert_eq!(calls(&addr, "fcall"), before + 2);
+    // Its FCALL, refused, and again after the load: functions serve on. At least: an
+    // attempt that went unanswered under load is released once more later (`Hold::late`).
+    let after = calls(&addr, "fcall");
+    assert!(after >= before + 2, "{before} FCALLs before, {after} after");
     pair(&reg, "flushed").await;
-    assert_eq!(calls(&addr, "fcall"), before + 4);
+    assert!(calls(&addr, "fcall") >= after + 2);
     assert_eq!(
         calls(&addr, "evalsha") + calls(&addr, "eval"),
         scripts,
