@@ -1819,3 +1819,80 @@ async fn single_fair_retry_after_a_transient_error_is_not_queued_behind_its_old_
     g.release().await.unwrap();
     int(&addr, &["DEL", &token_name(&name)]);
 }
+
+/// A fair waiter at the head of Redisson's queue, refused while the lock has under a
+/// millisecond left (the server still has the key, and `PTTL` says 0), is told to ask again
+/// at once, not to wait until its own place's deadline (the whole wait). Sent raw, as
+/// distlock sends it, against a lock whose expiry is 2 ms away, until granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_at_the_head_retries_at_once_when_the_lock_expires_within_the_ms() {
+    const TRIALS: usize = 200;
+    const WAIT_MS: u64 = 10_000;
+    let server = RedisProcess::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let script = redis::Script::new(distlock::__private::scripts::REDISSON_FAIR_LOCK);
+    let name = unique("fair-expiring");
+    let (queue, deadlines, token) = (
+        fair_queue_name(&name),
+        fair_timeout_name(&name),
+        token_name(&name),
+    );
+    let (holder, waiter) = ("holder-id:1", "waiter-id:1");
+    let (mut refused, mut under_a_ms) = (0, 0);
+    for _ in 0..TRIALS {
+        let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let now_ms = now_s * 1000 + now_us / 1000;
+        redis::pipe()
+            .del(&[&name, &queue, &deadlines])
+            .hset(&name, holder, 1)
+            .pexpire(&name, 2)
+            .zadd(&deadlines, waiter, now_ms + WAIT_MS)
+            .rpush(&queue, waiter)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        loop {
+            let reply: Vec<i64> = script
+                .key(&name)
+                .key(&queue)
+                .key(&deadlines)
+                .key(&token)
+                .arg(30_000)
+                .arg(waiter)
+                .arg(WAIT_MS)
+                .arg("wait")
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            match reply[..] {
+                [1, _] => break,
+                [0, hint] => {
+                    refused += 1;
+                    under_a_ms += usize::from(hint <= 1);
+                    assert!(
+                        hint < 1_000,
+                        "refused with a hint of {hint} ms while the lock had at most 2 ms left"
+                    );
+                }
+                _ => panic!("unexpected reply {reply:?}"),
+            }
+            assert!(
+                started.elapsed() < WOKEN,
+                "not granted after the lock expired"
+            );
+        }
+        redis::cmd("DEL")
+            .arg(&[&name, &queue, &deadlines])
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+    }
+    // The window the test aims at was reached: refusals with the lock about to go.
+    assert!(
+        refused > 0 && under_a_ms > 0,
+        "{refused} refusals, {under_a_ms} of them with under a millisecond left"
+    );
+    eprintln!("{TRIALS} trials: {refused} refusals, {under_a_ms} with a hint of 1 ms at most");
+}
