@@ -107,11 +107,14 @@ if redis.call('hexists', lock, owner) == 1 then
   return {2, 0}
 end
 
--- refused: how long until it is worth asking again
+-- refused: how long until it is worth asking again. PTTL answers 0 for a lock with under
+-- a millisecond left (this script still sees it): ask again at once, or, from the head of
+-- the queue, it would wait until its own deadline (the whole wait).
 local function hint()
   local pttl = redis.call('pttl', lock)
   if pttl > 0 then return pttl end
   local head = redis.call('lindex', queue, 0)
+  if pttl == 0 and (not head or head == owner) then return 1 end
   local deadline = head and redis.call('zscore', deadlines, head)
   if deadline and tonumber(deadline) - now > 1 then
     return tonumber(deadline) - now
