@@ -19,12 +19,20 @@ fn single(url: &str) -> String {
 
 /// `command`'s calls on `addr` so far (`INFO commandstats`).
 fn calls(addr: &str, command: &str) -> u64 {
+    stat(addr, command, "calls")
+}
+
+/// The counter `field` (`calls`, `failed_calls`) of `command` on `addr` so far.
+fn stat(addr: &str, command: &str, field: &str) -> u64 {
     let info = resp_command(addr, &["INFO", "commandstats"]).expect("INFO");
-    let prefix = format!("cmdstat_{command}:calls=");
+    let prefix = format!("cmdstat_{command}:");
+    let field = format!("{field}=");
     info.as_str()
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .flat_map(|l| l.split(','))
+        .find_map(|kv| kv.strip_prefix(&field)?.parse().ok())
         .unwrap_or(0)
 }
 
@@ -61,6 +69,7 @@ async fn a_library_flushed_behind_a_holder_is_loaded_again_by_its_release() {
     assert!(resp_command(&addr, &["FUNCTION", "FLUSH"]).unwrap().is_ok());
     assert!(!has_library(&addr));
     let before = calls(&addr, "fcall");
+    let refused = stat(&addr, "fcall", "failed_calls");
     let scripts = calls(&addr, "evalsha") + calls(&addr, "eval");
     g.release()
         .await
@@ -74,6 +83,10 @@ async fn a_library_flushed_behind_a_holder_is_loaded_again_by_its_release() {
     // attempt that went unanswered under load is released once more later (`Hold::late`).
     let after = calls(&addr, "fcall");
     assert!(after >= before + 2, "{before} FCALLs before, {after} after");
+    assert!(
+        stat(&addr, "fcall", "failed_calls") > refused,
+        "an FCALL found the library gone"
+    );
     pair(&reg, "flushed").await;
     assert!(calls(&addr, "fcall") >= after + 2);
     assert_eq!(
